@@ -1,0 +1,1 @@
+"""sparse_lower: lower sparse convolutions in ONNX graphs for onnxruntime and accelerators."""

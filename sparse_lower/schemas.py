@@ -1,0 +1,186 @@
+"""Schemas of the source ops (DESIGN.md §3) and of the custom ops the gpu lowering emits.
+
+This module is the one place that knows the source ops' attributes, their defaults, the rules they
+must obey and the output extents they imply. The NumPy reference and the lowering both read
+attributes through it, so an attribute is interpreted identically everywhere; neither shares any
+computation with the other beyond that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import onnx
+from onnx import helper
+
+from .errors import SparseLowerError
+
+SOURCE_DOMAIN = "sparse"
+CUSTOM_DOMAIN = "sparse_lower"
+CONV_OPS = ("SubmanifoldConv", "SparseConv", "SparseDeconv")
+BOUNDARY_OPS = ("ToSparse", "ToDense")
+SOURCE_OPS = CONV_OPS + BOUNDARY_OPS
+
+_CONV_ATTRS = {"kernel_shape", "strides", "pads", "dilations", "spatial_shape", "group"}
+_KNOWN_ATTRS = {
+    "SubmanifoldConv": _CONV_ATTRS,
+    "SparseConv": _CONV_ATTRS,
+    "SparseDeconv": _CONV_ATTRS | {"output_padding"},
+    "ToSparse": set(),
+    "ToDense": {"spatial_shape", "batch_size"},
+}
+
+
+def attributes(node: onnx.NodeProto) -> dict:
+    """The node's attributes as Python values, refusing names the op does not define."""
+    known = _KNOWN_ATTRS[node.op_type]
+    values = {}
+    for attr in node.attribute:
+        if attr.name not in known:
+            raise SparseLowerError(
+                f"{node.op_type} has no attribute '{attr.name}'",
+                node.name,
+                f"remove it; {node.op_type} takes {sorted(known) or 'no attributes'}",
+            )
+        values[attr.name] = helper.get_attribute_value(attr)
+    return values
+
+
+def _ints(node, values, name, length, default):
+    value = values.get(name, default)
+    if value is None:
+        raise SparseLowerError(f"attribute '{name}' is required", node.name, f"set {name} (length {length})")
+    try:
+        value = tuple(int(v) for v in value)
+    except TypeError:
+        raise SparseLowerError(f"attribute '{name}' must be a list of ints", node.name, f"give {length} ints")
+    if len(value) != length:
+        raise SparseLowerError(
+            f"attribute '{name}' has {len(value)} values, expected {length}", node.name, f"give {length} ints"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """The attributes of one sparse convolution, validated, with the extents they imply."""
+
+    op_type: str
+    kernel_shape: tuple
+    strides: tuple
+    pads: tuple
+    dilations: tuple
+    spatial_shape: tuple
+    output_padding: tuple
+
+    @property
+    def ndim(self) -> int:
+        return len(self.kernel_shape)
+
+    @property
+    def volume(self) -> int:
+        return prod(self.kernel_shape)
+
+    @property
+    def output_shape(self) -> tuple:
+        """The output grid extent per dimension (DESIGN.md §3)."""
+        d = range(self.ndim)
+        S, K, s, p, dl = self.spatial_shape, self.kernel_shape, self.strides, self.pads, self.dilations
+        n = self.ndim
+        if self.op_type == "SubmanifoldConv":
+            return S
+        if self.op_type == "SparseConv":
+            return tuple((S[i] + p[i] + p[n + i] - dl[i] * (K[i] - 1) - 1) // s[i] + 1 for i in d)
+        return tuple(
+            s[i] * (S[i] - 1) + self.output_padding[i] + dl[i] * (K[i] - 1) + 1 - p[i] - p[n + i] for i in d
+        )
+
+    def key(self) -> tuple:
+        """What makes two layers' index tables identical (spconv's indice_key)."""
+        pads = (0,) * (2 * self.ndim) if self.op_type == "SubmanifoldConv" else self.pads
+        strides = (1,) * self.ndim if self.op_type == "SubmanifoldConv" else self.strides
+        return (self.op_type, self.kernel_shape, strides, pads, self.dilations, self.spatial_shape,
+                self.output_padding)
+
+
+def conv_geometry(node: onnx.NodeProto) -> ConvGeometry:
+    """Parse and check the attributes of a SubmanifoldConv, SparseConv or SparseDeconv node."""
+    values = attributes(node)
+    if "kernel_shape" not in values:
+        raise SparseLowerError("attribute 'kernel_shape' is required", node.name, "set kernel_shape (length D)")
+    kernel = _ints(node, values, "kernel_shape", len(values["kernel_shape"]), None)
+    n = len(kernel)
+    if not 1 <= n <= 3:
+        raise SparseLowerError(f"{n} spatial dimensions are not supported", node.name, "use 1, 2 or 3 dimensions")
+    geometry = ConvGeometry(
+        op_type=node.op_type,
+        kernel_shape=kernel,
+        strides=_ints(node, values, "strides", n, (1,) * n),
+        pads=_ints(node, values, "pads", 2 * n, (0,) * (2 * n)),
+        dilations=_ints(node, values, "dilations", n, (1,) * n),
+        spatial_shape=_ints(node, values, "spatial_shape", n, None),
+        output_padding=_ints(node, values, "output_padding", n, (0,) * n),
+    )
+    _check_geometry(node, geometry, values.get("group", 1))
+    return geometry
+
+
+def _check_geometry(node, g: ConvGeometry, group) -> None:
+    name = node.name
+    if group != 1:
+        raise SparseLowerError(f"group={group} is not supported", name, "use group=1 (split the layer per group)")
+    for attr, values, low in (("kernel_shape", g.kernel_shape, 1), ("strides", g.strides, 1),
+                              ("dilations", g.dilations, 1), ("spatial_shape", g.spatial_shape, 1),
+                              ("pads", g.pads, 0), ("output_padding", g.output_padding, 0)):
+        if any(v < low for v in values):
+            raise SparseLowerError(f"{attr}={list(values)} has a value below {low}", name, f"use values >= {low}")
+    if g.op_type == "SubmanifoldConv":
+        if any(k % 2 == 0 for k in g.kernel_shape):
+            raise SparseLowerError(
+                f"SubmanifoldConv needs odd kernel sizes, got kernel_shape={list(g.kernel_shape)}",
+                name, "use an odd kernel (a submanifold conv is centred on each active site)")
+        if any(s != 1 for s in g.strides):
+            raise SparseLowerError(
+                f"SubmanifoldConv needs strides of 1, got strides={list(g.strides)}",
+                name, "use SparseConv for a strided convolution")
+    if g.op_type == "SparseDeconv":
+        if any(op >= max(s, d) for op, s, d in zip(g.output_padding, g.strides, g.dilations)):
+            raise SparseLowerError(
+                f"output_padding={list(g.output_padding)} must be smaller than the stride or the dilation",
+                name, "reduce output_padding (ONNX ConvTranspose rule)")
+    elif any(v != 0 for v in g.output_padding):
+        raise SparseLowerError("output_padding is only defined for SparseDeconv", name, "remove output_padding")
+    out = g.output_shape
+    if any(v < 1 for v in out):
+        raise SparseLowerError(
+            f"the output extent {list(out)} has a dimension below 1 (input extent {list(g.spatial_shape)})",
+            name, "reduce the kernel, pads or dilation, or enlarge spatial_shape")
+
+
+@dataclass(frozen=True)
+class DenseBoundary:
+    """The attributes of ToDense."""
+
+    spatial_shape: tuple
+    batch_size: int
+
+
+def to_dense_attributes(node: onnx.NodeProto) -> DenseBoundary:
+    values = attributes(node)
+    if "spatial_shape" not in values:
+        raise SparseLowerError("attribute 'spatial_shape' is required", node.name, "set spatial_shape (length D)")
+    shape = _ints(node, values, "spatial_shape", len(values["spatial_shape"]), None)
+    if not 1 <= len(shape) <= 3 or any(v < 1 for v in shape):
+        raise SparseLowerError(f"spatial_shape={list(shape)} is invalid", node.name, "give 1 to 3 extents >= 1")
+    batch = values.get("batch_size")
+    if not isinstance(batch, int) or batch < 1:
+        raise SparseLowerError("attribute 'batch_size' (int >= 1) is required", node.name, "set batch_size")
+    return DenseBoundary(shape, batch)
+
+
+def weight_shape(geometry: ConvGeometry, cin: int, cout: int) -> tuple:
+    """The weight shape a conv of these channels needs (ONNX Conv / ConvTranspose layout)."""
+    if geometry.op_type == "SparseDeconv":
+        return (cin, cout, *geometry.kernel_shape)
+    return (cout, cin, *geometry.kernel_shape)
