@@ -1,1 +1,13 @@
-"""sparse_lower: lower sparse convolutions in ONNX graphs for onnxruntime and accelerators."""
+"""sparse_lower: lower sparse convolutions in ONNX graphs for onnxruntime and accelerators.
+
+    import sparse_lower
+    lowered = sparse_lower.lower("model.onnx", target="gpu")
+    session = sparse_lower.create_session(lowered)
+"""
+
+from . import reference
+from .api import lower
+from .errors import SparseLowerError
+from .runtime import create_session, get_library_path
+
+__all__ = ["SparseLowerError", "create_session", "get_library_path", "lower", "reference"]

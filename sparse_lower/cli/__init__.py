@@ -1,0 +1,1 @@
+"""The `sparse-lower` command line."""

@@ -1,0 +1,75 @@
+"""sparse-lower inspect."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..api import load
+from ..schemas import CONV_OPS, CUSTOM_DOMAIN, SOURCE_DOMAIN, conv_geometry
+from .table import op_counts, render
+
+
+def _shape(value: onnx.ValueInfoProto) -> str:
+    dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in
+            value.type.tensor_type.shape.dim]
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name
+    return f"{dtype}{dims}"
+
+
+def sparse_layers(model: onnx.ModelProto) -> list[list]:
+    """One row per sparse conv: geometry, channels, grids and parameters."""
+    weights = {t.name: t for t in model.graph.initializer}
+    rows = []
+    for node in model.graph.node:
+        if node.domain != SOURCE_DOMAIN or node.op_type not in CONV_OPS:
+            continue
+        g = conv_geometry(node)
+        w = weights.get(node.input[2])
+        shape = list(w.dims) if w is not None else None
+        cin, cout = ((shape[0], shape[1]) if node.op_type == "SparseDeconv" else (shape[1], shape[0])) if shape else ("?", "?")
+        params = sum(int(np.prod(weights[i].dims)) for i in node.input[2:4] if i in weights)
+        target = " (target coords)" if node.op_type == "SparseDeconv" and len(node.input) > 4 and node.input[4] else ""
+        rows.append([node.name, node.op_type + target, "x".join(map(str, g.kernel_shape)),
+                     ",".join(map(str, g.strides)), ",".join(map(str, g.pads)), ",".join(map(str, g.dilations)),
+                     f"{cin}->{cout}", "x".join(map(str, g.spatial_shape)), "x".join(map(str, g.output_shape)), params])
+    return rows
+
+
+class Inspect:
+    """Describe an ONNX model: inputs, outputs, op counts, sparse layers and parameters.
+
+    Works on source models (lists every SubmanifoldConv / SparseConv / SparseDeconv with its kernel,
+    strides, pads, dilations, channels, input and output grid and parameter count) and on lowered
+    models (lists the sparse_lower custom ops and the index tables they share).
+
+    example: sparse-lower inspect model.onnx
+    """
+
+    name = "inspect"
+
+    @staticmethod
+    def add_arguments(parser):
+        parser.add_argument("input", help="ONNX model")
+
+    def run(self, args) -> int:
+        model = load(args.input)
+        graph = model.graph
+        initializers = {t.name for t in graph.initializer}
+        print(f"model: {args.input} (IR {model.ir_version}, opsets "
+              f"{', '.join(f'{o.domain or 'ai.onnx'}:{o.version}' for o in model.opset_import)})")
+        print(render(["input", "type"], [[v.name, _shape(v)] for v in graph.input if v.name not in initializers]))
+        print(render(["output", "type"], [[v.name, _shape(v)] for v in graph.output]))
+        print(render(["op", "count"], sorted(op_counts(model).items())))
+        layers = sparse_layers(model)
+        if layers:
+            print(render(["sparse layer", "op", "kernel", "strides", "pads", "dilations", "channels", "grid in",
+                          "grid out", "params"], layers))
+        custom = [n for n in graph.node if n.domain == CUSTOM_DOMAIN]
+        if custom:
+            print(render(["custom op", "inputs", "outputs"],
+                         [[f"{n.name} ({n.op_type})", ", ".join(n.input), ", ".join(n.output)] for n in custom]))
+        parameters = sum(int(np.prod(numpy_helper.to_array(t).shape)) for t in graph.initializer)
+        print(f"parameters: {parameters:,}")
+        return 0

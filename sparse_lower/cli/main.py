@@ -1,0 +1,40 @@
+"""`sparse-lower`: one small class per subcommand; its docstring is the help."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import SparseLowerError
+from .convert import Convert
+from .demo import Demo
+from .inspect import Inspect
+
+COMMANDS = (Convert, Inspect, Demo)
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(
+        prog="sparse-lower",
+        description="Lower the sparse convolutions of ONNX models to onnxruntime custom ops.")
+    subparsers = root.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        doc = command.__doc__.strip()
+        sub = subparsers.add_parser(command.name, help=doc.splitlines()[0], description=doc,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        command.add_arguments(sub)
+        sub.set_defaults(handler=command)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.handler().run(args)
+    except SparseLowerError as error:
+        print(f"sparse-lower {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

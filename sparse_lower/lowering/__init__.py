@@ -1,0 +1,1 @@
+"""Lowering rules: one module per source op and target, each written as match / check / rewrite."""

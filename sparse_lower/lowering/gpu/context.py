@@ -1,0 +1,81 @@
+"""State shared by the gpu lowering rules during one pass: the graph, the index-table cache, the dense
+sources left by ToSparse, and the naming of new tensors.
+
+Index tables are cached by (builder op, input tensors, attributes): two layers with the same coords
+and geometry read one table, which is spconv's `indice_key` reuse without the user naming keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from ...schemas import CUSTOM_DOMAIN
+
+INT64 = np.int64
+FLOAT = np.float32
+
+
+@dataclass(frozen=True)
+class DenseSource:
+    """A sparse tensor that is still a dense `[B, C, *S]` tensor in the graph (a lowered ToSparse)."""
+
+    dense: gs.Tensor
+    coords: gs.Tensor
+
+
+class GpuContext:
+    def __init__(self, graph: gs.Graph, strategy: str):
+        self.graph = graph
+        self.strategy = strategy
+        self.dense_sources: dict[str, DenseSource] = {}
+        self._tables: dict[tuple, list[gs.Variable]] = {}
+        self._constants: dict[str, gs.Constant] = {}
+        self._names = {t for t in graph.tensors()} | {n.name for n in graph.nodes}
+
+    def fresh(self, base: str) -> str:
+        """A tensor or node name not used anywhere in the graph yet."""
+        name, index = base, 1
+        while name in self._names:
+            index += 1
+            name = f"{base}_{index}"
+        self._names.add(name)
+        return name
+
+    def add(self, op: str, base: str, inputs: list, outputs: list, attrs: dict | None = None,
+            domain: str = CUSTOM_DOMAIN) -> list[gs.Variable]:
+        """Append a node. `outputs` holds Variables to write, or (suffix, dtype, shape) specs to create."""
+        made = [o if isinstance(o, gs.Variable) else
+                gs.Variable(self.fresh(f"{base}/{o[0]}"), dtype=o[1], shape=o[2]) for o in outputs]
+        self.graph.nodes.append(gs.Node(op, name=self.fresh(f"{base}/{op}"), attrs=attrs or {},
+                                        inputs=inputs, outputs=made, domain=domain or None))
+        return made
+
+    def table(self, op: str, base: str, inputs: list, outputs: list, attrs: dict,
+              domain: str = CUSTOM_DOMAIN) -> list[gs.Variable]:
+        """A node shared with every earlier request for the same op, inputs and attributes (index
+        builders, casts): computed once however many layers read it."""
+        key = (domain, op, tuple(t.name for t in inputs), tuple(sorted((k, str(v)) for k, v in attrs.items())))
+        if key not in self._tables:
+            self._tables[key] = self.add(op, base, inputs, outputs, attrs, domain)
+        return self._tables[key]
+
+    def constant(self, base: str, value: np.ndarray) -> gs.Constant:
+        return gs.Constant(self.fresh(base), np.ascontiguousarray(value))
+
+    def shared_constant(self, key: str, value: np.ndarray) -> gs.Constant:
+        """One initializer per key for the whole graph (e.g. the axes of every Unsqueeze)."""
+        if key not in self._constants:
+            self._constants[key] = self.constant(key, value)
+        return self._constants[key]
+
+    def float32(self, tensor: gs.Tensor) -> gs.Tensor:
+        """The tensor as float32: float16 features are accepted and computed in float32 (DESIGN.md §2)."""
+        if tensor.dtype != np.float16:
+            return tensor
+        (cast,) = self.table("Cast", tensor.name, [tensor], [("float32", FLOAT, tensor.shape)],
+                             {"to": int(onnx.TensorProto.FLOAT)}, domain="")
+        return cast

@@ -1,0 +1,54 @@
+"""What the three sparse-conv rules share: match by op type, refuse non-constant weights, and the
+rewrite skeleton (index table → compute → output coords). Each rule module supplies only its table
+and its weight layout."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from ...schemas import SOURCE_DOMAIN, ConvGeometry, conv_geometry
+from ..graph import constant_value, detach, node_proto, optional_input, replace_uses
+from .context import GpuContext
+from .conv_compute import conv_input, emit_conv
+
+
+class ConvRule(ABC):
+    op_type = ""
+
+    def match(self, node: gs.Node) -> bool:
+        return node.domain == SOURCE_DOMAIN and node.op == self.op_type
+
+    def check(self, node: gs.Node, ctx: GpuContext) -> str | None:
+        """Why this node cannot be lowered, or None."""
+        for index, role in ((2, "weights"), (3, "bias")):
+            tensor = optional_input(node, index)
+            if tensor is not None and constant_value(tensor) is None:
+                return (f"the {role} '{tensor.name}' are computed at run time; the gpu lowering re-lays them "
+                        f"out at compile time, so store them as an initializer or a Constant node")
+        return None
+
+    @abstractmethod
+    def table(self, ctx: GpuContext, node: gs.Node, base: str, geometry: ConvGeometry, coords: gs.Tensor,
+              source: str) -> tuple[gs.Tensor, gs.Tensor]:
+        """(output coords, neighbour table) of this conv."""
+
+    @abstractmethod
+    def matrix(self, weights: np.ndarray) -> np.ndarray:
+        """The weights as the unfold matrix [K·Cin, Cout]."""
+
+    def rewrite(self, node: gs.Node, ctx: GpuContext) -> None:
+        geometry = conv_geometry(node_proto(node))
+        features, coords = ctx.float32(node.inputs[0]), node.inputs[1]
+        weights = constant_value(node.inputs[2])
+        bias = constant_value(optional_input(node, 3))
+        base = node.name or ctx.fresh(self.op_type)
+        source, dense = conv_input(ctx, features, coords)
+        out_coords, nbr = self.table(ctx, node, base, geometry, coords, "dense" if dense else "rows")
+        out_features, node_coords = node.outputs[0], node.outputs[1]
+        detach(node)
+        emit_conv(ctx, base, geometry, source, dense, coords, nbr, out_coords, self.matrix(weights), bias,
+                  out_features)
+        replace_uses(ctx.graph, node_coords, out_coords)

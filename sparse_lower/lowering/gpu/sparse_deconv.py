@@ -1,0 +1,22 @@
+"""SparseDeconv → TransposedMap, or TargetMap when `target_coords` is given (the outputs are then
+exactly the targets, in their order) → unfold → MatMul with the transposed weight layout."""
+
+from __future__ import annotations
+
+from ..graph import optional_input
+from .conv_rule import ConvRule
+from .tables import target_map, transposed_map
+from .weights import deconv_matrix
+
+
+class SparseDeconvRule(ConvRule):
+    op_type = "SparseDeconv"
+
+    def table(self, ctx, node, base, geometry, coords, source):
+        targets = optional_input(node, 4)
+        if targets is None:
+            return transposed_map(ctx, base, geometry, coords, source)
+        return targets, target_map(ctx, base, geometry, coords, targets, source)
+
+    def matrix(self, weights):
+        return deconv_matrix(weights)

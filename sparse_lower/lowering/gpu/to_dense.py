@@ -1,0 +1,30 @@
+"""ToDense(features, coords) → SiteIndex(coords) → IndexedFold in dense mode: the rows are written
+straight into the zero-initialised dense output, with nothing dense materialised before it."""
+
+from __future__ import annotations
+
+import onnx_graphsurgeon as gs
+
+from ...schemas import SOURCE_DOMAIN, to_dense_attributes
+from ..graph import detach, node_proto
+from .context import FLOAT, INT64, GpuContext
+
+
+class ToDenseRule:
+    def match(self, node: gs.Node) -> bool:
+        return node.domain == SOURCE_DOMAIN and node.op == "ToDense"
+
+    def check(self, node: gs.Node, ctx: GpuContext) -> str | None:
+        return None
+
+    def rewrite(self, node: gs.Node, ctx: GpuContext) -> None:
+        boundary = to_dense_attributes(node_proto(node))
+        features, coords = ctx.float32(node.inputs[0]), node.inputs[1]
+        (output,) = node.outputs
+        base = node.name or ctx.fresh("ToDense")
+        detach(node)
+        output.dtype = FLOAT
+        output.shape = [boundary.batch_size, features.shape[1] if features.shape else None, *boundary.spatial_shape]
+        grid = {"spatial_shape": list(boundary.spatial_shape), "batch_size": boundary.batch_size}
+        (sites,) = ctx.table("SiteIndex", base, [coords], [("sites", INT64, [None])], grid)
+        ctx.add("IndexedFold", base, [features, sites], [output], {"mode": "dense", **grid})

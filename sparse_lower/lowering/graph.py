@@ -1,0 +1,83 @@
+"""Small graph-edit helpers on top of onnx-graphsurgeon, shared by every lowering rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from ..errors import SparseLowerError
+
+
+def constant_value(tensor: gs.Tensor | None) -> np.ndarray | None:
+    """The value of an initializer or of a Constant node's output; None for run-time tensors."""
+    if tensor is None:
+        return None
+    if isinstance(tensor, gs.Constant):
+        return np.asarray(tensor.values)
+    if len(tensor.inputs) == 1 and tensor.inputs[0].op == "Constant":
+        value = tensor.inputs[0].attrs.get("value")
+        return np.asarray(value.values) if isinstance(value, gs.Constant) else None
+    return None
+
+
+def optional_input(node: gs.Node, index: int) -> gs.Tensor | None:
+    """Input `index` of the node, or None where it is absent or the empty name."""
+    if index < len(node.inputs) and node.inputs[index].name:
+        return node.inputs[index]
+    return None
+
+
+def replace_uses(graph: gs.Graph, old: gs.Tensor, new: gs.Tensor) -> None:
+    """Make every consumer of `old` read `new`; a graph output `old` becomes an Identity of `new`.
+
+    The Identity keeps the graph output's name: the lowering never renames what the user reads.
+    """
+    for consumer in list(old.outputs):
+        for index, tensor in enumerate(consumer.inputs):
+            if tensor is old:
+                consumer.inputs[index] = new
+    if old in graph.outputs:
+        old.inputs.clear()
+        graph.nodes.append(gs.Node("Identity", name=f"{old.name}_alias", inputs=[new], outputs=[old]))
+
+
+def detach(node: gs.Node) -> None:
+    """Disconnect a rewritten node so that cleanup drops it."""
+    node.inputs.clear()
+    node.outputs.clear()
+
+
+def require_constant(node: gs.Node, index: int, role: str) -> np.ndarray:
+    """The constant value of input `index`, or a clear refusal naming the input."""
+    tensor = optional_input(node, index)
+    value = constant_value(tensor)
+    if value is None:
+        raise SparseLowerError(
+            f"{role} '{tensor.name if tensor else ''}' is not a constant",
+            node.name, f"store the {role} as an initializer (or a Constant node) so it can be re-laid out")
+    return value
+
+
+def node_proto(node: gs.Node) -> onnx.NodeProto:
+    """The onnx NodeProto of a graphsurgeon node's identity and attributes (for schema parsing)."""
+    return onnx.helper.make_node(node.op, [], [], name=node.name, domain=node.domain, **node.attrs)
+
+
+def export(graph: gs.Graph, like: onnx.ModelProto, drop_domains=(), add_domains=()) -> onnx.ModelProto:
+    """Export `graph` as a model carrying `like`'s IR version, metadata and opset imports, with the
+    opset imports of `drop_domains` removed and `add_domains` ((domain, version) pairs) added.
+
+    The IR version is kept rather than re-stamped: onnx's newest one is more than onnxruntime accepts.
+    """
+    model = gs.export_onnx(graph, do_type_check=False)
+    model.ir_version = like.ir_version
+    for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(model, field, getattr(like, field))
+    del model.metadata_props[:]
+    model.metadata_props.extend(like.metadata_props)
+    imports = {o.domain: o.version for o in like.opset_import if o.domain not in drop_domains}
+    imports.update(dict(add_domains))
+    del model.opset_import[:]
+    model.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(imports.items()))
+    return model

@@ -1,0 +1,1 @@
+"""Passes over ONNX models, and the manager that runs them."""

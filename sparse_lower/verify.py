@@ -1,0 +1,102 @@
+"""Checking a lowered model against the NumPy reference: example inputs for a sparse model, and the
+comparison of both models' outputs. Used by `sparse-lower convert --verify` and by the demo."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from . import reference
+from .errors import SparseLowerError
+from .runtime import create_session
+from .schemas import CONV_OPS, SOURCE_DOMAIN, conv_geometry, to_dense_attributes
+
+_NP = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
+       onnx.TensorProto.INT64: np.int64}
+
+
+def _static_shape(value: onnx.ValueInfoProto) -> list:
+    return [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
+
+
+def _input_roles(model: onnx.ModelProto) -> dict[str, tuple]:
+    """For each graph input read by a source op: (role, spatial shape, partner input)."""
+    roles = {}
+    for node in model.graph.node:
+        if node.domain != SOURCE_DOMAIN or node.op_type == "ToSparse":
+            continue
+        if node.op_type in CONV_OPS:
+            geometry = conv_geometry(node)
+            grid, out_grid = geometry.spatial_shape, geometry.output_shape
+        else:
+            grid = out_grid = to_dense_attributes(node).spatial_shape
+        roles.setdefault(node.input[1], ("coords", grid, node.input[0]))
+        roles.setdefault(node.input[0], ("features", grid, node.input[1]))
+        if node.op_type == "SparseDeconv" and len(node.input) > 4 and node.input[4]:
+            roles.setdefault(node.input[4], ("coords", out_grid, None))
+    return roles
+
+
+def random_coords(rng: np.random.Generator, count: int, batch: int, grid) -> np.ndarray:
+    """`count` distinct sites of a `batch × grid` volume, in random order, as int64 coords."""
+    volume = int(np.prod(grid))
+    count = min(count, batch * volume)
+    sites = rng.choice(batch * volume, size=count, replace=False)
+    return np.column_stack([sites // volume, *np.unravel_index(sites % volume, grid)]).astype(np.int64)
+
+
+def example_inputs(model: onnx.ModelProto, rng: np.random.Generator, active: int = 500,
+                   batch: int = 2) -> dict[str, np.ndarray]:
+    """Random inputs for every graph input: unique coords inside each declared grid, features with the
+    declared channels, dense inputs about 10 % active."""
+    roles = _input_roles(model)
+    initializers = {t.name for t in model.graph.initializer}
+    feeds: dict[str, np.ndarray] = {}
+    pending = [v for v in model.graph.input if v.name not in initializers]
+    for value in sorted(pending, key=lambda v: roles.get(v.name, ("z",))[0]):  # coords before features
+        role, grid, partner = roles.get(value.name, ("other", None, None))
+        dtype = _NP.get(value.type.tensor_type.elem_type, np.float32)
+        shape = _static_shape(value)
+        if role == "coords":
+            feeds[value.name] = random_coords(rng, active, batch, grid)
+        elif role == "features":
+            rows = len(feeds[partner]) if partner in feeds else active
+            feeds[value.name] = rng.standard_normal((rows, shape[1] or 1)).astype(dtype)
+        elif None in shape:
+            raise SparseLowerError(f"input '{value.name}' has a symbolic shape {shape} that cannot be guessed",
+                                   fix="give inputs with --inputs FILE.npz")
+        else:
+            data = rng.standard_normal(shape).astype(dtype)
+            if len(shape) >= 3:  # a dense grid: keep about 10 % of the sites active
+                data *= rng.random([shape[0], 1, *shape[2:]]) < 0.1
+            feeds[value.name] = data
+    return feeds
+
+
+@dataclass
+class Difference:
+    output: str
+    max_abs: float
+    max_rel: float
+    shape_ok: bool
+
+
+def compare(model: onnx.ModelProto, lowered: onnx.ModelProto, feeds: dict, **session_kwargs) -> list[Difference]:
+    """Run the reference on `model` and onnxruntime on `lowered`, output by output."""
+    expected = reference.run(model, feeds)
+    session = create_session(lowered, **session_kwargs)
+    names = [o.name for o in session.get_outputs()]
+    got = dict(zip(names, session.run(names, feeds)))
+    differences = []
+    for name, want in expected.items():
+        have = got[name]
+        if want.shape != have.shape:
+            differences.append(Difference(name, float("inf"), float("inf"), False))
+            continue
+        error = np.abs(have.astype(np.float64) - want.astype(np.float64))
+        scale = max(float(np.abs(want).max(initial=0.0)), 1e-12)
+        worst = float(error.max(initial=0.0))
+        differences.append(Difference(name, worst, worst / scale, True))
+    return differences
