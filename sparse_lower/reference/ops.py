@@ -1,0 +1,268 @@
+"""The source ops of DESIGN.md §3 in NumPy: the executable definition the lowering is checked against.
+
+Every function reads its attributes through `sparse_lower.schemas`, so an attribute means here exactly
+what it means to the lowering, and a bad one is refused with the same SparseLowerError. Nothing else is
+shared with the lowering: this module is the independent side of every comparison.
+
+Active sites are found through sorted int64 linear keys and `searchsorted`, never through a dense grid
+of the spatial extent, so a 41×1440×1440 LiDAR grid costs memory in proportion to its active voxels.
+Each convolution is written as the pairs (kernel tap, input row, output row) it sums over:
+`out[o] = B + Σ W_tap · x[i]`. Features are computed in float32 whatever float type comes in.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+from onnx import helper
+
+from ..errors import SparseLowerError
+from ..schemas import SOURCE_DOMAIN, conv_geometry, to_dense_attributes, weight_shape
+
+__all__ = ["submanifold_conv", "sparse_conv", "sparse_deconv", "to_sparse", "to_dense"]
+
+
+def submanifold_conv(features, coords, weight, bias=None, *, kernel_shape, spatial_shape, strides=None,
+                     pads=None, dilations=None, group=None, name=None):
+    """SubmanifoldConv: a centred convolution evaluated only at the active input sites.
+
+    `out[i] = B + Σ_k W[:, :, k] · x[j]` over the taps k whose neighbour
+    `coords[j] = coords[i] + (k − (K−1)/2)·dilation` (same batch) is active. `pads` is ignored.
+    Returns `(out_features [N, Cout], out_coords)` with `out_coords` = `coords` (same rows, same order).
+    """
+    node = _node("SubmanifoldConv", name, kernel_shape=kernel_shape, spatial_shape=spatial_shape,
+                 strides=strides, pads=pads, dilations=dilations, group=group)
+    geometry = conv_geometry(node)
+    x, keys = _sparse_input(node, features, coords, geometry.spatial_shape)
+    taps = _conv_taps(node, geometry, weight, x.shape[1])
+    grid = np.asarray(geometry.spatial_shape)
+    centre = (np.asarray(geometry.kernel_shape) - 1) // 2
+    find = _finder(keys)
+    pairs = []
+    for t, tap in enumerate(np.ndindex(*geometry.kernel_shape)):
+        neighbour = coords[:, 1:] + (np.asarray(tap) - centre) * geometry.dilations
+        inside = np.flatnonzero(np.all((neighbour >= 0) & (neighbour < grid), axis=1))
+        query = np.concatenate([coords[inside, :1], neighbour[inside]], axis=1)
+        source = find(_linear_keys(node, query, geometry.spatial_shape))
+        found = source >= 0
+        pairs.append((t, source[found], inside[found]))
+    out = _accumulate(x, taps, _bias(node, bias, taps.shape[2]), len(coords), pairs)
+    return out, coords.copy()
+
+
+def sparse_conv(features, coords, weight, bias=None, *, kernel_shape, spatial_shape, strides=None,
+                pads=None, dilations=None, group=None, name=None):
+    """SparseConv: a strided convolution whose output is active wherever some input reaches it.
+
+    Output site o receives input i through tap k when `i = o·s − pb + k·d` in every dimension and
+    `0 <= o < S_out`. Returns `(out_features [M, Cout], out_coords [M, 1+D])`, rows sorted
+    lexicographically by (batch, d0, d1, d2).
+    """
+    node = _node("SparseConv", name, kernel_shape=kernel_shape, spatial_shape=spatial_shape,
+                 strides=strides, pads=pads, dilations=dilations, group=group)
+    geometry = conv_geometry(node)
+    x, _ = _sparse_input(node, features, coords, geometry.spatial_shape)
+    taps = _conv_taps(node, geometry, weight, x.shape[1])
+    n = geometry.ndim
+    strides_, pad_begin = np.asarray(geometry.strides), np.asarray(geometry.pads[:n])
+    reached = []
+    for tap in np.ndindex(*geometry.kernel_shape):
+        numerator = coords[:, 1:] + pad_begin - np.asarray(tap) * geometry.dilations
+        site = numerator // strides_
+        hits = np.all((numerator % strides_ == 0) & (site >= 0) & (site < geometry.output_shape), axis=1)
+        reached.append((np.flatnonzero(hits), site[hits]))
+    return _strided_output(node, x, coords, taps, bias, geometry.output_shape, reached, None)
+
+
+def sparse_deconv(features, coords, weight, bias=None, target_coords=None, *, kernel_shape, spatial_shape,
+                  strides=None, pads=None, dilations=None, output_padding=None, group=None, name=None):
+    """SparseDeconv: a transposed convolution, W in ONNX ConvTranspose layout [Cin, Cout, *K].
+
+    Input i sends `W[:, :, k]ᵀ · x[i]` to `o = i·s − pb + k·d` when `0 <= o < S_out`. Without
+    `target_coords` the output is every site that receives something, sorted lexicographically. With
+    `target_coords` (the submanifold inverse deconvolution) the output rows are exactly the targets, in
+    their order, each B plus whatever lands on it; contributions landing elsewhere are dropped.
+    """
+    node = _node("SparseDeconv", name, kernel_shape=kernel_shape, spatial_shape=spatial_shape,
+                 strides=strides, pads=pads, dilations=dilations, output_padding=output_padding, group=group)
+    geometry = conv_geometry(node)
+    x, _ = _sparse_input(node, features, coords, geometry.spatial_shape)
+    taps = _conv_taps(node, geometry, weight, x.shape[1])
+    n = geometry.ndim
+    strides_, pad_begin = np.asarray(geometry.strides), np.asarray(geometry.pads[:n])
+    reached = []
+    for tap in np.ndindex(*geometry.kernel_shape):
+        site = coords[:, 1:] * strides_ - pad_begin + np.asarray(tap) * geometry.dilations
+        hits = np.all((site >= 0) & (site < geometry.output_shape), axis=1)
+        reached.append((np.flatnonzero(hits), site[hits]))
+    return _strided_output(node, x, coords, taps, bias, geometry.output_shape, reached, target_coords)
+
+
+def to_sparse(x, *, name=None):
+    """ToSparse: the sites of a dense `[B, C, *S]` tensor where any channel is non-zero.
+
+    Returns `(features [N, C] float32, coords [N, 1+D] int64)`, sorted lexicographically.
+    """
+    node = _node("ToSparse", name)
+    x = np.asarray(x)
+    if not 3 <= x.ndim <= 5 or not np.issubdtype(x.dtype, np.floating):
+        raise SparseLowerError(f"input must be a float tensor [B, C, *S] with 1 to 3 spatial dims, got "
+                               f"{x.dtype} {list(x.shape)}", node.name, "pass a dense NC(D)HW float tensor")
+    active = np.any(x != 0, axis=1)
+    channels_last = np.moveaxis(x, 1, -1)
+    return channels_last[active].astype(np.float32), np.argwhere(active).astype(np.int64)
+
+
+def to_dense(features, coords, *, spatial_shape, batch_size, name=None):
+    """ToDense: scatter the rows of a sparse tensor into a zero `[batch_size, C, *spatial_shape]` tensor."""
+    node = _node("ToDense", name, spatial_shape=spatial_shape, batch_size=batch_size)
+    boundary = to_dense_attributes(node)
+    x, _ = _sparse_input(node, features, coords, boundary.spatial_shape)
+    if len(coords) and coords[:, 0].max() >= boundary.batch_size:
+        raise SparseLowerError(f"coords hold batch index {coords[:, 0].max()} but batch_size is "
+                               f"{boundary.batch_size}", node.name, "raise batch_size")
+    dense = np.zeros((boundary.batch_size, *boundary.spatial_shape, x.shape[1]), np.float32)
+    dense[tuple(coords.T)] = x
+    return np.ascontiguousarray(np.moveaxis(dense, -1, 1))
+
+
+def _node(op_type, name, **attrs):
+    """A NodeProto carrying the given attributes, so that schemas validates them as for a graph node."""
+    given = {key: value for key, value in attrs.items() if value is not None}
+    return helper.make_node(op_type, [], [], name=name or op_type, domain=SOURCE_DOMAIN, **given)
+
+
+def _sparse_input(node, features, coords, spatial_shape):
+    """Check a sparse tensor (§2) and return its features as float32 and its rows' linear keys."""
+    features = np.asarray(features)
+    keys = _check_coords(node, coords, spatial_shape, "coords")
+    if features.ndim != 2 or not np.issubdtype(features.dtype, np.floating):
+        raise SparseLowerError(f"features must be a float matrix [N, C], got {features.dtype} "
+                               f"{list(features.shape)}", node.name, "pass float32 (or float16) features")
+    if len(features) != len(coords):
+        raise SparseLowerError(f"features have {len(features)} rows but coords have {len(coords)}",
+                               node.name, "give one coordinate row per feature row")
+    return features.astype(np.float32), keys
+
+
+def _check_coords(node, coords, spatial_shape, what):
+    """Check int64 [N, 1+D] coordinates with unique rows inside the grid; return their linear keys."""
+    ndim = len(spatial_shape)
+    if not isinstance(coords, np.ndarray) or coords.dtype != np.int64 or coords.ndim != 2 \
+            or coords.shape[1] != 1 + ndim:
+        shape = list(np.shape(coords))
+        raise SparseLowerError(f"{what} must be int64 [N, {1 + ndim}], got "
+                               f"{getattr(coords, 'dtype', type(coords).__name__)} {shape}",
+                               node.name, f"pass int64 rows (batch, d0..d{ndim - 1})")
+    outside = (coords[:, 0] < 0) | np.any((coords[:, 1:] < 0) | (coords[:, 1:] >= spatial_shape), axis=1)
+    if outside.any():
+        row = int(np.flatnonzero(outside)[0])
+        raise SparseLowerError(f"{what} row {row} {coords[row].tolist()} lies outside the grid "
+                               f"{list(spatial_shape)} (or has a negative batch)", node.name,
+                               f"keep 0 <= d_i < {list(spatial_shape)}[i] and batch >= 0")
+    keys = _linear_keys(node, coords, spatial_shape)
+    unique, counts = np.unique(keys, return_counts=True)
+    if (counts > 1).any():
+        row = int(np.flatnonzero(keys == unique[counts > 1][0])[1])
+        raise SparseLowerError(f"{what} row {row} {coords[row].tolist()} is duplicated", node.name,
+                               "give each site once (sum or drop duplicate rows beforehand)")
+    return keys
+
+
+def _linear_keys(node, coords, spatial_shape):
+    """Row-major index of (batch, d0, d1, d2) in the grid: orders keys exactly as rows sort lexicographically."""
+    batches = int(coords[:, 0].max()) + 1 if len(coords) else 1
+    if batches * prod(spatial_shape) >= 2 ** 63:
+        raise SparseLowerError(f"the grid {list(spatial_shape)} times {batches} batches overflows int64 keys",
+                               node.name, "use a smaller grid")
+    keys = coords[:, 0].copy()
+    for axis, extent in enumerate(spatial_shape):
+        keys = keys * extent + coords[:, 1 + axis]
+    return keys
+
+
+def _coords_from_keys(keys, spatial_shape):
+    """The inverse of `_linear_keys` (the batch is what remains after the spatial dimensions)."""
+    columns = []
+    for extent in reversed(spatial_shape):
+        keys, column = np.divmod(keys, extent)
+        columns.append(column)
+    return np.stack([keys, *reversed(columns)], axis=1).astype(np.int64).reshape(-1, 1 + len(spatial_shape))
+
+
+def _finder(keys):
+    """A function giving, for each query key, the row of `keys` that holds it, or -1 where none does.
+
+    `keys` is sorted once; every query is then a binary search (the hash map of a GPU rulebook builder).
+    """
+    order = np.argsort(keys)
+    ordered = keys[order]
+
+    def find(query):
+        if not len(ordered):
+            return np.full(len(query), -1, np.int64)
+        position = np.minimum(np.searchsorted(ordered, query), len(ordered) - 1)
+        return np.where(ordered[position] == query, order[position], -1)
+
+    return find
+
+
+def _conv_taps(node, geometry, weight, cin):
+    """The weight as one [Cin, Cout] matrix per kernel tap (taps in row-major kernel order)."""
+    weight = np.asarray(weight)
+    cout = weight.shape[1] if geometry.op_type == "SparseDeconv" else weight.shape[0]
+    expected = weight_shape(geometry, cin, cout) if weight.ndim == 2 + geometry.ndim else None
+    if weight.shape != expected:
+        layout = "[Cin, Cout, *K]" if geometry.op_type == "SparseDeconv" else "[Cout, Cin, *K]"
+        raise SparseLowerError(f"weight shape {list(weight.shape)} does not fit {cin} input channels and "
+                               f"kernel {list(geometry.kernel_shape)}", node.name, f"give W as {layout}")
+    matrices = weight.astype(np.float32).reshape(weight.shape[0], weight.shape[1], -1)
+    if geometry.op_type == "SparseDeconv":
+        return np.moveaxis(matrices, 2, 0)
+    return np.moveaxis(matrices, 2, 0).transpose(0, 2, 1)
+
+
+def _bias(node, bias, cout):
+    """The bias as float32 [Cout]; zeros when the optional input is absent."""
+    if bias is None:
+        return np.zeros(cout, np.float32)
+    bias = np.asarray(bias)
+    if bias.shape != (cout,):
+        raise SparseLowerError(f"bias shape {list(bias.shape)} does not match {cout} output channels",
+                               node.name, f"give B as [{cout}] or leave it out")
+    return bias.astype(np.float32)
+
+
+def _accumulate(x, taps, bias, rows, pairs):
+    """`out[o] = bias + Σ x[i] @ taps[t]` over the (tap t, input rows i, output rows o) pairs.
+
+    For one tap, the map from input site to output site is a translation (and a scaling by the
+    stride), so no output row appears twice in one tap's list and the fancy-indexed `+=` is exact.
+    """
+    out = np.tile(bias, (rows, 1))
+    for t, inputs, outputs in pairs:
+        out[outputs] += x[inputs] @ taps[t]
+    return out
+
+
+def _strided_output(node, x, coords, taps, bias, output_shape, reached, target_coords):
+    """Place the contributions of SparseConv / SparseDeconv on their output sites.
+
+    `reached` holds, per tap, the input rows that land inside the output grid and the sites they land
+    on. The output rows are the targets when given, else every reached site in lexicographic order.
+    """
+    site_keys = [_linear_keys(node, np.concatenate([coords[rows, :1], sites], axis=1), output_shape)
+                 for rows, sites in reached]
+    if target_coords is None:
+        out_keys = np.unique(np.concatenate(site_keys))
+        out_coords = _coords_from_keys(out_keys, output_shape)
+        positions = [np.searchsorted(out_keys, keys) for keys in site_keys]
+    else:
+        out_coords = target_coords.copy()
+        out_keys = _check_coords(node, target_coords, output_shape, "target_coords")
+        find = _finder(out_keys)
+        positions = [find(keys) for keys in site_keys]
+    pairs = [(t, rows[position >= 0], position[position >= 0])
+             for t, ((rows, _), position) in enumerate(zip(reached, positions))]
+    return _accumulate(x, taps, _bias(node, bias, taps.shape[2]), len(out_coords), pairs), out_coords
