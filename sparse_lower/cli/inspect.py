@@ -57,8 +57,8 @@ class Inspect:
         model = load(args.input)
         graph = model.graph
         initializers = {t.name for t in graph.initializer}
-        print(f"model: {args.input} (IR {model.ir_version}, opsets "
-              f"{', '.join(f'{o.domain or 'ai.onnx'}:{o.version}' for o in model.opset_import)})")
+        opsets = ", ".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in model.opset_import)
+        print(f"model: {args.input} (IR {model.ir_version}, opsets {opsets})")
         print(render(["input", "type"], [[v.name, _shape(v)] for v in graph.input if v.name not in initializers]))
         print(render(["output", "type"], [[v.name, _shape(v)] for v in graph.output]))
         print(render(["op", "count"], sorted(op_counts(model).items())))

@@ -38,14 +38,14 @@ def emit_conv(ctx: GpuContext, base: str, geometry: ConvGeometry, source: gs.Ten
     unfold_extra = [] if dense else [coords]
     rows_out = out_features if bias is None else ("rows", FLOAT, [None, cout])
     if ctx.strategy == "rulebook":
-        in_rows, out_rows = ctx.table("Rulebook", base, [nbr], [("in_rows", INT64, ["K", "P"]),
-                                                             ("out_rows", INT64, ["K", "P"])], {})
+        in_rows, out_rows = ctx.table("Rulebook", base, [nbr], [("in_rows", INT64, [None, None]),
+                                                             ("out_rows", INT64, [None, None])], {})
         (in_rows3,) = ctx.table("Unsqueeze", base, [in_rows, ctx.shared_constant("axes_2", np.array([2], np.int64))],
-                                [("in_rows3", INT64, ["K", "P", 1])], {}, domain="")
+                                [("in_rows3", INT64, [None, None, 1])], {}, domain="")
         (gathered,) = ctx.add("IndexedUnfold", base, [source, in_rows3, *unfold_extra],
-                              [("gathered", FLOAT, ["K", "P", cin_k // geometry.volume])], unfold_attrs)
+                              [("gathered", FLOAT, [geometry.volume, None, cin_k // geometry.volume])], unfold_attrs)
         weights = ctx.constant(f"{base}/W", matrix.reshape(geometry.volume, -1, cout))
-        (pairs,) = ctx.add("MatMul", base, [gathered, weights], [("pairs", FLOAT, ["K", "P", cout])], domain="")
+        (pairs,) = ctx.add("MatMul", base, [gathered, weights], [("pairs", FLOAT, [geometry.volume, None, cout])], domain="")
         (rows,) = ctx.add("IndexedFold", base, [pairs, out_rows, out_coords], [rows_out], {"mode": "rows"})
     else:
         (cols,) = ctx.add("IndexedUnfold", base, [source, nbr, *unfold_extra],

@@ -11,7 +11,7 @@ import onnx_graphsurgeon as gs
 
 from ...schemas import SOURCE_DOMAIN, ConvGeometry, conv_geometry
 from ..graph import constant_value, detach, node_proto, optional_input, replace_uses
-from .context import GpuContext
+from .context import FLOAT, GpuContext
 from .conv_compute import conv_input, emit_conv
 
 
@@ -49,6 +49,7 @@ class ConvRule(ABC):
         out_coords, nbr = self.table(ctx, node, base, geometry, coords, "dense" if dense else "rows")
         out_features, node_coords = node.outputs[0], node.outputs[1]
         detach(node)
+        out_features.dtype, out_features.shape = FLOAT, [None, weights.shape[1 if self.op_type == "SparseDeconv" else 0]]
         emit_conv(ctx, base, geometry, source, dense, coords, nbr, out_coords, self.matrix(weights), bias,
                   out_features)
         replace_uses(ctx.graph, node_coords, out_coords)

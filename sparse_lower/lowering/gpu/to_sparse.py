@@ -16,6 +16,10 @@ class ToSparseRule:
         return node.domain == SOURCE_DOMAIN and node.op == "ToSparse"
 
     def check(self, node: gs.Node, ctx: GpuContext) -> str | None:
+        shape = node.inputs[0].shape
+        if not shape or not all(isinstance(v, int) for v in shape[2:]):
+            return (f"the dense input '{node.inputs[0].name}' of ToSparse needs static spatial dimensions "
+                    f"(declared {shape}); declare its shape [B, C, *S] with S as numbers")
         return None
 
     def rewrite(self, node: gs.Node, ctx: GpuContext) -> None:
@@ -27,5 +31,5 @@ class ToSparseRule:
         coords.dtype, coords.shape = INT64, [None, 1 + ndim if ndim else None]
         features.dtype, features.shape = FLOAT, [None, dense.shape[1] if dense.shape else None]
         (_, sites) = ctx.add("ActiveSites", base, [dense], [coords, ("sites", INT64, [None, 1])])
-        ctx.add("IndexedUnfold", base, [dense, sites], [features])
+        ctx.add("IndexedUnfold", base, [dense, sites], [features], {"spatial_shape": list(dense.shape[2:])})
         ctx.dense_sources[features.name] = DenseSource(dense, coords)

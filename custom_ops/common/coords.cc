@@ -1,0 +1,97 @@
+#include "common/coords.h"
+
+#include <limits>
+
+#include "common/attributes.h"
+#include "common/parallel.h"
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace sparse_lower {
+
+Grid::Grid(std::vector<int64_t> extent_, std::string name_) : extent(std::move(extent_)), name(std::move(name_)) {
+  stride.assign(extent.size(), 1);
+  for (size_t d = extent.size(); d-- > 0;) {
+    if (extent[d] < 1) Fail("the ", name, " ", List(extent), " has an extent below 1");
+    stride[d] = volume;
+    if (__builtin_mul_overflow(volume, extent[d], &volume)) {
+      Fail("the ", name, " ", List(extent), " has more sites than int64 can number");
+    }
+  }
+  max_batch = (std::numeric_limits<int64_t>::max() - (volume - 1)) / volume;
+}
+
+void Grid::Decode(int64_t site, int64_t* coord) const {
+  coord[0] = site / volume;
+  int64_t position = site % volume;
+  for (size_t d = 0; d < extent.size(); ++d) {
+    coord[1 + d] = position / stride[d];
+    position %= stride[d];
+  }
+}
+
+std::optional<Grid> SpatialShape(const Ort::ConstKernelInfo& info) {
+  std::optional<std::vector<int64_t>> extent = IntsAttribute(info, "spatial_shape");
+  if (!extent) return std::nullopt;
+  if (extent->empty() || extent->size() > 3) {
+    Fail("attribute 'spatial_shape' = ", List(*extent), " needs 1, 2 or 3 dimensions");
+  }
+  return Grid(*std::move(extent), "grid");
+}
+
+Coords ReadCoords(const Ort::KernelContext& ctx, size_t index, const char* name, size_t dims) {
+  const Input<int64_t> input = ReadInput<int64_t>(ctx, index);
+  const auto width = static_cast<int64_t>(1 + dims);
+  if (input.Rank() != 2 || input.shape[1] != width) {
+    Fail(name, " must have shape [N, ", width, "] (batch and ", dims, " spatial columns), got ", List(input.shape));
+  }
+  return Coords{input.data, input.shape[0], width};
+}
+
+std::vector<int64_t> LinearSites(const Ort::KernelContext& ctx, const Coords& coords, const Grid& grid,
+                                 const char* name, int64_t max_batch, int64_t batch_size) {
+  std::vector<int64_t> sites(static_cast<size_t>(coords.rows));
+  const size_t dims = grid.Dims();
+  ParallelFor(ctx, coords.rows, Grain(coords.width), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t* c = coords.Row(r);
+      if (c[0] < 0) Fail("row ", r, " of ", name, " has a negative batch ", c[0]);
+      if (batch_size > 0 && c[0] >= batch_size) {
+        Fail("row ", r, " of ", name, " has batch ", c[0], ", not below batch_size ", batch_size);
+      }
+      if (c[0] > max_batch) {
+        Fail("row ", r, " of ", name, " has batch ", c[0], ", too large for linear sites to fit in int64");
+      }
+      int64_t position = 0;
+      for (size_t d = 0; d < dims; ++d) {
+        if (c[1 + d] < 0 || c[1 + d] >= grid.extent[d]) {
+          Fail("coordinate ", Tuple(c, coords.width), " of row ", r, " of ", name, " is outside the ", grid.name, " ",
+               List(grid.extent));
+        }
+        position += c[1 + d] * grid.stride[d];
+      }
+      sites[r] = c[0] * grid.volume + position;
+    }
+  });
+  return sites;
+}
+
+SiteTable IndexRows(const std::vector<int64_t>& sites, const Coords& coords, const char* name) {
+  SiteTable table(coords.rows);
+  for (int64_t r = 0; r < coords.rows; ++r) {
+    const int64_t first = table.Insert(sites[r], r);
+    if (first >= 0) {
+      Fail("rows ", first, " and ", r, " of ", name, " are the same coordinate ", Tuple(coords.Row(r), coords.width));
+    }
+  }
+  return table;
+}
+
+void WriteCoords(const Ort::KernelContext& ctx, const std::vector<int64_t>& sites, const Grid& grid, int64_t* out) {
+  const auto width = static_cast<int64_t>(1 + grid.Dims());
+  ParallelFor(ctx, static_cast<int64_t>(sites.size()), Grain(width), [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) grid.Decode(sites[m], out + m * width);
+  });
+}
+
+}  // namespace sparse_lower

@@ -1,0 +1,81 @@
+#include "index/geometry.h"
+
+#include <string>
+
+#include "common/attributes.h"
+#include "common/status.h"
+
+namespace sparse_lower {
+namespace {
+
+// Attribute values stay below 2^30 so that every coordinate computation fits in int64.
+constexpr int64_t kLimit = int64_t{1} << 30;
+
+// Checks an integer list attribute: `length` values in [low, 2^30).
+const std::vector<int64_t>& Check(const char* name, const std::vector<int64_t>& values, size_t length, int64_t low) {
+  if (values.size() != length) Fail("attribute '", name, "' has ", values.size(), " values, expected ", length);
+  for (const int64_t v : values) {
+    if (v < low || v >= kLimit) Fail("attribute '", name, "' = ", List(values), " needs values in [", low, ", 2^30)");
+  }
+  return values;
+}
+
+// An optional integer list attribute, `length` times `fill` when missing.
+std::vector<int64_t> Ints(const Ort::ConstKernelInfo& info, const char* name, size_t length, int64_t fill,
+                          int64_t low) {
+  return Check(name, IntsAttribute(info, name).value_or(std::vector<int64_t>(length, fill)), length, low);
+}
+
+}  // namespace
+
+MapGeometry::MapGeometry(const Ort::ConstKernelInfo& info, MapKind kind) {
+  in_ = Required(SpatialShape(info), "spatial_shape");
+  const std::vector<int64_t>& shape = Check("spatial_shape", in_.extent, in_.Dims(), 1);
+  const size_t n = shape.size();
+  const std::vector<int64_t> kernel = Required(IntsAttribute(info, "kernel_shape"), "kernel_shape");
+  Check("kernel_shape", kernel, n, 1);
+  const std::vector<int64_t> dilations = Ints(info, "dilations", n, 1, 1);
+  const bool submanifold = kind == MapKind::kSubmanifold;
+  const std::vector<int64_t> strides = submanifold ? std::vector<int64_t>(n, 1) : Ints(info, "strides", n, 1, 1);
+  const std::vector<int64_t> pads = submanifold ? std::vector<int64_t>(2 * n, 0) : Ints(info, "pads", 2 * n, 0, 0);
+  const std::vector<int64_t> output_padding =
+      kind == MapKind::kTransposed ? Ints(info, "output_padding", n, 0, 0) : std::vector<int64_t>(n, 0);
+
+  std::vector<int64_t> out_shape(n);
+  for (size_t d = 0; d < n; ++d) {
+    const int64_t reach = dilations[d] * (kernel[d] - 1);
+    Axis axis{kernel[d], strides[d], pads[d], dilations[d], shape[d], shape[d], kind == MapKind::kTransposed};
+    if (submanifold) {
+      if (kernel[d] % 2 == 0) Fail("attribute 'kernel_shape' = ", List(kernel), " must be odd (the map is centred)");
+      axis.pad = reach / 2;
+    } else if (kind == MapKind::kStrided) {
+      // S_out = floor(span / s) + 1; C++ division truncates, so a negative span (no output) is explicit.
+      const int64_t span = shape[d] + pads[d] + pads[n + d] - reach - 1;
+      axis.out_extent = span < 0 ? 0 : span / strides[d] + 1;
+    } else {
+      axis.out_extent = strides[d] * (shape[d] - 1) + output_padding[d] + reach + 1 - pads[d] - pads[n + d];
+    }
+    out_shape[d] = axis.out_extent;
+    axes_.push_back(axis);
+  }
+  out_ = Grid(out_shape, "output grid");
+
+  for (const int64_t k : kernel) {
+    if (__builtin_mul_overflow(taps_, k, &taps_)) Fail("kernel_shape = ", List(kernel), " has too many taps");
+    partial_count_ += static_cast<size_t>(k);
+  }
+  // Taps in row-major order of the kernel (the ONNX weight order): the last dimension varies fastest.
+  tap_slots_.resize(static_cast<size_t>(taps_) * n);
+  for (int64_t k = 0; k < taps_; ++k) {
+    int64_t rest = k;
+    size_t offset = partial_count_;
+    for (size_t d = n; d-- > 0;) {
+      offset -= static_cast<size_t>(kernel[d]);
+      tap_slots_[k * n + d] = static_cast<int64_t>(offset) + rest % kernel[d];
+      rest /= kernel[d];
+    }
+  }
+  dense_ = Choice(info, "source", {"rows", "dense"}) == 1;
+}
+
+}  // namespace sparse_lower

@@ -1,0 +1,60 @@
+// The library's one exported symbol: onnxruntime calls RegisterCustomOps when a session loads the
+// library (SessionOptions.register_custom_ops_library) and passes its API in, so the library links
+// against nothing of onnxruntime.
+#include <initializer_list>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/op.h"
+#include "fold/indexed_fold.h"
+#include "index/index_ops.h"
+#include "unfold/indexed_unfold.h"
+
+namespace sparse_lower {
+namespace {
+
+constexpr const char* kDomain = "sparse_lower";
+
+// A domain must outlive every session that uses it, so each one is kept until the library unloads.
+void Keep(Ort::CustomOpDomain&& domain) {
+  static std::mutex mutex;
+  static std::vector<Ort::CustomOpDomain> domains;
+  std::lock_guard<std::mutex> lock(mutex);
+  domains.push_back(std::move(domain));
+}
+
+}  // namespace
+}  // namespace sparse_lower
+
+extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL
+RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
+  using namespace sparse_lower;
+  const OrtApi* api = api_base->GetApi(ORT_API_VERSION);
+  if (api == nullptr) {  // an onnxruntime older than the headers; version 1 of the API exists in all
+    const std::string message = std::string(kDomain) + ": this library needs onnxruntime API version " +
+                                std::to_string(ORT_API_VERSION) + " or later, onnxruntime " +
+                                api_base->GetVersionString() + " is older";
+    return api_base->GetApi(1)->CreateStatus(ORT_FAIL, message.c_str());
+  }
+  Ort::InitApi(api);
+  return Guard(kDomain, [&] {
+    static const Op<ActiveSites> active_sites;
+    static const Op<SubmanifoldMap> submanifold_map;
+    static const Op<StridedMap> strided_map;
+    static const Op<TransposedMap> transposed_map;
+    static const Op<TargetMap> target_map;
+    static const Op<Rulebook> rulebook;
+    static const Op<SiteIndex> site_index;
+    static const Op<IndexedUnfold> indexed_unfold;
+    static const Op<IndexedFold> indexed_fold;
+    Ort::CustomOpDomain domain(kDomain);
+    for (const OrtCustomOp* op : std::initializer_list<const OrtCustomOp*>{
+             &active_sites, &submanifold_map, &strided_map, &transposed_map, &target_map, &rulebook, &site_index,
+             &indexed_unfold, &indexed_fold}) {
+      domain.Add(op);
+    }
+    Ort::UnownedSessionOptions(options).Add(domain);
+    Keep(std::move(domain));
+  });
+}

@@ -1,0 +1,83 @@
+#include "unfold/indexed_unfold.h"
+
+#include <algorithm>
+
+#include "common/parallel.h"
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace sparse_lower {
+namespace {
+
+// Checks X against the attribute and the coords input; returns how many inputs idx may name.
+int64_t CheckInputs(const Ort::KernelContext& ctx, const Input<float>& x, const std::optional<Grid>& grid) {
+  if (x.Rank() == 2) {
+    if (grid) Fail("attribute 'spatial_shape' is for a dense X [B, C, *S], but X has shape ", List(x.shape));
+    if (HasInput(ctx, 2)) {
+      const std::vector<int64_t> coords = InputShape(ctx, 2);
+      if (coords.size() != 2) Fail("coords must have shape [N, 1 + D], got ", List(coords));
+      if (coords[0] != x.shape[0]) {
+        Fail("X has ", x.shape[0], " rows but coords has ", coords[0], ": features and coords must pair row by row");
+      }
+    }
+    return x.shape[0];
+  }
+  if (x.Rank() < 3) Fail("X must be rows [N, C] or dense [B, C, *S], got shape ", List(x.shape));
+  if (!grid) Fail("X is dense with shape ", List(x.shape), ": attribute 'spatial_shape' is required");
+  if (!std::equal(x.shape.begin() + 2, x.shape.end(), grid->extent.begin(), grid->extent.end())) {
+    Fail("X has shape ", List(x.shape), ", its spatial dimensions differ from spatial_shape ", List(grid->extent));
+  }
+  if (HasInput(ctx, 2)) Fail("coords pairs with row features X [N, C], but X is dense");
+  int64_t sites = 0;
+  if (__builtin_mul_overflow(x.shape[0], grid->volume, &sites)) {
+    Fail("X of shape ", List(x.shape), " has too many sites");
+  }
+  return sites;
+}
+
+}  // namespace
+
+void IndexedUnfold::Compute(const Ort::KernelContext& ctx) const {
+  const Input<float> x = ReadInput<float>(ctx, 0);
+  const Input<int64_t> idx = ReadInput<int64_t>(ctx, 1);
+  const int64_t limit = CheckInputs(ctx, x, grid_);
+  if (idx.Rank() < 1) Fail("idx must have shape [..., K], got a scalar");
+  const int64_t taps = idx.shape.back();
+  const int64_t rows = idx.Size() / std::max<int64_t>(taps, 1);
+  const int64_t channels = x.shape[1];
+  std::vector<int64_t> shape = idx.shape;
+  shape.back() = taps * channels;
+  float* y = AllocateOutput<float>(ctx, 0, shape);
+
+  const bool dense = x.Rank() > 2;
+  const int64_t volume = dense ? grid_->volume : 1;
+  ParallelFor(ctx, rows, Grain(taps * channels), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t k = 0; k < taps; ++k) {
+        const int64_t source = idx.data[r * taps + k];
+        float* out = y + (r * taps + k) * channels;
+        if (source == -1) {
+          std::fill(out, out + channels, 0.0f);
+        } else if (source < 0 || source >= limit) {
+          Fail("idx value ", source, " (row ", r, ", tap ", k, ") is outside [0, ", limit, "), the ",
+               dense ? "sites" : "rows", " of X; only -1 marks a missing input");
+        } else if (!dense) {
+          std::copy_n(x.data + source * channels, channels, out);
+        } else {  // channel c of site b·V + position lies at X[b, c, position]
+          const float* in = x.data + (source / volume) * channels * volume + source % volume;
+          for (int64_t c = 0; c < channels; ++c) out[c] = in[c * volume];
+        }
+      }
+    }
+  });
+}
+
+void IndexedUnfold::InferShapes(const ShapeContext& ctx) {
+  const Shape& x = ctx.Input(0);
+  Shape y = ctx.Input(1);
+  if (x.size() < 2 || y.empty() || x[1].value < 0 || y.back().value < 0) return;  // symbols have no value
+  y.back() = Dim(y.back().value * x[1].value);
+  ctx.SetOutput(0, y, kFloat);
+}
+
+}  // namespace sparse_lower

@@ -1,0 +1,241 @@
+"""NumPy reference of the sparse_lower custom ops (docs/custom_ops.md), the readable definition that the
+C++ library is tested against.
+
+It shares no code with the library or the compiler. Coordinates are looked up through sorted int64
+linear sites and ``np.searchsorted``, never through a dense grid of the spatial extent. Inputs are
+assumed valid: the tests check the library's refusals separately.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+# ----------------------------------------------------------------------------------------------------
+# Grids, linear sites and lookups
+
+
+def volume(spatial_shape) -> int:
+    return int(np.prod(spatial_shape, dtype=np.int64))
+
+
+def strides_of(spatial_shape) -> np.ndarray:
+    """Row-major strides: the last dimension varies fastest."""
+    shape = [int(s) for s in spatial_shape]
+    return np.array([int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))], np.int64)
+
+
+def linear_sites(coords: np.ndarray, spatial_shape) -> np.ndarray:
+    """b·V + ((d0·S1 + d1)·S2 + d2) of each row (batch, d0, d1, d2)."""
+    coords = np.asarray(coords, np.int64).reshape(-1, 1 + len(spatial_shape))
+    return coords[:, 0] * volume(spatial_shape) + coords[:, 1:] @ strides_of(spatial_shape)
+
+
+def decode_sites(sites: np.ndarray, spatial_shape) -> np.ndarray:
+    """The rows (batch, d0, ...) of linear sites."""
+    sites = np.asarray(sites, np.int64)
+    coords = [sites // volume(spatial_shape)]
+    rest = sites % volume(spatial_shape)
+    for stride in strides_of(spatial_shape):
+        coords.append(rest // stride)
+        rest = rest % stride
+    return np.stack(coords, axis=1).reshape(-1, 1 + len(spatial_shape))
+
+
+class RowLookup:
+    """Linear site -> row of a coordinate table, through sorted keys."""
+
+    def __init__(self, sites: np.ndarray):
+        self.order = np.argsort(sites, kind="stable")
+        self.keys = sites[self.order]
+
+    def __call__(self, query: np.ndarray) -> np.ndarray:
+        if len(self.keys) == 0:
+            return np.full(query.shape, -1, np.int64)
+        at = np.minimum(np.searchsorted(self.keys, query), len(self.keys) - 1)
+        return np.where(self.keys[at] == query, self.order[at], -1).astype(np.int64)
+
+
+def kernel_taps(kernel_shape) -> np.ndarray:
+    """[K, D]: the tap index of every tap, in row-major order of the kernel (the ONNX weight order)."""
+    return np.array(list(itertools.product(*(range(k) for k in kernel_shape))), np.int64).reshape(-1, len(kernel_shape))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Geometry: output extents and the input/output relation per tap
+
+
+def strided_extent(spatial_shape, kernel_shape, strides, pads, dilations):
+    D = len(spatial_shape)
+    return [
+        (spatial_shape[d] + pads[d] + pads[D + d] - dilations[d] * (kernel_shape[d] - 1) - 1) // strides[d] + 1
+        for d in range(D)
+    ]
+
+
+def transposed_extent(spatial_shape, kernel_shape, strides, pads, dilations, output_padding):
+    D = len(spatial_shape)
+    return [
+        strides[d] * (spatial_shape[d] - 1) + output_padding[d] + dilations[d] * (kernel_shape[d] - 1) + 1
+        - pads[d] - pads[D + d]
+        for d in range(D)
+    ]
+
+
+def inside(points: np.ndarray, extent) -> np.ndarray:
+    return np.all((points >= 0) & (points < np.asarray(extent, np.int64)), axis=1)
+
+
+def _neighbours(out_coords, coords, in_extent, taps, input_of, source):
+    """nbr [M, K]: per tap, the input that output row m reads (input_of gives its point and validity)."""
+    lookup = RowLookup(linear_sites(coords, in_extent))
+    nbr = np.full((len(out_coords), len(taps)), -1, np.int64)
+    for k, tap in enumerate(taps):
+        points, valid = input_of(out_coords[:, 1:], tap)
+        valid &= inside(points, in_extent)
+        sites = out_coords[:, 0] * volume(in_extent) + points @ strides_of(in_extent)
+        found = sites if source == "dense" else lookup(sites)
+        nbr[:, k] = np.where(valid, found, -1)
+    return nbr
+
+
+def _reached(coords, out_extent, taps, output_of):
+    """Sorted rows of every output-grid site some input reaches through some tap."""
+    sites = []
+    for tap in taps:
+        points, valid = output_of(coords[:, 1:], tap)
+        valid &= inside(points, out_extent)
+        sites.append(coords[valid, 0] * volume(out_extent) + points[valid] @ strides_of(out_extent))
+    return decode_sites(np.unique(np.concatenate(sites)), out_extent)
+
+
+def _exact(numerator, strides):
+    """numerator / strides where it divides exactly."""
+    return numerator // strides, np.all(numerator % strides == 0, axis=1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Index builders
+
+
+def _or(values, default) -> np.ndarray:
+    return np.asarray(default if values is None else values, np.int64)
+
+
+def submanifold_map(coords, kernel_shape, spatial_shape, dilations=None, source="rows"):
+    coords = np.asarray(coords, np.int64)
+    dilations = _or(dilations, [1] * len(kernel_shape))
+    centre = (np.asarray(kernel_shape) - 1) // 2
+
+    def input_of(points, tap):
+        return points + (tap - centre) * dilations, np.ones(len(points), bool)
+
+    return _neighbours(coords, coords, spatial_shape, kernel_taps(kernel_shape), input_of, source)
+
+
+def _conv_rules(kernel_shape, strides, pads, dilations):
+    """Strides, pads (begins and ends) and dilations, defaults filled in."""
+    D = len(kernel_shape)
+    return _or(strides, [1] * D), _or(pads, [0] * 2 * D), _or(dilations, [1] * D)
+
+
+def strided_map(coords, kernel_shape, spatial_shape, strides=None, pads=None, dilations=None, source="rows"):
+    """Convolution: i = o·s − pb + k·d."""
+    coords = np.asarray(coords, np.int64)
+    s, pads, d = _conv_rules(kernel_shape, strides, pads, dilations)
+    p = pads[: len(kernel_shape)]
+    out_extent = strided_extent(spatial_shape, kernel_shape, s, pads, d)
+    taps = kernel_taps(kernel_shape)
+    out_coords = _reached(coords, out_extent, taps, lambda i, k: _exact(i + p - k * d, s))
+    nbr = _neighbours(out_coords, coords, spatial_shape, taps,
+                      lambda o, k: (o * s - p + k * d, np.ones(len(o), bool)), source)
+    return out_coords, nbr
+
+
+def _transposed_rules(kernel_shape, spatial_shape, strides, pads, dilations, output_padding):
+    s, pads, d = _conv_rules(kernel_shape, strides, pads, dilations)
+    p = pads[: len(kernel_shape)]
+    out_extent = transposed_extent(spatial_shape, kernel_shape, s, pads, d, _or(output_padding, [0] * len(s)))
+    input_of = lambda o, k: _exact(o + p - k * d, s)  # noqa: E731
+    output_of = lambda i, k: (i * s - p + k * d, np.ones(len(i), bool))  # noqa: E731
+    return out_extent, input_of, output_of
+
+
+def transposed_map(coords, kernel_shape, spatial_shape, strides=None, pads=None, dilations=None,
+                   output_padding=None, source="rows"):
+    """Transposed convolution: o = i·s − pb + k·d."""
+    coords = np.asarray(coords, np.int64)
+    out_extent, input_of, output_of = _transposed_rules(kernel_shape, spatial_shape, strides, pads, dilations,
+                                                        output_padding)
+    taps = kernel_taps(kernel_shape)
+    out_coords = _reached(coords, out_extent, taps, output_of)
+    return out_coords, _neighbours(out_coords, coords, spatial_shape, taps, input_of, source)
+
+
+def target_map(coords, target_coords, kernel_shape, spatial_shape, strides=None, pads=None, dilations=None,
+               output_padding=None, source="rows"):
+    _, input_of, _ = _transposed_rules(kernel_shape, spatial_shape, strides, pads, dilations, output_padding)
+    return _neighbours(np.asarray(target_coords, np.int64), np.asarray(coords, np.int64), spatial_shape,
+                       kernel_taps(kernel_shape), input_of, source)
+
+
+def rulebook(nbr):
+    """Per tap k, the pairs (nbr[m, k], m) with nbr[m, k] >= 0 in ascending m, padded with -1."""
+    nbr = np.asarray(nbr, np.int64)
+    K = nbr.shape[1]
+    pairs = [np.nonzero(nbr[:, k] >= 0)[0] for k in range(K)]
+    P = max((len(m) for m in pairs), default=0)
+    in_rows = np.full((K, P), -1, np.int64)
+    out_rows = np.full((K, P), -1, np.int64)
+    for k, m in enumerate(pairs):
+        in_rows[k, : len(m)] = nbr[m, k]
+        out_rows[k, : len(m)] = m
+    return in_rows, out_rows
+
+
+def site_index(coords, spatial_shape, batch_size):  # noqa: ARG001  (batch_size only bounds the batch)
+    return linear_sites(coords, spatial_shape)
+
+
+def active_sites(x):
+    """coords of the sites of X [B, C, *S] where any channel is non-zero (NaN too), sorted; their sites."""
+    x = np.asarray(x)
+    B, C, *spatial = x.shape
+    active = np.any(x.reshape(B, C, volume(spatial)) != 0, axis=1)  # [B, V]
+    sites = np.flatnonzero(active).astype(np.int64)  # b·V + position, ascending
+    return decode_sites(sites, spatial), sites.reshape(-1, 1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Data movement
+
+
+def indexed_unfold(x, idx, spatial_shape=None):
+    """Y[..., k·C + c] = X[idx[..., k], c] (rows) or channel c of site idx[..., k] (dense); 0 for -1."""
+    x = np.asarray(x, np.float32)
+    idx = np.asarray(idx, np.int64)
+    if x.ndim == 2:
+        rows = x
+    else:
+        B, C = x.shape[:2]
+        rows = x.reshape(B, C, volume(x.shape[2:])).transpose(0, 2, 1).reshape(-1, C)  # [B·V, C], row = linear site
+    C = x.shape[1]
+    gathered = rows[np.maximum(idx, 0)] if len(rows) else np.zeros((*idx.shape, C), np.float32)
+    gathered = np.where((idx >= 0)[..., None], gathered, np.float32(0))
+    return gathered.reshape(*idx.shape[:-1], idx.shape[-1] * C)
+
+
+def indexed_fold(rows, idx, mode="rows", like_rows=None, batch_size=None, spatial_shape=None):
+    """Zeros, then rows[p] added at idx[p] in ascending p (-1 skipped)."""
+    rows = np.asarray(rows, np.float32)
+    idx = np.asarray(idx, np.int64).reshape(-1)
+    C = rows.shape[-1]
+    rows = rows.reshape(-1, C)
+    keep = idx >= 0
+    targets = like_rows if mode == "rows" else batch_size * volume(spatial_shape)
+    y = np.zeros((targets, C), np.float32)
+    np.add.at(y, idx[keep], rows[keep])  # unbuffered, in ascending p
+    if mode == "rows":
+        return y
+    return y.reshape(batch_size, -1, C).transpose(0, 2, 1).reshape(batch_size, C, *spatial_shape)

@@ -1,0 +1,483 @@
+"""The custom-op library (custom_ops/) against its NumPy reference (tests/custom_op_reference.py).
+
+Every op runs alone in a one-node model through ``sparse_lower.runtime.create_session`` over many random
+geometries, on empty inputs, with 1, 2 and 8 intra-op threads (results must be bitwise identical), and
+on invalid inputs, which must raise an error naming the op and the problem.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import custom_op_reference as ref
+from sparse_lower.runtime import create_session, get_library_path
+
+DOMAIN = "sparse_lower"
+_ELEMENT_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}
+SEEDS = range(30)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Running one op
+
+
+def op_model(op_type: str, inputs: dict, n_outputs: int, static: bool = False, **attributes) -> onnx.ModelProto:
+    """A model of one node; input shapes are left unknown unless static (which exercises shape inference)."""
+    outputs = [f"output{i}" for i in range(n_outputs)]
+    node = helper.make_node(op_type, list(inputs), outputs, domain=DOMAIN, **attributes)
+    graph = helper.make_graph(
+        [node],
+        op_type,
+        [
+            helper.make_tensor_value_info(
+                name, _ELEMENT_TYPES[value.dtype], value.shape if static else [None] * value.ndim)
+            for name, value in inputs.items()
+        ],
+        [helper.make_empty_tensor_value_info(name) for name in outputs],  # types and shapes as the op infers
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+
+def session(op_type, inputs, n_outputs, threads=1, static=False, **attributes) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    return create_session(op_model(op_type, inputs, n_outputs, static, **attributes), sess_options=options)
+
+
+def run(op_type, inputs: dict, n_outputs: int, threads: int = 1, **attributes) -> list[np.ndarray]:
+    return session(op_type, inputs, n_outputs, threads, **attributes).run(None, inputs)
+
+
+def assert_same(actual: np.ndarray, expected: np.ndarray) -> None:
+    """Same shape, dtype and bits (floats included: the ops only copy, and fold in a fixed order)."""
+    expected = np.asarray(expected)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape, (actual.shape, expected.shape)
+    if actual.dtype == np.float32:
+        actual, expected = actual.view(np.uint32), expected.view(np.uint32)
+    np.testing.assert_array_equal(actual, expected)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Random inputs
+
+
+def random_geometry(rng: np.random.Generator, kind: str) -> dict:
+    """Attributes of a map builder: D = 1..3, kernels 1..5, strides 1..3, asymmetric pads, dilations 1..2."""
+    while True:
+        D = int(rng.integers(1, 4))
+        attributes = {
+            "spatial_shape": [int(v) for v in rng.integers(1, {1: 40, 2: 12, 3: 7}[D] + 1, D)],
+            "kernel_shape": [
+                int(v) for v in (rng.choice([1, 3, 5], D) if kind == "submanifold" else rng.integers(1, 6, D))
+            ],
+            "dilations": [int(v) for v in rng.integers(1, 3, D)],
+        }
+        if kind != "submanifold":
+            attributes["strides"] = [int(v) for v in rng.integers(1, 4, D)]
+            attributes["pads"] = [int(v) for v in rng.integers(0, 3, 2 * D)]
+        if kind == "transposed":
+            attributes["output_padding"] = [
+                int(rng.integers(0, max(s, d))) for s, d in zip(attributes["strides"], attributes["dilations"])
+            ]
+        if all(v >= 1 for v in output_extent(kind, attributes)):
+            return attributes
+
+
+def output_extent(kind: str, a: dict) -> list[int]:
+    if kind == "submanifold":
+        return a["spatial_shape"]
+    if kind == "strided":
+        return ref.strided_extent(a["spatial_shape"], a["kernel_shape"], a["strides"], a["pads"], a["dilations"])
+    return ref.transposed_extent(a["spatial_shape"], a["kernel_shape"], a["strides"], a["pads"], a["dilations"],
+                                 a["output_padding"])
+
+
+def random_coords(rng: np.random.Generator, spatial_shape, batch: int, count: int | None = None) -> np.ndarray:
+    """Distinct coordinates in random row order; about a third of the grid unless count is given."""
+    total = batch * ref.volume(spatial_shape)
+    if count is None:
+        count = int(rng.integers(0, total // 3 + 2))
+    sites = rng.choice(total, size=min(count, total), replace=False)
+    return ref.decode_sites(sites, spatial_shape)
+
+
+def coords_for(rng, seed, spatial_shape) -> np.ndarray:
+    """Every tenth seed gives an empty input (N = 0)."""
+    batch = int(rng.integers(1, 4))
+    return random_coords(rng, spatial_shape, batch, 0 if seed % 10 == 0 else None)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Index builders
+
+
+@pytest.mark.parametrize("source", ["rows", "dense"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_submanifold_map(seed, source):
+    rng = np.random.default_rng(seed)
+    attributes = random_geometry(rng, "submanifold")
+    coords = coords_for(rng, seed, attributes["spatial_shape"])
+    (nbr,) = run("SubmanifoldMap", {"coords": coords}, 1, source=source, **attributes)
+    assert_same(nbr, ref.submanifold_map(coords, source=source, **attributes))
+
+
+@pytest.mark.parametrize("source", ["rows", "dense"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_strided_map(seed, source):
+    rng = np.random.default_rng(seed)
+    attributes = random_geometry(rng, "strided")
+    coords = coords_for(rng, seed, attributes["spatial_shape"])
+    out_coords, nbr = run("StridedMap", {"coords": coords}, 2, source=source, **attributes)
+    expected_coords, expected_nbr = ref.strided_map(coords, source=source, **attributes)
+    assert_same(out_coords, expected_coords)
+    assert_same(nbr, expected_nbr)
+
+
+@pytest.mark.parametrize("source", ["rows", "dense"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_transposed_map(seed, source):
+    rng = np.random.default_rng(seed)
+    attributes = random_geometry(rng, "transposed")
+    coords = coords_for(rng, seed, attributes["spatial_shape"])
+    out_coords, nbr = run("TransposedMap", {"coords": coords}, 2, source=source, **attributes)
+    expected_coords, expected_nbr = ref.transposed_map(coords, source=source, **attributes)
+    assert_same(out_coords, expected_coords)
+    assert_same(nbr, expected_nbr)
+
+
+@pytest.mark.parametrize("source", ["rows", "dense"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_target_map(seed, source):
+    rng = np.random.default_rng(seed)
+    attributes = random_geometry(rng, "transposed")
+    batch = int(rng.integers(1, 4))
+    coords = random_coords(rng, attributes["spatial_shape"], batch, 0 if seed % 10 == 0 else None)
+    targets = random_coords(rng, output_extent("transposed", attributes), batch, 0 if seed % 10 == 5 else None)
+    (nbr,) = run("TargetMap", {"coords": coords, "target_coords": targets}, 1, source=source, **attributes)
+    assert_same(nbr, ref.target_map(coords, targets, source=source, **attributes))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_rulebook(seed):
+    rng = np.random.default_rng(seed)
+    rows, taps = (0 if seed % 10 == 0 else int(rng.integers(1, 60))), int(rng.integers(1, 28))
+    nbr = np.where(rng.random((rows, taps)) < 0.6, -1, rng.integers(0, 100, (rows, taps))).astype(np.int64)
+    in_rows, out_rows = run("Rulebook", {"nbr": nbr}, 2)
+    expected_in, expected_out = ref.rulebook(nbr)
+    assert_same(in_rows, expected_in)
+    assert_same(out_rows, expected_out)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_site_index(seed):
+    rng = np.random.default_rng(seed)
+    spatial_shape = random_geometry(rng, "submanifold")["spatial_shape"]
+    batch_size = int(rng.integers(1, 4))
+    coords = random_coords(rng, spatial_shape, batch_size, 0 if seed % 10 == 0 else None)
+    (sites,) = run("SiteIndex", {"coords": coords}, 1, spatial_shape=spatial_shape, batch_size=batch_size)
+    assert_same(sites, ref.site_index(coords, spatial_shape, batch_size))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_active_sites(seed):
+    rng = np.random.default_rng(seed)
+    spatial_shape = random_geometry(rng, "submanifold")["spatial_shape"]
+    shape = (int(rng.integers(0 if seed % 10 == 0 else 1, 4)), int(rng.integers(1, 5)), *spatial_shape)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[rng.random(shape) < 0.85] = 0.0
+    x[rng.random(shape) < 0.05] = -0.0  # zero: inactive
+    x[rng.random(shape) < 0.01] = np.nan  # non-zero: active
+    coords, sites = run("ActiveSites", {"X": x}, 2)
+    expected_coords, expected_sites = ref.active_sites(x)
+    assert_same(coords, expected_coords)
+    assert_same(sites, expected_sites)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Data movement
+
+
+def random_index(rng, limit: int, shape) -> np.ndarray:
+    """Indices in [0, limit) with about a third -1."""
+    idx = rng.integers(0, max(limit, 1), shape)
+    return np.where((rng.random(shape) < 0.3) | (limit == 0), -1, idx).astype(np.int64)
+
+
+def random_shape(rng, seed, max_rank: int) -> tuple:
+    """A shape of rank 1 to max_rank whose first dimension is 0 for every tenth seed (an empty input)."""
+    shape = [int(rng.integers(1, 20)) for _ in range(int(rng.integers(1, max_rank + 1)))]
+    if seed % 10 == 0:
+        shape[0] = 0
+    return tuple(shape)
+
+
+def index_shape(rng, seed) -> tuple:
+    """[..., K] of rank 1 to 3 with K up to 27."""
+    return (*random_shape(rng, seed, 3)[:-1], int(rng.integers(1, 28)))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_indexed_unfold_rows(seed):
+    rng = np.random.default_rng(seed)
+    n, channels = (0 if seed % 10 == 3 else int(rng.integers(1, 50))), int(rng.integers(1, 9))
+    x = rng.standard_normal((n, channels)).astype(np.float32)
+    idx = random_index(rng, n, index_shape(rng, seed))
+    inputs = {"X": x, "idx": idx}
+    if seed % 2:  # the features/coords pairing check
+        inputs["coords"] = random_coords(rng, [64], 1, n)
+    (y,) = run("IndexedUnfold", inputs, 1)
+    assert_same(y, ref.indexed_unfold(x, idx))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_indexed_unfold_dense(seed):
+    rng = np.random.default_rng(seed)
+    spatial_shape = random_geometry(rng, "submanifold")["spatial_shape"]
+    x = rng.standard_normal((int(rng.integers(1, 4)), int(rng.integers(1, 6)), *spatial_shape)).astype(np.float32)
+    idx = random_index(rng, x.shape[0] * ref.volume(spatial_shape), index_shape(rng, seed))
+    (y,) = run("IndexedUnfold", {"X": x, "idx": idx}, 1, spatial_shape=spatial_shape)
+    assert_same(y, ref.indexed_unfold(x, idx, spatial_shape))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_indexed_fold_rows(seed):
+    rng = np.random.default_rng(seed)
+    targets, channels = (0 if seed % 10 == 3 else int(rng.integers(1, 30))), int(rng.integers(1, 9))
+    idx = random_index(rng, targets, random_shape(rng, seed, 2))  # repeated targets accumulate
+    rows = rng.standard_normal((*idx.shape, channels)).astype(np.float32)
+    like = np.zeros((targets, 2), np.int64)
+    (y,) = run("IndexedFold", {"rows": rows, "idx": idx, "like": like}, 1, mode="rows")
+    assert_same(y, ref.indexed_fold(rows, idx, "rows", like_rows=targets))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_indexed_fold_dense(seed):
+    rng = np.random.default_rng(seed)
+    spatial_shape = random_geometry(rng, "submanifold")["spatial_shape"]
+    batch_size, channels = int(rng.integers(1, 4)), int(rng.integers(1, 6))
+    idx = random_index(rng, batch_size * ref.volume(spatial_shape), random_shape(rng, seed, 2))
+    rows = rng.standard_normal((*idx.shape, channels)).astype(np.float32)
+    (y,) = run("IndexedFold", {"rows": rows, "idx": idx}, 1, mode="dense", batch_size=batch_size,
+               spatial_shape=spatial_shape)
+    assert_same(y, ref.indexed_fold(rows, idx, "dense", batch_size=batch_size, spatial_shape=spatial_shape))
+
+
+def test_indexed_fold_dense_sparse_targets():
+    """Few entries in a large grid: grouping by sorting rather than counting."""
+    rng = np.random.default_rng(0)
+    spatial_shape = [41, 144, 144]
+    idx = rng.choice(2 * ref.volume(spatial_shape), 300)
+    idx = np.concatenate([idx, idx[:100], [-1] * 5]).astype(np.int64)  # repeats accumulate
+    rows = rng.standard_normal((len(idx), 3)).astype(np.float32)
+    (y,) = run("IndexedFold", {"rows": rows, "idx": idx}, 1, mode="dense", batch_size=2, spatial_shape=spatial_shape)
+    assert_same(y, ref.indexed_fold(rows, idx, "dense", batch_size=2, spatial_shape=spatial_shape))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Thread-count independence: inputs large enough to be split into many blocks
+
+
+def _large_cases():
+    rng = np.random.default_rng(7)
+    grid = [24, 64, 64]
+    coords = random_coords(rng, grid, 2, 30000)
+    conv = {"kernel_shape": [3, 3, 3], "spatial_shape": grid}
+    strided = {**conv, "strides": [2, 2, 2], "pads": [1, 1, 1, 0, 1, 1]}
+    transposed = {**conv, "strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1], "output_padding": [1, 1, 1]}
+    nbr = ref.submanifold_map(coords, [3, 3, 3], grid)
+    x = rng.standard_normal((len(coords), 16)).astype(np.float32)
+    dense = np.zeros((2, 4, *grid), np.float32)
+    dense[coords[:, 0], :, coords[:, 1], coords[:, 2], coords[:, 3]] = rng.standard_normal((len(coords), 4))
+    in_rows, out_rows = ref.rulebook(nbr)
+    return {
+        "SubmanifoldMap": ({"coords": coords}, 1, conv),
+        "StridedMap": ({"coords": coords}, 2, strided),
+        "TransposedMap": ({"coords": coords}, 2, transposed),
+        "TargetMap": ({"coords": coords, "target_coords": coords}, 1, {**transposed, "source": "dense"}),
+        "Rulebook": ({"nbr": nbr}, 2, {}),
+        "SiteIndex": ({"coords": coords}, 1, {"spatial_shape": grid, "batch_size": 2}),
+        "ActiveSites": ({"X": dense}, 2, {}),
+        "IndexedUnfold": ({"X": x, "idx": nbr}, 1, {}),
+        "IndexedFold": ({"rows": x[in_rows.clip(0)], "idx": out_rows, "like": x}, 1, {"mode": "rows"}),
+    }
+
+
+LARGE = _large_cases()
+
+
+@pytest.mark.parametrize("op_type", sorted(LARGE))
+def test_results_do_not_depend_on_thread_count(op_type):
+    inputs, n_outputs, attributes = LARGE[op_type]
+    results = [run(op_type, inputs, n_outputs, threads, **attributes) for threads in (1, 2, 8)]
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert_same(b, a)
+
+
+def test_large_cases_match_reference():
+    out_coords, nbr = run("StridedMap", *LARGE["StridedMap"][:2], threads=8, **LARGE["StridedMap"][2])
+    expected_coords, expected_nbr = ref.strided_map(LARGE["StridedMap"][0]["coords"], **LARGE["StridedMap"][2])
+    assert_same(out_coords, expected_coords)
+    assert_same(nbr, expected_nbr)
+    inputs, _, _ = LARGE["IndexedFold"]
+    (y,) = run("IndexedFold", inputs, 1, threads=8, mode="rows")
+    assert_same(y, ref.indexed_fold(inputs["rows"], inputs["idx"], "rows", like_rows=len(inputs["like"])))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Shape inference
+
+
+def test_inferred_output_shapes():
+    def shapes(op_type, inputs, n_outputs, **attributes):
+        return [o.shape for o in session(op_type, inputs, n_outputs, static=True, **attributes).get_outputs()]
+
+    coords = np.zeros((5, 4), np.int64)
+    assert shapes("SubmanifoldMap", {"coords": coords}, 1, kernel_shape=[3, 3, 3], spatial_shape=[4, 4, 4]) == [[5, 27]]
+    assert shapes("SiteIndex", {"coords": coords}, 1, spatial_shape=[4, 4, 4], batch_size=2) == [[5]]
+    x, idx = np.zeros((7, 16), np.float32), np.zeros((2, 5, 27), np.int64)
+    assert shapes("IndexedUnfold", {"X": x, "idx": idx}, 1) == [[2, 5, 27 * 16]]
+    rows = np.zeros((2, 5, 16), np.float32)
+    assert shapes("IndexedFold", {"rows": rows, "idx": idx[..., 0], "like": x}, 1, mode="rows") == [[7, 16]]
+    assert shapes("IndexedFold", {"rows": rows, "idx": idx[..., 0]}, 1, mode="dense", batch_size=2,
+                  spatial_shape=[3, 4]) == [[2, 16, 3, 4]]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Refusals: each names the op and the problem, and nothing crashes
+
+GRID = {"kernel_shape": [3, 3], "spatial_shape": [4, 4]}
+GOOD = np.array([[0, 1, 1], [0, 2, 3], [1, 0, 0]], np.int64)
+ERRORS = {
+    "out-of-grid coordinate": (
+        "SubmanifoldMap", {"coords": np.array([[0, 1, 1], [0, 5, 3]], np.int64)}, 1, GRID,
+        r"SubmanifoldMap: coordinate \(0, 5, 3\) of row 1 of coords is outside the grid \[4, 4\]"),
+    "negative coordinate": (
+        "StridedMap", {"coords": np.array([[0, -1, 3]], np.int64)}, 2, GRID,
+        r"StridedMap: coordinate \(0, -1, 3\) of row 0 of coords is outside the grid"),
+    "negative batch": (
+        "TransposedMap", {"coords": np.array([[0, 1, 1], [-1, 0, 0]], np.int64)}, 2, GRID,
+        r"TransposedMap: row 1 of coords has a negative batch -1"),
+    "batch overflowing int64": (
+        "SubmanifoldMap", {"coords": np.array([[2**62, 0, 0]], np.int64)}, 1, GRID,
+        r"SubmanifoldMap: row 0 of coords has batch \d+, too large for linear sites to fit in int64"),
+    "duplicated coordinate": (
+        "SubmanifoldMap", {"coords": np.array([[0, 1, 1], [1, 1, 1], [0, 1, 1]], np.int64)}, 1, GRID,
+        r"SubmanifoldMap: rows 0 and 2 of coords are the same coordinate \(0, 1, 1\)"),
+    "duplicated coordinate, dense source": (
+        "StridedMap", {"coords": np.array([[0, 1, 1], [0, 1, 1]], np.int64)}, 2, {**GRID, "source": "dense"},
+        r"StridedMap: rows 0 and 1 of coords are the same coordinate"),
+    "coords of the wrong width": (
+        "SubmanifoldMap", {"coords": np.zeros((3, 4), np.int64)}, 1, GRID,
+        r"SubmanifoldMap: coords must have shape \[N, 3\] \(batch and 2 spatial columns\), got \[3, 4\]"),
+    "coords of the wrong rank": (
+        "TargetMap", {"coords": np.zeros((3,), np.int64), "target_coords": GOOD}, 1, GRID,
+        r"TargetMap: coords must have shape \[N, 3\].*got \[3\]"),
+    "target coords outside the output grid": (
+        "TargetMap", {"coords": GOOD, "target_coords": np.array([[0, 0, 0], [0, 6, 0]], np.int64)}, 1,
+        {**GRID, "strides": [1, 1], "pads": [1, 1, 1, 1]},
+        r"TargetMap: coordinate \(0, 6, 0\) of row 1 of target_coords is outside the output grid \[4, 4\]"),
+    "duplicated target coords": (
+        "TargetMap", {"coords": GOOD, "target_coords": np.array([[0, 0, 0], [0, 0, 0]], np.int64)}, 1, GRID,
+        r"TargetMap: rows 0 and 1 of target_coords are the same coordinate"),
+    "batch at or above batch_size": (
+        "SiteIndex", {"coords": GOOD}, 1, {"spatial_shape": [4, 4], "batch_size": 1},
+        r"SiteIndex: row 2 of coords has batch 1, not below batch_size 1"),
+    "rulebook index below -1": (
+        "Rulebook", {"nbr": np.array([[0, -1], [-2, 1]], np.int64)}, 2, {},
+        r"Rulebook: nbr\[1, 0\] = -2 is neither a row index nor -1"),
+    "rulebook of the wrong rank": (
+        "Rulebook", {"nbr": np.zeros((2, 3, 4), np.int64)}, 2, {},
+        r"Rulebook: nbr must have shape \[M, K\], got \[2, 3, 4\]"),
+    "unfold row index out of range": (
+        "IndexedUnfold", {"X": np.zeros((3, 2), np.float32), "idx": np.array([[0, 3]], np.int64)}, 1, {},
+        r"IndexedUnfold: idx value 3 \(row 0, tap 1\) is outside \[0, 3\), the rows of X"),
+    "unfold negative index other than -1": (
+        "IndexedUnfold", {"X": np.zeros((3, 2), np.float32), "idx": np.array([[0, -5]], np.int64)}, 1, {},
+        r"IndexedUnfold: idx value -5 .* only -1 marks a missing input"),
+    "unfold dense site out of range": (
+        "IndexedUnfold", {"X": np.zeros((1, 2, 4, 4), np.float32), "idx": np.array([[16]], np.int64)}, 1,
+        {"spatial_shape": [4, 4]}, r"IndexedUnfold: idx value 16 .* outside \[0, 16\), the sites of X"),
+    "features/coords row mismatch": (
+        "IndexedUnfold", {"X": np.zeros((2, 2), np.float32), "idx": np.array([[0]], np.int64), "coords": GOOD}, 1,
+        {}, r"IndexedUnfold: X has 2 rows but coords has 3: features and coords must pair row by row"),
+    "dense unfold without spatial_shape": (
+        "IndexedUnfold", {"X": np.zeros((1, 2, 4, 4), np.float32), "idx": np.array([[0]], np.int64)}, 1, {},
+        r"IndexedUnfold: X is dense .* attribute 'spatial_shape' is required"),
+    "dense unfold of the wrong grid": (
+        "IndexedUnfold", {"X": np.zeros((1, 2, 4, 5), np.float32), "idx": np.array([[0]], np.int64)}, 1,
+        {"spatial_shape": [4, 4]}, r"IndexedUnfold: X has shape \[1, 2, 4, 5\], its spatial dimensions differ"),
+    "unfold of a scalar index": (
+        "IndexedUnfold", {"X": np.zeros((3, 2), np.float32), "idx": np.array(0, np.int64)}, 1, {},
+        r"IndexedUnfold: idx must have shape \[..., K\], got a scalar"),
+    "fold index out of range": (
+        "IndexedFold", {"rows": np.zeros((2, 3), np.float32), "idx": np.array([0, 4], np.int64),
+                        "like": np.zeros((4, 1), np.float32)}, 1, {"mode": "rows"},
+        r"IndexedFold: idx value 4 \(entry 1\) is outside \[0, 4\)"),
+    "fold dense site out of range": (
+        "IndexedFold", {"rows": np.zeros((1, 3), np.float32), "idx": np.array([32], np.int64)}, 1,
+        {"mode": "dense", "batch_size": 2, "spatial_shape": [4, 4]}, r"IndexedFold: idx value 32 .* \[0, 32\)"),
+    "fold rows of the wrong shape": (
+        "IndexedFold", {"rows": np.zeros((3, 3), np.float32), "idx": np.array([0, 1], np.int64),
+                        "like": np.zeros((4, 1), np.float32)}, 1, {"mode": "rows"},
+        r"IndexedFold: rows must have shape idx.shape \+ \[C\] = \[2\] \+ \[C\], got \[3, 3\]"),
+    "fold rows without like": (
+        "IndexedFold", {"rows": np.zeros((2, 3), np.float32), "idx": np.array([0, 1], np.int64)}, 1,
+        {"mode": "rows"}, r"IndexedFold: mode 'rows' needs input 'like'"),
+    "active sites of the wrong rank": (
+        "ActiveSites", {"X": np.zeros((2, 3), np.float32)}, 2, {},
+        r"ActiveSites: X must have shape \[B, C, \*S\] with 1 to 3 spatial dimensions, got \[2, 3\]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERRORS))
+def test_invalid_inputs_raise(case):
+    op_type, inputs, n_outputs, attributes, message = ERRORS[case]
+    for threads in (1, 8):
+        with pytest.raises(Exception, match=message):
+            run(op_type, inputs, n_outputs, threads, **attributes)
+
+
+ATTRIBUTE_ERRORS = {
+    "missing kernel_shape": ("SubmanifoldMap", {"spatial_shape": [4, 4]}, r"attribute 'kernel_shape' is required"),
+    "even submanifold kernel": ("SubmanifoldMap", {**GRID, "kernel_shape": [2, 3]}, r"must be odd"),
+    "kernel of the wrong length": ("StridedMap", {**GRID, "kernel_shape": [3]},
+                                   r"'kernel_shape' has 1 values, expected 2"),
+    "zero stride": ("StridedMap", {**GRID, "strides": [0, 1]}, r"attribute 'strides' = \[0, 1\] needs values in \[1"),
+    "empty output grid": ("StridedMap", {"kernel_shape": [5, 5], "spatial_shape": [4, 4]},
+                          r"the output grid \[0, 0\] has an extent below 1"),
+    "unknown source": ("SubmanifoldMap", {**GRID, "source": "grid"}, r"attribute 'source' is 'grid', expected one of"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ATTRIBUTE_ERRORS))
+def test_invalid_attributes_raise(case):
+    op_type, attributes, message = ATTRIBUTE_ERRORS[case]
+    with pytest.raises(Exception, match=f"{op_type}: .*{message}"):
+        run(op_type, {"coords": GOOD}, 1 if op_type == "SubmanifoldMap" else 2, **attributes)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Runtime glue
+
+
+def test_library_path_override(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPARSE_LOWER_LIBRARY", get_library_path())
+    assert get_library_path().endswith(".so")
+    monkeypatch.setenv("SPARSE_LOWER_LIBRARY", str(tmp_path / "missing.so"))
+    with pytest.raises(FileNotFoundError, match="SPARSE_LOWER_LIBRARY"):
+        get_library_path()
+
+
+def test_create_session_takes_bytes_and_paths(tmp_path):
+    model = op_model("SiteIndex", {"coords": GOOD}, 1, spatial_shape=[4, 4], batch_size=2)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    for source in (model, model.SerializeToString(), path, str(path)):
+        (sites,) = create_session(source).run(None, {"coords": GOOD})
+        assert_same(sites, ref.site_index(GOOD, [4, 4], 2))

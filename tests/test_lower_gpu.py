@@ -1,0 +1,179 @@
+"""The gpu lowering run in onnxruntime with the custom-op library, against the dense oracle
+(DESIGN.md §3) and the NumPy reference, on random single-node models, chains with dense boundaries,
+shared index tables and real LiDAR data."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import sparse_lower
+from conftest import DATA
+from oracle import (IR_VERSION, OPSET_IMPORTS, assert_matches_oracle, densify, random_conv_config,
+                    random_sparse, sparse_node_model)
+from sparse_lower import reference
+from sparse_lower.models import SparseModelBuilder, centerpoint_head_stack
+from sparse_lower.models.voxels import load_voxels
+
+
+def run_lowered(model, feeds, threads=1, **options):
+    lowered = sparse_lower.lower(model, target="gpu", check_each_pass=True, **options)
+    session = sparse_lower.create_session(lowered, sess_options=_options(threads))
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feeds)))
+
+
+def _options(threads):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    return options
+
+
+@pytest.mark.parametrize("strategy", ["unfold", "rulebook"])
+@pytest.mark.parametrize("seed", range(300))
+def test_random_config_matches_dense_oracle(seed, strategy):
+    rng = np.random.default_rng(seed)
+    config = random_conv_config(rng)
+    model, (W, B) = sparse_node_model(config.op_type, config.attrs, config.cin, config.cout, config.ndim,
+                                      config.with_bias, config.target_coords is not None, rng)
+    outputs = run_lowered(model, config.feeds, strategy=strategy)
+    assert_matches_oracle(config, W, B, outputs["out_features"], outputs["out_coords"])
+    expected = reference.run(model, config.feeds)
+    np.testing.assert_array_equal(outputs["out_coords"], expected["out_coords"])
+    np.testing.assert_allclose(outputs["out_features"], expected["out_features"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", ["unfold", "rulebook"])
+def test_results_do_not_depend_on_the_thread_count(strategy):
+    rng = np.random.default_rng(7)
+    builder = SparseModelBuilder(3, 8, rng)
+    builder.conv("SubmanifoldConv", 16, (3, 3, 3), (20, 40, 40)).relu()
+    builder.conv("SparseConv", 16, (3, 3, 3), (20, 40, 40), strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1])
+    builder.conv("SparseDeconv", 8, (2, 2, 2), (10, 20, 20), strides=[2, 2, 2])
+    model = builder.build()
+    features, coords = random_sparse(rng, 2, 8, (20, 40, 40), count=3000)
+    feeds = {"features": features, "coords": coords}
+    runs = [run_lowered(model, feeds, threads=t, strategy=strategy) for t in (1, 2, 8)]
+    for other in runs[1:]:
+        for name, value in runs[0].items():
+            np.testing.assert_array_equal(other[name], value)
+
+
+def chain_model(S=(6, 8), batch=2):
+    """X → ToSparse → SubM → Relu → SubM → SubM (same table) → SparseConv s2 → ToDense."""
+    rng = np.random.default_rng(3)
+    W1 = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    W2 = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    W3 = rng.standard_normal((3, 4, 2, 2)).astype(np.float32)
+    B1 = rng.standard_normal(4).astype(np.float32)
+    S_down = [s // 2 for s in S]
+    conv = {"kernel_shape": [2, 2], "strides": [2, 2], "spatial_shape": list(S)}
+    nodes = [
+        helper.make_node("ToSparse", ["X"], ["f0", "c0"], name="in", domain="sparse"),
+        helper.make_node("SubmanifoldConv", ["f0", "c0", "W1", "B1"], ["f1", "c1"], name="subm1", domain="sparse",
+                         kernel_shape=[3, 3], spatial_shape=list(S)),
+        helper.make_node("Relu", ["f1"], ["r1"]),
+        helper.make_node("SubmanifoldConv", ["r1", "c1", "W2"], ["f2", "c2"], name="subm2", domain="sparse",
+                         kernel_shape=[3, 3], spatial_shape=list(S)),
+        helper.make_node("SubmanifoldConv", ["f2", "c2", "W2"], ["f2b", "c2b"], name="subm3", domain="sparse",
+                         kernel_shape=[3, 3], spatial_shape=list(S)),
+        helper.make_node("SparseConv", ["f2b", "c2b", "W3"], ["f3", "c3"], name="down", domain="sparse", **conv),
+        helper.make_node("ToDense", ["f3", "c3"], ["Y"], name="out", domain="sparse", spatial_shape=S_down,
+                         batch_size=batch)]
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [batch, 2, *S])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [batch, 3, *S_down])],
+        [numpy_helper.from_array(v, k) for k, v in (("W1", W1), ("B1", B1), ("W2", W2), ("W3", W3))])
+    return helper.make_model(graph, opset_imports=OPSET_IMPORTS, ir_version=IR_VERSION)
+
+
+@pytest.mark.parametrize("strategy", ["unfold", "rulebook"])
+def test_dense_boundaries_and_shared_tables(rng, strategy):
+    model = chain_model()
+    X = densify(*random_sparse(rng, 2, 2, (6, 8), density=0.3), 2, (6, 8))
+    outputs = run_lowered(model, {"X": X}, strategy=strategy)
+    np.testing.assert_allclose(outputs["Y"], reference.run(model, {"X": X})["Y"], rtol=1e-5, atol=1e-5)
+
+    lowered = sparse_lower.lower(model, strategy=strategy)
+    ops = [n.op_type for n in lowered.graph.node]
+    assert not [n for n in lowered.graph.node if n.domain == "sparse"]
+    # The first SubM unfolds from the dense input (its table holds dense sites); the next two share one.
+    assert ops.count("SubmanifoldMap") == 2, "the two SubM layers on feature rows share one table"
+    first_unfold = next(n for n in lowered.graph.node if n.op_type == "IndexedUnfold")
+    assert first_unfold.input[0] == "X", "the first conv unfolds straight from the dense input"
+    fold = next(n for n in lowered.graph.node if n.output[0] == "Y")
+    assert fold.op_type == "IndexedFold", "the last conv's rows are folded straight into the dense output"
+
+
+def test_to_sparse_and_to_dense_alone(rng):
+    X = densify(*random_sparse(rng, 3, 4, (5, 6, 7), density=0.2), 3, (5, 6, 7))
+    nodes = [helper.make_node("ToSparse", ["X"], ["features", "coords"], name="in", domain="sparse"),
+             helper.make_node("ToDense", ["features", "coords"], ["Y"], name="out", domain="sparse",
+                              spatial_shape=[5, 6, 7], batch_size=3)]
+    graph = helper.make_graph(nodes, "boundary", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [3, 4, 5, 6, 7])],
+                              [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", 4]),
+                               helper.make_tensor_value_info("coords", TensorProto.INT64, ["N", 4]),
+                               helper.make_tensor_value_info("Y", TensorProto.FLOAT, [3, 4, 5, 6, 7])])
+    model = helper.make_model(graph, opset_imports=OPSET_IMPORTS, ir_version=IR_VERSION)
+    outputs = run_lowered(model, {"X": X})
+    expected = reference.run(model, {"X": X})
+    for name in ("features", "coords", "Y"):
+        np.testing.assert_array_equal(outputs[name], expected[name])
+
+
+def test_inverse_deconv_restores_the_forward_coords(rng):
+    S = (9, 10, 11)
+    builder = SparseModelBuilder(3, 4, rng)
+    builder.conv("SparseConv", 8, (3, 3, 3), S, strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1])
+    down = builder.build()
+    output_padding = [(s + 2 - 2 - 1) % 2 for s in S]
+    node = helper.make_node("SparseDeconv", ["sparseconv0.features", "sparseconv0.coords", "Wup", "", "coords"],
+                            ["up", "up_coords"], name="inverse", domain="sparse", kernel_shape=[3, 3, 3],
+                            strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1], output_padding=output_padding,
+                            spatial_shape=[5, 5, 6])
+    down.graph.node.append(node)
+    down.graph.initializer.append(numpy_helper.from_array(rng.standard_normal((8, 4, 3, 3, 3)).astype(np.float32), "Wup"))
+    del down.graph.output[:]
+    down.graph.output.extend([helper.make_tensor_value_info("up", TensorProto.FLOAT, ["N", 4]),
+                              helper.make_tensor_value_info("up_coords", TensorProto.INT64, ["N", 4])])
+    features, coords = random_sparse(rng, 2, 4, S, count=200)
+    feeds = {"features": features, "coords": coords}
+    outputs = run_lowered(down, feeds)
+    expected = reference.run(down, feeds)
+    np.testing.assert_array_equal(outputs["up_coords"], coords)
+    np.testing.assert_allclose(outputs["up"], expected["up"], rtol=1e-4, atol=1e-5)
+
+
+def test_float16_features_are_computed_in_float32(rng):
+    model, _ = sparse_node_model("SubmanifoldConv", {"kernel_shape": [3, 3], "spatial_shape": [8, 8]}, 3, 4, 2,
+                                 True, False, rng)
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    features, coords = random_sparse(rng, 1, 3, (8, 8), count=20)
+    feeds = {"features": features.astype(np.float16), "coords": coords}
+    outputs = run_lowered(model, feeds)
+    expected = reference.run(model, feeds)
+    np.testing.assert_allclose(outputs["out_features"], expected["out_features"], rtol=1e-4, atol=1e-5)
+
+
+def test_dump_dir_holds_the_model_after_every_pass(tmp_path, rng):
+    model, _ = sparse_node_model("SparseConv", {"kernel_shape": [3], "spatial_shape": [9]}, 2, 2, 1, True, False, rng)
+    sparse_lower.lower(model, dump_dir=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["00_input.onnx", "01_validate.onnx", "02_lower-gpu.onnx",
+                                                          "03_check.onnx"]
+    onnx.checker.check_model(onnx.load(tmp_path / "03_check.onnx"))
+
+
+@pytest.mark.skipif(not (DATA / "nuscenes_centerpoint_voxels.npz").exists(), reason="shared data absent")
+def test_real_centerpoint_frame_matches_the_reference():
+    features, coords, grid = load_voxels(DATA / "nuscenes_centerpoint_voxels.npz")
+    model = centerpoint_head_stack(spatial_shape=grid)
+    feeds = {"features": features, "coords": coords}
+    outputs = run_lowered(model, feeds, threads=2)
+    expected = reference.run(model, feeds)
+    for name, value in expected.items():
+        assert outputs[name].shape == value.shape
+        np.testing.assert_allclose(outputs[name], value, rtol=1e-4, atol=1e-4)
