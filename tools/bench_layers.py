@@ -44,6 +44,10 @@ def tables_only(lowered: onnx.ModelProto) -> onnx.ModelProto:
     del model.graph.output[:]
     model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(o) for o in outputs)
     del model.graph.initializer[:]
+    used = {i for n in keep for i in n.input}
+    inputs = [v for v in model.graph.input if v.name in used]
+    del model.graph.input[:]
+    model.graph.input.extend(inputs)
     return model
 
 
