@@ -177,3 +177,32 @@ def test_real_centerpoint_frame_matches_the_reference():
     for name, value in expected.items():
         assert outputs[name].shape == value.shape
         np.testing.assert_allclose(outputs[name], value, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("declare", ["no shapes", "no types"])
+def test_loosely_declared_models_lower_to_valid_onnx(rng, declare):
+    # onnx.helper's defaults: IR version 14 (newer than onnxruntime reads) and inputs/outputs declared
+    # without shapes, or outputs without any type. The lowered model is valid ONNX and runs.
+    W = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("SubmanifoldConv", ["f", "c", "W"], ["of", "oc"], name="subm", domain="sparse",
+                              kernel_shape=[3, 3], spatial_shape=[8, 8]),
+             helper.make_node("Relu", ["of"], ["y"])]
+    if declare == "no shapes":
+        outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                   helper.make_tensor_value_info("oc", TensorProto.INT64, None)]
+    else:
+        outputs = [helper.make_empty_tensor_value_info("y"), helper.make_empty_tensor_value_info("oc")]
+    graph = helper.make_graph(nodes, "loose", [helper.make_tensor_value_info("f", TensorProto.FLOAT, None),
+                                                helper.make_tensor_value_info("c", TensorProto.INT64, None)],
+                              outputs, [numpy_helper.from_array(W, "W")])
+    model = helper.make_model(graph, opset_imports=OPSET_IMPORTS)
+    lowered = sparse_lower.lower(model)
+    onnx.checker.check_model(lowered)
+    assert lowered.ir_version == 10
+    features, coords = random_sparse(rng, 2, 3, (8, 8), count=30)
+    feeds = {"f": features, "c": coords}
+    got = sparse_lower.create_session(lowered).run(["y", "oc"], feeds)
+    model.ir_version = IR_VERSION
+    expected = reference.run(model, feeds)
+    np.testing.assert_array_equal(got[1], expected["oc"])
+    np.testing.assert_allclose(got[0], expected["y"], rtol=1e-5, atol=1e-5)

@@ -9,6 +9,15 @@
 namespace sparse_lower {
 namespace {
 
+// The sites per batch of a dense X: the product of its spatial dimensions.
+int64_t SpatialVolume(const Input<float>& x) {
+  int64_t volume = 1;
+  for (size_t d = 2; d < x.shape.size(); ++d) {
+    if (__builtin_mul_overflow(volume, x.shape[d], &volume)) Fail("X of shape ", List(x.shape), " has too many sites");
+  }
+  return volume;
+}
+
 // Checks X against the attribute and the coords input; returns how many inputs idx may name.
 int64_t CheckInputs(const Ort::KernelContext& ctx, const Input<float>& x, const std::optional<Grid>& grid) {
   if (x.Rank() == 2) {
@@ -23,13 +32,12 @@ int64_t CheckInputs(const Ort::KernelContext& ctx, const Input<float>& x, const 
     return x.shape[0];
   }
   if (x.Rank() < 3) Fail("X must be rows [N, C] or dense [B, C, *S], got shape ", List(x.shape));
-  if (!grid) Fail("X is dense with shape ", List(x.shape), ": attribute 'spatial_shape' is required");
-  if (!std::equal(x.shape.begin() + 2, x.shape.end(), grid->extent.begin(), grid->extent.end())) {
+  if (grid && !std::equal(x.shape.begin() + 2, x.shape.end(), grid->extent.begin(), grid->extent.end())) {
     Fail("X has shape ", List(x.shape), ", its spatial dimensions differ from spatial_shape ", List(grid->extent));
   }
   if (HasInput(ctx, 2)) Fail("coords pairs with row features X [N, C], but X is dense");
   int64_t sites = 0;
-  if (__builtin_mul_overflow(x.shape[0], grid->volume, &sites)) {
+  if (__builtin_mul_overflow(x.shape[0], SpatialVolume(x), &sites)) {
     Fail("X of shape ", List(x.shape), " has too many sites");
   }
   return sites;
@@ -50,7 +58,7 @@ void IndexedUnfold::Compute(const Ort::KernelContext& ctx) const {
   float* y = AllocateOutput<float>(ctx, 0, shape);
 
   const bool dense = x.Rank() > 2;
-  const int64_t volume = dense ? grid_->volume : 1;
+  const int64_t volume = dense ? SpatialVolume(x) : 1;
   ParallelFor(ctx, rows, Grain(taps * channels), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       for (int64_t k = 0; k < taps; ++k) {

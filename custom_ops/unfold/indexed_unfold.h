@@ -8,8 +8,9 @@
 
 namespace sparse_lower {
 
-// X is rows [N, C] (idx holds rows) or dense [B, C, *spatial_shape] (idx holds linear sites, and the
-// attribute spatial_shape is required). The optional coords [N, 1+D] pairs with row features: X must
+// X is rows [N, C] (idx holds rows) or dense [B, C, *S] (idx holds linear sites). The optional
+// attribute spatial_shape must then equal S: the lowering sets it where the sites come from a conv's
+// geometry, so that a dense input of another extent fails instead of being misread. The optional coords [N, 1+D] pairs with row features: X must
 // have as many rows.
 class IndexedUnfold {
  public:

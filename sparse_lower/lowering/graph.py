@@ -8,6 +8,8 @@ import onnx_graphsurgeon as gs
 
 from ..errors import SparseLowerError
 
+MAX_IR_VERSION = 10
+
 
 def constant_value(tensor: gs.Tensor | None) -> np.ndarray | None:
     """The value of an initializer or of a Constant node's output; None for run-time tensors."""
@@ -42,6 +44,15 @@ def replace_uses(graph: gs.Graph, old: gs.Tensor, new: gs.Tensor) -> None:
         graph.nodes.append(gs.Node("Identity", name=f"{old.name}_alias", inputs=[new], outputs=[old]))
 
 
+def declare(tensor: gs.Tensor, dtype, shape: list) -> None:
+    """Give a tensor the type the lowering knows it has, where the model left it undeclared (a graph
+    input or output declared without a shape would otherwise make the lowered model invalid ONNX)."""
+    if tensor.dtype is None:
+        tensor.dtype = dtype
+    if tensor.shape is None:
+        tensor.shape = shape
+
+
 def detach(node: gs.Node) -> None:
     """Disconnect a rewritten node so that cleanup drops it."""
     node.inputs.clear()
@@ -68,10 +79,12 @@ def export(graph: gs.Graph, like: onnx.ModelProto, drop_domains=(), add_domains=
     """Export `graph` as a model carrying `like`'s IR version, metadata and opset imports, with the
     opset imports of `drop_domains` removed and `add_domains` ((domain, version) pairs) added.
 
-    The IR version is kept rather than re-stamped: onnx's newest one is more than onnxruntime accepts.
+    The IR version is kept rather than re-stamped, and capped at 10: onnx stamps newer ones than
+    onnxruntime reads (1.21, the oldest runtime supported, reads up to 10). Graph outputs the model
+    declared without a shape get the one shape inference finds.
     """
     model = gs.export_onnx(graph, do_type_check=False)
-    model.ir_version = like.ir_version
+    model.ir_version = min(like.ir_version, MAX_IR_VERSION)
     for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
         setattr(model, field, getattr(like, field))
     del model.metadata_props[:]
@@ -80,4 +93,8 @@ def export(graph: gs.Graph, like: onnx.ModelProto, drop_domains=(), add_domains=
     imports.update(dict(add_domains))
     del model.opset_import[:]
     model.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(imports.items()))
+    inferred = onnx.shape_inference.infer_shapes(model).graph.output
+    for output, found in zip(model.graph.output, inferred):
+        if not output.type.tensor_type.HasField("shape"):
+            output.type.CopyFrom(found.type)
     return model

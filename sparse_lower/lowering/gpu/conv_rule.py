@@ -10,8 +10,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from ...schemas import SOURCE_DOMAIN, ConvGeometry, conv_geometry
-from ..graph import constant_value, detach, node_proto, optional_input, replace_uses
-from .context import FLOAT, GpuContext
+from ..graph import constant_value, declare, detach, node_proto, optional_input, replace_uses
+from .context import FLOAT, INT64, GpuContext
 from .conv_compute import conv_input, emit_conv
 
 
@@ -47,9 +47,16 @@ class ConvRule(ABC):
         base = node.name or ctx.fresh(self.op_type)
         source, dense = conv_input(ctx, features, coords)
         out_coords, nbr = self.table(ctx, node, base, geometry, coords, "dense" if dense else "rows")
+        cin, cout = weights.shape[:2][::-1] if self.op_type != "SparseDeconv" else weights.shape[:2]
+        width = 1 + geometry.ndim
+        for tensor, dtype, shape in ((node.inputs[0], FLOAT, [None, cin]), (coords, INT64, [None, width]),
+                                     (node.outputs[0], FLOAT, [None, cout]), (node.outputs[1], INT64, [None, width])):
+            declare(tensor, dtype, shape)
+        targets = optional_input(node, 4)
+        if targets is not None:
+            declare(targets, INT64, [None, width])
         out_features, node_coords = node.outputs[0], node.outputs[1]
         detach(node)
-        out_features.dtype, out_features.shape = FLOAT, [None, weights.shape[1 if self.op_type == "SparseDeconv" else 0]]
         emit_conv(ctx, base, geometry, source, dense, coords, nbr, out_coords, self.matrix(weights), bias,
                   out_features)
         replace_uses(ctx.graph, node_coords, out_coords)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from ...schemas import SOURCE_DOMAIN, to_dense_attributes
-from ..graph import detach, node_proto
+from ..graph import declare, detach, node_proto
 from .context import FLOAT, INT64, GpuContext
 
 
@@ -22,9 +22,12 @@ class ToDenseRule:
         features, coords = ctx.float32(node.inputs[0]), node.inputs[1]
         (output,) = node.outputs
         base = node.name or ctx.fresh("ToDense")
+        ndim = len(boundary.spatial_shape)
+        declare(node.inputs[0], FLOAT, [None, None])
+        declare(coords, INT64, [None, 1 + ndim])
+        declare(output, FLOAT, [boundary.batch_size, features.shape[1] if features.shape else None,
+                                *boundary.spatial_shape])
         detach(node)
-        output.dtype = FLOAT
-        output.shape = [boundary.batch_size, features.shape[1] if features.shape else None, *boundary.spatial_shape]
         grid = {"spatial_shape": list(boundary.spatial_shape), "batch_size": boundary.batch_size}
         (sites,) = ctx.table("SiteIndex", base, [coords], [("sites", INT64, [None])], grid)
         ctx.add("IndexedFold", base, [features, sites], [output], {"mode": "dense", **grid})

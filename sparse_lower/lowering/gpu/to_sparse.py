@@ -7,7 +7,7 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from ...schemas import SOURCE_DOMAIN
-from ..graph import detach
+from ..graph import declare, detach
 from .context import FLOAT, INT64, DenseSource, GpuContext
 
 
@@ -16,10 +16,6 @@ class ToSparseRule:
         return node.domain == SOURCE_DOMAIN and node.op == "ToSparse"
 
     def check(self, node: gs.Node, ctx: GpuContext) -> str | None:
-        shape = node.inputs[0].shape
-        if not shape or not all(isinstance(v, int) for v in shape[2:]):
-            return (f"the dense input '{node.inputs[0].name}' of ToSparse needs static spatial dimensions "
-                    f"(declared {shape}); declare its shape [B, C, *S] with S as numbers")
         return None
 
     def rewrite(self, node: gs.Node, ctx: GpuContext) -> None:
@@ -27,9 +23,9 @@ class ToSparseRule:
         features, coords = node.outputs
         base = node.name or ctx.fresh("ToSparse")
         detach(node)
-        ndim = len(dense.shape) - 2 if dense.shape else None
-        coords.dtype, coords.shape = INT64, [None, 1 + ndim if ndim else None]
-        features.dtype, features.shape = FLOAT, [None, dense.shape[1] if dense.shape else None]
+        declare(coords, INT64, [None, len(dense.shape) - 1 if dense.shape else None])
+        declare(features, FLOAT, [None, dense.shape[1] if dense.shape else None])
         (_, sites) = ctx.add("ActiveSites", base, [dense], [coords, ("sites", INT64, [None, 1])])
-        ctx.add("IndexedUnfold", base, [dense, sites], [features], {"spatial_shape": list(dense.shape[2:])})
+        # The sites come from X itself, so its extent needs no check here.
+        ctx.add("IndexedUnfold", base, [dense, sites], [features])
         ctx.dense_sources[features.name] = DenseSource(dense, coords)
