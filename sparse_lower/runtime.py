@@ -15,6 +15,7 @@ import onnxruntime as ort
 
 LIBRARY_ENV = "SPARSE_LOWER_LIBRARY"
 LIBRARY_NAME = "libsparse_lower_ops.so"
+REGISTERED_KEY = "sparse_lower.library"  # a session config entry marking options the library is on
 
 
 def get_library_path() -> str:
@@ -37,6 +38,20 @@ def get_library_path() -> str:
     return str(path)
 
 
+def register_library(options: ort.SessionOptions) -> ort.SessionOptions:
+    """Register the library on `options` once: registering it twice on the same options makes
+    onnxruntime refuse the next session ("Domain already set in registry"), and users reuse options."""
+    path = get_library_path()
+    try:
+        registered = options.get_session_config_entry(REGISTERED_KEY)
+    except RuntimeError:  # onnxruntime raises for a key that was never set
+        registered = None
+    if registered != path:
+        options.register_custom_ops_library(path)
+        options.add_session_config_entry(REGISTERED_KEY, path)
+    return options
+
+
 def create_session(model, **ort_kwargs) -> ort.InferenceSession:
     """An onnxruntime session of ``model`` (ModelProto, serialized bytes or path) with the library loaded.
 
@@ -44,7 +59,7 @@ def create_session(model, **ort_kwargs) -> ort.InferenceSession:
     CPU) and every other keyword go to ``onnxruntime.InferenceSession``.
     """
     options = ort_kwargs.pop("sess_options", None) or ort.SessionOptions()
-    options.register_custom_ops_library(get_library_path())
+    register_library(options)
     providers = ort_kwargs.pop("providers", None) or ["CPUExecutionProvider"]
     if isinstance(model, onnx.ModelProto):
         model = model.SerializeToString()

@@ -126,26 +126,16 @@ def test_submanifold_map(seed, source):
     assert_same(nbr, ref.submanifold_map(coords, source=source, **attributes))
 
 
+@pytest.mark.parametrize("op_type, kind, reference", [("StridedMap", "strided", ref.strided_map),
+                                                       ("TransposedMap", "transposed", ref.transposed_map)])
 @pytest.mark.parametrize("source", ["rows", "dense"])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_strided_map(seed, source):
+def test_maps_with_output_coords(seed, source, op_type, kind, reference):
     rng = np.random.default_rng(seed)
-    attributes = random_geometry(rng, "strided")
+    attributes = random_geometry(rng, kind)
     coords = coords_for(rng, seed, attributes["spatial_shape"])
-    out_coords, nbr = run("StridedMap", {"coords": coords}, 2, source=source, **attributes)
-    expected_coords, expected_nbr = ref.strided_map(coords, source=source, **attributes)
-    assert_same(out_coords, expected_coords)
-    assert_same(nbr, expected_nbr)
-
-
-@pytest.mark.parametrize("source", ["rows", "dense"])
-@pytest.mark.parametrize("seed", SEEDS)
-def test_transposed_map(seed, source):
-    rng = np.random.default_rng(seed)
-    attributes = random_geometry(rng, "transposed")
-    coords = coords_for(rng, seed, attributes["spatial_shape"])
-    out_coords, nbr = run("TransposedMap", {"coords": coords}, 2, source=source, **attributes)
-    expected_coords, expected_nbr = ref.transposed_map(coords, source=source, **attributes)
+    out_coords, nbr = run(op_type, {"coords": coords}, 2, source=source, **attributes)
+    expected_coords, expected_nbr = reference(coords, source=source, **attributes)
     assert_same(out_coords, expected_coords)
     assert_same(nbr, expected_nbr)
 
@@ -478,4 +468,13 @@ def test_create_session_takes_bytes_and_paths(tmp_path):
     onnx.save(model, path)
     for source in (model, model.SerializeToString(), path, str(path)):
         (sites,) = create_session(source).run(None, {"coords": GOOD})
+        assert_same(sites, ref.site_index(GOOD, [4, 4], 2))
+
+
+def test_one_session_options_serves_several_sessions():
+    model = op_model("SiteIndex", {"coords": GOOD}, 1, spatial_shape=[4, 4], batch_size=2)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    for _ in range(3):
+        (sites,) = create_session(model, sess_options=options).run(None, {"coords": GOOD})
         assert_same(sites, ref.site_index(GOOD, [4, 4], 2))
