@@ -85,6 +85,8 @@ def test_unknown_op_target_and_strategy_are_refused():
     refusal(model, "unknown op 'sparse::SparseMaxPool'")
     refusal(model_with(), "unknown target 'tpu'", target="tpu")
     refusal(model_with(), "unknown strategy 'fast'", strategy="fast")
+    refusal(model_with(), "unknown combine method 'sum'", combine="sum")
+    refusal(model_with(), "max_active=0 is not a positive int", max_active=0)
 
 
 def lowered_session(model):
