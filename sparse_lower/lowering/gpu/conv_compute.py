@@ -17,19 +17,19 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from ...schemas import ConvGeometry
-from .context import FLOAT, INT64, DenseSource, GpuContext
+from .context import FLOAT, INT64, GpuContext
 
 
-def conv_input(ctx: GpuContext, features: gs.Tensor, coords: gs.Tensor) -> tuple[gs.Tensor, DenseSource | None]:
-    """What the unfold reads: the dense tensor itself when the features come from a lowered ToSparse
-    on the same coords (the dense-format method), else the feature rows."""
+def conv_input(ctx: GpuContext, features: gs.Tensor, coords: gs.Tensor) -> tuple[gs.Tensor, bool]:
+    """What the unfold reads, and whether it is dense: the dense tensor itself when the features come
+    from a lowered ToSparse on the same coords (the dense-format method), else the feature rows."""
     dense = ctx.dense_sources.get(features.name)
     if dense is not None and dense.coords is coords:
-        return dense.dense, dense
-    return features, None
+        return dense.dense, True
+    return features, False
 
 
-def emit_conv(ctx: GpuContext, base: str, geometry: ConvGeometry, source: gs.Tensor, dense: DenseSource | None,
+def emit_conv(ctx: GpuContext, base: str, geometry: ConvGeometry, source: gs.Tensor, dense: bool,
               coords: gs.Tensor, nbr: gs.Tensor, out_coords: gs.Tensor, matrix: np.ndarray,
               bias: np.ndarray | None, out_features: gs.Variable) -> None:
     """Emit unfold → MatMul (→ fold) (+ bias) writing `out_features`."""

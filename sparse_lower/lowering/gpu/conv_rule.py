@@ -42,12 +42,12 @@ class ConvRule(ABC):
     def rewrite(self, node: gs.Node, ctx: GpuContext) -> None:
         geometry = conv_geometry(node_proto(node))
         features, coords = ctx.float32(node.inputs[0]), node.inputs[1]
-        weights = constant_value(node.inputs[2])
+        matrix = self.matrix(constant_value(node.inputs[2]))
         bias = constant_value(optional_input(node, 3))
         base = node.name or ctx.fresh(self.op_type)
         source, dense = conv_input(ctx, features, coords)
         out_coords, nbr = self.table(ctx, node, base, geometry, coords, "dense" if dense else "rows")
-        cin, cout = weights.shape[:2][::-1] if self.op_type != "SparseDeconv" else weights.shape[:2]
+        cin, cout = matrix.shape[0] // geometry.volume, matrix.shape[1]
         width = 1 + geometry.ndim
         for tensor, dtype, shape in ((node.inputs[0], FLOAT, [None, cin]), (coords, INT64, [None, width]),
                                      (node.outputs[0], FLOAT, [None, cout]), (node.outputs[1], INT64, [None, width])):
@@ -57,6 +57,5 @@ class ConvRule(ABC):
             declare(targets, INT64, [None, width])
         out_features, node_coords = node.outputs[0], node.outputs[1]
         detach(node)
-        emit_conv(ctx, base, geometry, source, dense, coords, nbr, out_coords, self.matrix(weights), bias,
-                  out_features)
+        emit_conv(ctx, base, geometry, source, dense, coords, nbr, out_coords, matrix, bias, out_features)
         replace_uses(ctx.graph, node_coords, out_coords)
