@@ -9,6 +9,7 @@
 #include "common/op.h"
 #include "fold/indexed_fold.h"
 #include "index/index_ops.h"
+#include "index/nna_tables.h"
 #include "unfold/indexed_unfold.h"
 
 namespace sparse_lower {
@@ -48,10 +49,13 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     static const Op<SiteIndex> site_index;
     static const Op<IndexedUnfold> indexed_unfold;
     static const Op<IndexedFold> indexed_fold;
+    static const Op<InverseMap> inverse_map;
+    static const Op<ScatterMatrices> scatter_matrices;
+    static const Op<CapacityPads> capacity_pads;
     Ort::CustomOpDomain domain(kDomain);
     for (const OrtCustomOp* op : std::initializer_list<const OrtCustomOp*>{
              &active_sites, &submanifold_map, &strided_map, &transposed_map, &target_map, &rulebook, &site_index,
-             &indexed_unfold, &indexed_fold}) {
+             &indexed_unfold, &indexed_fold, &inverse_map, &scatter_matrices, &capacity_pads}) {
       domain.Add(op);
     }
     Ort::UnownedSessionOptions(options).Add(domain);

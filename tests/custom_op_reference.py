@@ -239,3 +239,39 @@ def indexed_fold(rows, idx, mode="rows", like_rows=None, batch_size=None, spatia
     if mode == "rows":
         return y
     return y.reshape(batch_size, -1, C).transpose(0, 2, 1).reshape(batch_size, C, *spatial_shape)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Index tables of the nna target
+
+
+def _reads(nbr):
+    """(m, k, i) of every entry nbr[m, k] = i >= 0."""
+    nbr = np.asarray(nbr, np.int64)
+    m, k = np.nonzero(nbr >= 0)
+    return m, k, nbr[m, k]
+
+
+def inverse_map(nbr, like_rows):
+    """inv [K, N]: inv[k, i] = the output m with nbr[m, k] = i, -1 where none (each (i, k) read at most once)."""
+    m, k, i = _reads(nbr)
+    inv = np.full((np.shape(nbr)[1], like_rows), -1, np.int64)
+    inv[k, i] = m
+    return inv
+
+
+def scatter_matrices(nbr, like_rows):
+    """S [K, M, N] float32: S[k, m, i] = 1 where nbr[m, k] = i, else 0."""
+    M, K = np.shape(nbr)
+    m, k, i = _reads(nbr)
+    s = np.zeros((K, M, like_rows), np.float32)
+    s[k, m, i] = 1.0
+    return s
+
+
+def capacity_pads(x, capacity):
+    """pads [2·rank] of an ONNX Pad (every begin, then every end) growing axis 0 of x to capacity rows."""
+    rank = np.ndim(x)
+    pads = np.zeros(2 * rank, np.int64)
+    pads[rank] = capacity - np.shape(x)[0]
+    return pads

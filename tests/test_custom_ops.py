@@ -11,13 +11,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 import custom_op_reference as ref
 from sparse_lower.runtime import create_session, get_library_path
 
 DOMAIN = "sparse_lower"
-_ELEMENT_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}
+_ELEMENT_TYPES = {np.dtype(t): helper.np_dtype_to_tensor_dtype(np.dtype(t))
+                  for t in (np.float32, np.int64, np.float64, np.int32, np.uint8, np.bool_)}
 SEEDS = range(30)
 
 
@@ -189,6 +190,75 @@ def test_active_sites(seed):
 
 
 # ----------------------------------------------------------------------------------------------------
+# Index tables of the nna target
+
+MAPS = ("submanifold", "strided", "transposed", "target")
+
+
+def random_table(rng, seed) -> tuple[np.ndarray, int]:
+    """nbr [M, K] of the reference map of kind MAPS[seed % 4] on a random geometry, and its input row count
+    N. N = 0 for seeds ending in 0 or 3 (every kind once; a target table is then all -1); M = 0 with
+    N > 0 for target tables of seeds ending in 7."""
+    kind = MAPS[seed % 4]
+    attributes = random_geometry(rng, "transposed" if kind == "target" else kind)
+    batch = int(rng.integers(1, 4))
+    coords = random_coords(rng, attributes["spatial_shape"], batch, 0 if seed % 10 in (0, 3) else None)
+    if kind == "submanifold":
+        nbr = ref.submanifold_map(coords, **attributes)
+    elif kind == "strided":
+        _, nbr = ref.strided_map(coords, **attributes)
+    elif kind == "transposed":
+        _, nbr = ref.transposed_map(coords, **attributes)
+    else:
+        targets = random_coords(rng, output_extent("transposed", attributes), batch, 0 if seed % 10 == 7 else None)
+        nbr = ref.target_map(coords, targets, **attributes)
+    return nbr, len(coords)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_inverse_map(seed):
+    rng = np.random.default_rng(seed)
+    nbr, n = random_table(rng, seed)
+    (inv,) = run("InverseMap", {"nbr": nbr, "like": np.zeros((n, 3), np.float32)}, 1)
+    assert_same(inv, ref.inverse_map(nbr, n))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_scatter_matrices(seed):
+    rng = np.random.default_rng(seed)
+    nbr, n = random_table(rng, seed)
+    (s,) = run("ScatterMatrices", {"nbr": nbr, "like": np.zeros((n,), np.int64)}, 1)
+    assert_same(s, ref.scatter_matrices(nbr, n))
+
+
+def test_scatter_matrices_at_max_bytes():
+    """The limit is inclusive: exactly K·M·N·4 bytes are allowed."""
+    nbr = np.array([[0, -1], [-1, 2]], np.int64)
+    inputs = {"nbr": nbr, "like": np.zeros((3, 1), np.float32)}
+    (s,) = run("ScatterMatrices", inputs, 1, max_bytes=2 * 2 * 3 * 4)
+    assert_same(s, ref.scatter_matrices(nbr, 3))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_capacity_pads(seed):
+    rng = np.random.default_rng(seed)
+    x = np.zeros(random_shape(rng, seed, 4), rng.choice(list(_ELEMENT_TYPES)))
+    capacity = len(x) + int(rng.integers(0, 3)) * int(rng.integers(0, 20))  # capacity = N as well
+    (pads,) = run("CapacityPads", {"x": x}, 1, capacity=capacity)
+    assert_same(pads, ref.capacity_pads(x, capacity))
+
+
+def test_capacity_pads_feed_a_standard_pad():
+    """The layout is the one of ONNX Pad: x grows to `capacity` rows of zeros at the end."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 2, 2)
+    model = op_model("CapacityPads", {"x": x}, 1, capacity=5)
+    model.graph.node.append(helper.make_node("Pad", ["x", "output0"], ["padded"]))
+    model.graph.output.append(helper.make_empty_tensor_value_info("padded"))
+    (_, padded) = create_session(model).run(None, {"x": x})
+    assert_same(padded, np.concatenate([x, np.zeros((2, 2, 2), np.float32)]))
+
+
+# ----------------------------------------------------------------------------------------------------
 # Data movement
 
 
@@ -285,6 +355,7 @@ def _large_cases():
     dense = np.zeros((2, 4, *grid), np.float32)
     dense[coords[:, 0], :, coords[:, 1], coords[:, 2], coords[:, 3]] = rng.standard_normal((len(coords), 4))
     in_rows, out_rows = ref.rulebook(nbr)
+    small = random_coords(rng, [8, 16, 16], 1, 500)  # S [27, 500, 500] is 27 MB
     return {
         "SubmanifoldMap": ({"coords": coords}, 1, conv),
         "StridedMap": ({"coords": coords}, 2, strided),
@@ -295,6 +366,9 @@ def _large_cases():
         "ActiveSites": ({"X": dense}, 2, {}),
         "IndexedUnfold": ({"X": x, "idx": nbr}, 1, {}),
         "IndexedFold": ({"rows": x[in_rows.clip(0)], "idx": out_rows, "like": x}, 1, {"mode": "rows"}),
+        "InverseMap": ({"nbr": nbr, "like": x}, 1, {}),
+        "ScatterMatrices": ({"nbr": ref.submanifold_map(small, [3, 3, 3], [8, 16, 16]), "like": small}, 1, {}),
+        "CapacityPads": ({"x": x}, 1, {"capacity": 40000}),
     }
 
 
@@ -318,6 +392,34 @@ def test_large_cases_match_reference():
     inputs, _, _ = LARGE["IndexedFold"]
     (y,) = run("IndexedFold", inputs, 1, threads=8, mode="rows")
     assert_same(y, ref.indexed_fold(inputs["rows"], inputs["idx"], "rows", like_rows=len(inputs["like"])))
+    for op_type, reference in (("InverseMap", ref.inverse_map), ("ScatterMatrices", ref.scatter_matrices)):
+        inputs, _, _ = LARGE[op_type]
+        (table,) = run(op_type, inputs, 1, threads=8)
+        assert_same(table, reference(inputs["nbr"], len(inputs["like"])))
+
+
+def _broken_tables() -> dict:
+    """Large tables with faults in several blocks: the one reported is the first in block order (tap, then
+    row), whichever thread meets a fault first."""
+    inputs = LARGE["InverseMap"][0]
+    nbr = inputs["nbr"].copy()
+    read = np.flatnonzero(nbr[:, 5] >= 0)
+    nbr[read[-1], 5] = nbr[read[0], 5]  # tap 5: an input read twice
+    nbr[3, 20] = len(inputs["like"])  # tap 20, an earlier row: out of range
+    duplicate = rf"InverseMap: output rows {read[0]} and {read[-1]} both read input row {nbr[read[0], 5]} through tap 5"
+    small = dict(LARGE["ScatterMatrices"][0])
+    small["nbr"] = small["nbr"].copy()
+    small["nbr"][[400, 7], [4, 19]] = -3
+    return {"InverseMap": ({**inputs, "nbr": nbr}, duplicate),
+            "ScatterMatrices": (small, r"ScatterMatrices: nbr\[400, 4\] = -3 is neither -1 nor a row of like")}
+
+
+@pytest.mark.parametrize("op_type", ["InverseMap", "ScatterMatrices"])
+def test_errors_do_not_depend_on_thread_count(op_type):
+    inputs, message = _broken_tables()[op_type]
+    for threads in (1, 2, 8):
+        with pytest.raises(Exception, match=message):
+            run(op_type, inputs, 1, threads)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -337,6 +439,10 @@ def test_inferred_output_shapes():
     assert shapes("IndexedFold", {"rows": rows, "idx": idx[..., 0], "like": x}, 1, mode="rows") == [[7, 16]]
     assert shapes("IndexedFold", {"rows": rows, "idx": idx[..., 0]}, 1, mode="dense", batch_size=2,
                   spatial_shape=[3, 4]) == [[2, 16, 3, 4]]
+    nbr = np.zeros((5, 27), np.int64)
+    assert shapes("InverseMap", {"nbr": nbr, "like": x}, 1) == [[27, 7]]
+    assert shapes("ScatterMatrices", {"nbr": nbr, "like": x}, 1) == [[27, 5, 7]]
+    assert shapes("CapacityPads", {"x": rows}, 1, capacity=8) == [[6]]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -417,6 +523,39 @@ ERRORS = {
     "fold rows without like": (
         "IndexedFold", {"rows": np.zeros((2, 3), np.float32), "idx": np.array([0, 1], np.int64)}, 1,
         {"mode": "rows"}, r"IndexedFold: mode 'rows' needs input 'like'"),
+    "inverse map index out of range": (
+        "InverseMap", {"nbr": np.array([[0, -1], [-1, 3]], np.int64), "like": np.zeros((3, 2), np.float32)}, 1, {},
+        r"InverseMap: nbr\[1, 1\] = 3 is neither -1 nor a row of like, in \[0, 3\)"),
+    "inverse map index below -1": (
+        "InverseMap", {"nbr": np.array([[0, -2]], np.int64), "like": np.zeros((3,), np.int64)}, 1, {},
+        r"InverseMap: nbr\[0, 1\] = -2 is neither -1 nor a row of like"),
+    "inverse map of an input read twice through a tap": (
+        "InverseMap", {"nbr": np.array([[0, 1], [1, -1], [2, 1]], np.int64), "like": np.zeros((3,), np.int64)}, 1,
+        {}, r"InverseMap: output rows 0 and 2 both read input row 1 through tap 1"),
+    "inverse map of the wrong rank": (
+        "InverseMap", {"nbr": np.zeros((2, 3, 4), np.int64), "like": np.zeros((3,), np.int64)}, 1, {},
+        r"InverseMap: nbr must have shape \[M, K\], got \[2, 3, 4\]"),
+    "inverse map like of rank 0": (
+        "InverseMap", {"nbr": np.zeros((2, 3), np.int64), "like": np.array(3, np.int64)}, 1, {},
+        r"InverseMap: like must have shape \[N, ...\], got a scalar"),
+    "scatter matrices index out of range": (
+        "ScatterMatrices", {"nbr": np.array([[0, 4]], np.int64), "like": np.zeros((4, 1), np.float32)}, 1, {},
+        r"ScatterMatrices: nbr\[0, 1\] = 4 is neither -1 nor a row of like, in \[0, 4\)"),
+    "scatter matrices above max_bytes": (
+        "ScatterMatrices", {"nbr": np.full((2, 3), -1, np.int64), "like": np.zeros((5, 1), np.float32)}, 1,
+        {"max_bytes": 119},
+        r'ScatterMatrices: S \[K, M, N\] = \[3, 2, 5\] takes 120 bytes, more than max_bytes = 119; '
+        r'use combine="gather" or "scatter"'),
+    "scatter matrices above 2^63 bytes": (
+        "ScatterMatrices", {"nbr": np.full((2, 3), -1, np.int64), "like": np.zeros((2**61, 0), np.uint8)}, 1, {},
+        r"ScatterMatrices: S \[K, M, N\] = \[3, 2, 2305843009213693952\] takes more than 2\^63 bytes, more than "
+        r"max_bytes = 1073741824"),
+    "capacity exceeded": (
+        "CapacityPads", {"x": np.zeros((5, 2), np.float32)}, 1, {"capacity": 3},
+        r"CapacityPads: x has 5 rows, more than the capacity 3 \(max_active\); raise max_active to at least 5"),
+    "capacity pads of a scalar": (
+        "CapacityPads", {"x": np.array(1.0, np.float32)}, 1, {"capacity": 3},
+        r"CapacityPads: x must have shape \[N, ...\], got a scalar"),
     "active sites of the wrong rank": (
         "ActiveSites", {"X": np.zeros((2, 3), np.float32)}, 2, {},
         r"ActiveSites: X must have shape \[B, C, \*S\] with 1 to 3 spatial dimensions, got \[2, 3\]"),
@@ -440,6 +579,15 @@ ATTRIBUTE_ERRORS = {
     "empty output grid": ("StridedMap", {"kernel_shape": [5, 5], "spatial_shape": [4, 4]},
                           r"the output grid \[0, 0\] has an extent below 1"),
     "unknown source": ("SubmanifoldMap", {**GRID, "source": "grid"}, r"attribute 'source' is 'grid', expected one of"),
+    "negative max_bytes": ("ScatterMatrices", {"max_bytes": -1}, r"attribute 'max_bytes' = -1 must be at least 0"),
+    "missing capacity": ("CapacityPads", {}, r"attribute 'capacity' is required"),
+    "negative capacity": ("CapacityPads", {"capacity": -1}, r"attribute 'capacity' = -1 must be at least 0"),
+}
+ATTRIBUTE_INPUTS = {  # valid inputs of each op above, and its output count
+    "SubmanifoldMap": ({"coords": GOOD}, 1),
+    "StridedMap": ({"coords": GOOD}, 2),
+    "ScatterMatrices": ({"nbr": np.array([[0, -1]], np.int64), "like": GOOD}, 1),
+    "CapacityPads": ({"x": GOOD}, 1),
 }
 
 
@@ -447,7 +595,7 @@ ATTRIBUTE_ERRORS = {
 def test_invalid_attributes_raise(case):
     op_type, attributes, message = ATTRIBUTE_ERRORS[case]
     with pytest.raises(Exception, match=f"{op_type}: .*{message}"):
-        run(op_type, {"coords": GOOD}, 1 if op_type == "SubmanifoldMap" else 2, **attributes)
+        run(op_type, *ATTRIBUTE_INPUTS[op_type], **attributes)
 
 
 # ----------------------------------------------------------------------------------------------------
