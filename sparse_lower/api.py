@@ -8,13 +8,11 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from .errors import SparseLowerError
+from .lowering import COMBINES, STRATEGIES, TARGETS, Options
 from .passes.check import CheckModel, check_model
-from .passes.lower_gpu import LowerToGpu
+from .passes.lower import LowerSparse
 from .passes.manager import PassManager
 from .passes.validate import ValidateSourceOps
-
-TARGETS = ("gpu", "nna", "hybrid")
-COMBINES = ("gather", "scatter", "matmul")
 
 
 def load(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
@@ -27,25 +25,37 @@ def load(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
         raise SparseLowerError(f"cannot read the model '{model}': {error}") from error
 
 
-def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, strategy: str = "auto",
-          combine: str = "gather", max_active: int | None = None, dump_dir: str | os.PathLike | None = None,
-          check_each_pass: bool = False) -> onnx.ModelProto:
-    """Rewrite the sparse-convolution nodes of `model` for `target`.
+def _choice(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise SparseLowerError(f"unknown {name} '{value}'", fix=f"use one of {', '.join(allowed)}")
 
-    target "gpu": index-builder custom ops → IndexedUnfold → MatMul (→ IndexedFold), run with
-    `create_session`. `strategy` picks the gpu compute form ("auto", "unfold", "rulebook").
-    `combine` and `max_active` are the nna part's options (DESIGN.md §7); they are validated here and
-    have no effect on the gpu target. `dump_dir` receives the model after every pass;
-    `check_each_pass` runs the ONNX checker and shape inference after every pass (the tests do).
+
+def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, strategy: str = "auto",
+          combine: str = "gather", max_active: int | None = None, fuse_taps: bool = False,
+          dump_dir: str | os.PathLike | None = None, check_each_pass: bool = False) -> onnx.ModelProto:
+    """Rewrite the sparse-convolution nodes of `model` for `target`; run the result with
+    `create_session`.
+
+    * target "gpu": index-builder custom ops → IndexedUnfold → MatMul (→ IndexedFold); `strategy`
+      picks the compute form ("unfold", "rulebook"; "auto" takes unfold).
+    * target "nna": the index tables from the custom ops, the compute in standard ops only: one 1×1
+      Conv per kernel tap on `[1, C, 1, N]` (`fuse_taps`: one Conv with K·Cout outputs) and a
+      `combine` method ("gather", "scatter", "matmul"). `max_active` fixes the row capacity so that
+      the compute part has static shapes; more active rows than that is a run-time error.
+    * target "hybrid": the first sparse layer of each branch on the gpu path, the rest on the nna path.
+
+    `dump_dir` receives the model after every pass; `check_each_pass` runs the ONNX checker and shape
+    inference after every pass (the tests do).
     """
-    if target not in TARGETS:
-        raise SparseLowerError(f"unknown target '{target}'", fix=f"use one of {', '.join(TARGETS)}")
-    if combine not in COMBINES:
-        raise SparseLowerError(f"unknown combine method '{combine}'", fix=f"use one of {', '.join(COMBINES)}")
-    if max_active is not None and (not isinstance(max_active, int) or max_active < 1):
+    _choice("target", target, TARGETS)
+    _choice("strategy", strategy, STRATEGIES)
+    _choice("combine method", combine, COMBINES)
+    if max_active is not None and (isinstance(max_active, bool) or not isinstance(max_active, int) or max_active < 1):
         raise SparseLowerError(f"max_active={max_active!r} is not a positive int", fix="give None or an int >= 1")
-    if target != "gpu":
-        raise SparseLowerError(f"target '{target}' is not implemented yet", fix="use target='gpu'")
-    passes = [ValidateSourceOps(), LowerToGpu(strategy), CheckModel()]
+    # Both gpu strategies do the same multiply-adds here (the rulebook is padded to the busiest tap),
+    # and the unfold needs no fold: auto takes it until a pair-count cost model says otherwise.
+    options = Options(strategy="unfold" if strategy == "auto" else strategy, combine=combine,
+                      max_active=max_active, fuse_taps=bool(fuse_taps))
+    passes = [ValidateSourceOps(), LowerSparse(target, options), CheckModel()]
     manager = PassManager(passes, verify=check_model if check_each_pass else None, dump_dir=dump_dir)
     return manager.run(load(model))

@@ -1,8 +1,10 @@
-"""State shared by the gpu lowering rules during one pass: the graph, the index-table cache, the dense
-sources left by ToSparse, and the naming of new tensors.
+"""State shared by the lowering rules during one pass: the graph, the options, the shared-node cache,
+the dense sources left by ToSparse, the capacity-padded versions of feature rows, and the naming of
+new tensors.
 
 Index tables are cached by (builder op, input tensors, attributes): two layers with the same coords
-and geometry read one table, which is spconv's `indice_key` reuse without the user naming keys.
+and geometry read one table, which is spconv's `indice_key` reuse without the user naming keys. The
+cache is per pass, never global, and serves the gpu and nna layers of a hybrid model alike.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from ...schemas import CUSTOM_DOMAIN
+from ..schemas import CUSTOM_DOMAIN
 
 INT64 = np.int64
 FLOAT = np.float32
@@ -27,14 +29,27 @@ class DenseSource:
     coords: gs.Tensor
 
 
-class GpuContext:
-    def __init__(self, graph: gs.Graph, strategy: str):
+@dataclass(frozen=True)
+class Options:
+    """What the user chose (DESIGN.md §7): the gpu compute form, and the nna combine method, capacity
+    and whether the nna runs one 1×1 conv per tap or one conv with K·Cout outputs."""
+
+    strategy: str = "unfold"
+    combine: str = "gather"
+    max_active: int | None = None
+    fuse_taps: bool = False
+
+
+class LoweringContext:
+    def __init__(self, graph: gs.Graph, options: Options):
         self.graph = graph
-        self.strategy = strategy
+        self.options = options
         self.dense_sources: dict[str, DenseSource] = {}
-        self._tables: dict[tuple, list[gs.Variable]] = {}
+        self.padded: dict[str, gs.Tensor] = {}
+        self.conv_outputs: set[str] = set()  # feature rows produced by lowered convs (for hybrid)
+        self._shared: dict[tuple, list[gs.Variable]] = {}
         self._constants: dict[str, gs.Constant] = {}
-        self._names = {t for t in graph.tensors()} | {n.name for n in graph.nodes}
+        self._names = set(graph.tensors()) | {n.name for n in graph.nodes}
 
     def fresh(self, base: str) -> str:
         """A tensor or node name not used anywhere in the graph yet."""
@@ -54,17 +69,21 @@ class GpuContext:
                                         inputs=inputs, outputs=made, domain=domain or None))
         return made
 
+    def standard(self, op: str, base: str, inputs: list, outputs: list, attrs: dict | None = None) -> list[gs.Variable]:
+        """Append a node of the standard ONNX domain."""
+        return self.add(op, base, inputs, outputs, attrs, domain="")
+
     def table(self, op: str, base: str, inputs: list, outputs: list, attrs: dict,
               domain: str = CUSTOM_DOMAIN) -> list[gs.Variable]:
         """A node shared with every earlier request for the same op, inputs and attributes (index
         builders, casts): computed once however many layers read it."""
         key = (domain, op, tuple(t.name for t in inputs), tuple(sorted((k, str(v)) for k, v in attrs.items())))
-        if key not in self._tables:
-            self._tables[key] = self.add(op, base, inputs, outputs, attrs, domain)
-        return self._tables[key]
+        if key not in self._shared:
+            self._shared[key] = self.add(op, base, inputs, outputs, attrs, domain)
+        return self._shared[key]
 
     def constant(self, base: str, value: np.ndarray) -> gs.Constant:
-        return gs.Constant(self.fresh(base), np.ascontiguousarray(value))
+        return gs.Constant(self.fresh(base), np.array(value, order="C"))  # keeps 0-d scalars 0-d
 
     def shared_constant(self, key: str, value: np.ndarray) -> gs.Constant:
         """One initializer per key for the whole graph (e.g. the axes of every Unsqueeze)."""

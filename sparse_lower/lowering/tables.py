@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from ...schemas import ConvGeometry
-from .context import INT64, GpuContext
+from ..schemas import ConvGeometry
+from .context import INT64, LoweringContext
 
 
 def _attrs(geometry: ConvGeometry, source: str, *extra: str) -> dict:
@@ -24,24 +24,24 @@ def _coords(geometry: ConvGeometry) -> tuple:
     return ("out_coords", INT64, [None, 1 + geometry.ndim])
 
 
-def submanifold_map(ctx: GpuContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, source: str):
+def submanifold_map(ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, source: str):
     (nbr,) = ctx.table("SubmanifoldMap", base, [coords], [_nbr(geometry)], _attrs(geometry, source))
     return nbr
 
 
-def strided_map(ctx: GpuContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, source: str):
+def strided_map(ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, source: str):
     out_coords, nbr = ctx.table("StridedMap", base, [coords], [_coords(geometry), _nbr(geometry)],
                                 _attrs(geometry, source, "strides", "pads"))
     return out_coords, nbr
 
 
-def transposed_map(ctx: GpuContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, source: str):
+def transposed_map(ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, source: str):
     out_coords, nbr = ctx.table("TransposedMap", base, [coords], [_coords(geometry), _nbr(geometry)],
                                 _attrs(geometry, source, "strides", "pads", "output_padding"))
     return out_coords, nbr
 
 
-def target_map(ctx: GpuContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, targets: gs.Tensor,
+def target_map(ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, targets: gs.Tensor,
                source: str):
     (nbr,) = ctx.table("TargetMap", base, [coords, targets], [_nbr(geometry)],
                        _attrs(geometry, source, "strides", "pads", "output_padding"))

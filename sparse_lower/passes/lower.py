@@ -1,4 +1,4 @@
-"""LowerToGpu: rewrite every source node with the gpu rules (DESIGN.md §4, gpu target)."""
+"""LowerSparse: rewrite every source node with the rules of a target (DESIGN.md §4)."""
 
 from __future__ import annotations
 
@@ -6,36 +6,42 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from ..errors import SparseLowerError
+from ..lowering import LoweringContext, Options, rules
 from ..lowering.graph import export
-from ..lowering.gpu import STRATEGIES, GpuContext, rules
 from ..schemas import CUSTOM_DOMAIN, SOURCE_DOMAIN
+
+# The oldest default-domain opset whose ops the lowering emits: Unsqueeze with an axes input (13) for
+# gpu; Shape with start/end (15) and ScatterElements with reduction="add" (16) for nna.
+MIN_OPSET = {"gpu": 13, "nna": 16, "hybrid": 16}
+DEFAULT_OPSET = 17
 
 
 def source_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     return [n for n in model.graph.node if n.domain == SOURCE_DOMAIN]
 
 
-class LowerToGpu:
-    """requires: validated source nodes. ensures: no `sparse` node is left; the model imports the
+class LowerSparse:
+    """requires: validated source nodes; a default-domain opset the emitted ops exist in (a model
+    importing none gets opset 17). ensures: no `sparse` node is left; the model imports the
     `sparse_lower` domain."""
 
-    name = "lower-gpu"
-
-    def __init__(self, strategy: str = "auto"):
-        if strategy not in STRATEGIES:
-            raise SparseLowerError(f"unknown strategy '{strategy}'", fix=f"use one of {', '.join(STRATEGIES)}")
-        # Both strategies do the same multiply-adds here (the rulebook is padded to the busiest tap), and
-        # the unfold needs no fold: auto takes it until a pair-count cost model says otherwise.
-        self.strategy = "unfold" if strategy == "auto" else strategy
+    def __init__(self, target: str, options: Options):
+        self.target = target
+        self.options = options
+        self.name = f"lower-{target}"
 
     def requires(self, model: onnx.ModelProto) -> None:
-        """The validate pass ran: nothing to re-check."""
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+        if opset is not None and opset < MIN_OPSET[self.target]:
+            raise SparseLowerError(
+                f"the model imports ONNX opset {opset}; the {self.target} lowering emits opset-"
+                f"{MIN_OPSET[self.target]} ops", fix="convert the model with onnx.version_converter first")
 
     def call(self, model: onnx.ModelProto) -> onnx.ModelProto:
         graph = gs.import_onnx(model)
         graph.toposort()
-        ctx = GpuContext(graph, self.strategy)
-        rule_list = rules()
+        ctx = LoweringContext(graph, self.options)
+        rule_list = rules(self.target, self.options)
         for node in list(graph.nodes):
             rule = next((r for r in rule_list if r.match(node)), None)
             if rule is None:
@@ -45,7 +51,10 @@ class LowerToGpu:
                 raise SparseLowerError(reason, node.name)
             rule.rewrite(node, ctx)
         graph.cleanup().toposort()
-        return export(graph, model, drop_domains=(SOURCE_DOMAIN,), add_domains=((CUSTOM_DOMAIN, 1),))
+        imports = [(CUSTOM_DOMAIN, 1)]
+        if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
+            imports.append(("", DEFAULT_OPSET))
+        return export(graph, model, drop_domains=(SOURCE_DOMAIN,), add_domains=imports)
 
     def ensures(self, model: onnx.ModelProto) -> None:
         left = source_nodes(model)

@@ -1,18 +1,5 @@
-"""The gpu target: index-builder custom ops → IndexedUnfold → MatMul (→ IndexedFold)."""
+"""The gpu target's compute form: IndexedUnfold → MatMul (→ IndexedFold)."""
 
-from .context import GpuContext
-from .sparse_conv import SparseConvRule
-from .sparse_deconv import SparseDeconvRule
-from .submanifold_conv import SubmanifoldConvRule
-from .to_dense import ToDenseRule
-from .to_sparse import ToSparseRule
+from .compute import GpuCompute
 
-STRATEGIES = ("auto", "unfold", "rulebook")
-
-
-def rules() -> list:
-    """The gpu rules, in the order they are tried on a node."""
-    return [ToSparseRule(), SubmanifoldConvRule(), SparseConvRule(), SparseDeconvRule(), ToDenseRule()]
-
-
-__all__ = ["GpuContext", "STRATEGIES", "rules"]
+__all__ = ["GpuCompute"]

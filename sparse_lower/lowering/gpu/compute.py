@@ -1,4 +1,4 @@
-"""The compute part every sparse conv lowers to, once its index table exists.
+"""The gpu compute form of a sparse conv, once its index table exists.
 
 Two strategies, same numbers:
 
@@ -17,40 +17,38 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from ...schemas import ConvGeometry
-from .context import FLOAT, INT64, GpuContext
+from ..context import FLOAT, INT64, LoweringContext
 
 
-def conv_input(ctx: GpuContext, features: gs.Tensor, coords: gs.Tensor) -> tuple[gs.Tensor, bool]:
-    """What the unfold reads, and whether it is dense: the dense tensor itself when the features come
-    from a lowered ToSparse on the same coords (the dense-format method), else the feature rows."""
-    dense = ctx.dense_sources.get(features.name)
-    if dense is not None and dense.coords is coords:
-        return dense.dense, True
-    return features, False
+class GpuCompute:
+    reads_dense = True
 
+    def __init__(self, strategy: str):
+        self.strategy = strategy
 
-def emit_conv(ctx: GpuContext, base: str, geometry: ConvGeometry, source: gs.Tensor, dense: bool,
-              coords: gs.Tensor, nbr: gs.Tensor, out_coords: gs.Tensor, matrix: np.ndarray,
-              bias: np.ndarray | None, out_features: gs.Variable) -> None:
-    """Emit unfold → MatMul (→ fold) (+ bias) writing `out_features`."""
-    cin_k, cout = matrix.shape
-    unfold_attrs = {"spatial_shape": list(geometry.spatial_shape)} if dense else {}
-    unfold_extra = [] if dense else [coords]
-    rows_out = out_features if bias is None else ("rows", FLOAT, [None, cout])
-    if ctx.strategy == "rulebook":
-        in_rows, out_rows = ctx.table("Rulebook", base, [nbr], [("in_rows", INT64, [None, None]),
-                                                             ("out_rows", INT64, [None, None])], {})
-        (in_rows3,) = ctx.table("Unsqueeze", base, [in_rows, ctx.shared_constant("axes_2", np.array([2], np.int64))],
-                                [("in_rows3", INT64, [None, None, 1])], {}, domain="")
-        (gathered,) = ctx.add("IndexedUnfold", base, [source, in_rows3, *unfold_extra],
-                              [("gathered", FLOAT, [geometry.volume, None, cin_k // geometry.volume])], unfold_attrs)
-        weights = ctx.constant(f"{base}/W", matrix.reshape(geometry.volume, -1, cout))
-        (pairs,) = ctx.add("MatMul", base, [gathered, weights], [("pairs", FLOAT, [geometry.volume, None, cout])], domain="")
-        (rows,) = ctx.add("IndexedFold", base, [pairs, out_rows, out_coords], [rows_out], {"mode": "rows"})
-    else:
-        (cols,) = ctx.add("IndexedUnfold", base, [source, nbr, *unfold_extra],
-                          [("cols", FLOAT, [None, cin_k])], unfold_attrs)
-        weights = ctx.constant(f"{base}/W", matrix)
-        (rows,) = ctx.add("MatMul", base, [cols, weights], [rows_out], domain="")
-    if bias is not None:
-        ctx.add("Add", base, [rows, ctx.constant(f"{base}/B", bias.astype(np.float32))], [out_features], domain="")
+    def emit(self, ctx: LoweringContext, base: str, geometry: ConvGeometry, source: gs.Tensor, dense: bool,
+             coords: gs.Tensor, nbr: gs.Tensor, out_coords: gs.Tensor, matrix: np.ndarray,
+             bias: np.ndarray | None, out_features: gs.Variable) -> None:
+        """Emit unfold → MatMul (→ fold) (+ bias) writing `out_features`."""
+        cin_k, cout = matrix.shape
+        taps = geometry.volume
+        unfold_attrs = {"spatial_shape": list(geometry.spatial_shape)} if dense else {}
+        unfold_extra = [] if dense else [coords]
+        rows_out = out_features if bias is None else ("rows", FLOAT, [None, cout])
+        if self.strategy == "rulebook":
+            in_rows, out_rows = ctx.table("Rulebook", base, [nbr], [("in_rows", INT64, [None, None]),
+                                                                 ("out_rows", INT64, [None, None])], {})
+            axes = ctx.shared_constant("axes_2", np.array([2], np.int64))
+            (in_rows3,) = ctx.table("Unsqueeze", base, [in_rows, axes], [("in_rows3", INT64, [None, None, 1])], {},
+                                    domain="")
+            (gathered,) = ctx.add("IndexedUnfold", base, [source, in_rows3, *unfold_extra],
+                                  [("gathered", FLOAT, [taps, None, cin_k // taps])], unfold_attrs)
+            weights = ctx.constant(f"{base}/W", matrix.reshape(taps, -1, cout))
+            (pairs,) = ctx.standard("MatMul", base, [gathered, weights], [("pairs", FLOAT, [taps, None, cout])])
+            (rows,) = ctx.add("IndexedFold", base, [pairs, out_rows, out_coords], [rows_out], {"mode": "rows"})
+        else:
+            (cols,) = ctx.add("IndexedUnfold", base, [source, nbr, *unfold_extra],
+                              [("cols", FLOAT, [None, cin_k])], unfold_attrs)
+            (rows,) = ctx.standard("MatMul", base, [cols, ctx.constant(f"{base}/W", matrix)], [rows_out])
+        if bias is not None:
+            ctx.standard("Add", base, [rows, ctx.constant(f"{base}/B", bias.astype(np.float32))], [out_features])

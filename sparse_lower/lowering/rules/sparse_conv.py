@@ -1,10 +1,10 @@
-"""SparseConv → StridedMap (output coords sorted, neighbour table) → unfold → MatMul."""
+"""SparseConv → StridedMap (output coords sorted, neighbour table)."""
 
 from __future__ import annotations
 
 from .conv_rule import ConvRule
-from .tables import strided_map
-from .weights import conv_matrix
+from ..tables import strided_map
+from ..weights import conv_matrix
 
 
 class SparseConvRule(ConvRule):

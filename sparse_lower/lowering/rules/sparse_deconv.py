@@ -1,12 +1,12 @@
 """SparseDeconv → TransposedMap, or TargetMap when `target_coords` is given (the outputs are then
-exactly the targets, in their order) → unfold → MatMul with the transposed weight layout."""
+exactly the targets, in their order); the weights in the transposed layout."""
 
 from __future__ import annotations
 
 from ..graph import optional_input
 from .conv_rule import ConvRule
-from .tables import target_map, transposed_map
-from .weights import deconv_matrix
+from ..tables import target_map, transposed_map
+from ..weights import deconv_matrix
 
 
 class SparseDeconvRule(ConvRule):

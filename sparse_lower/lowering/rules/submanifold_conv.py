@@ -1,11 +1,11 @@
-"""SubmanifoldConv → SubmanifoldMap → unfold → MatMul: the output rows are the input rows, so the
-output coords are the input coords tensor itself, and later layers on them share the table."""
+"""SubmanifoldConv → SubmanifoldMap: the output rows are the input rows, so the output coords are
+the input coords tensor itself, and later layers on them share the table."""
 
 from __future__ import annotations
 
 from .conv_rule import ConvRule
-from .tables import submanifold_map
-from .weights import conv_matrix
+from ..tables import submanifold_map
+from ..weights import conv_matrix
 
 
 class SubmanifoldConvRule(ConvRule):

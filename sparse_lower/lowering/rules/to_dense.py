@@ -7,17 +7,17 @@ import onnx_graphsurgeon as gs
 
 from ...schemas import SOURCE_DOMAIN, to_dense_attributes
 from ..graph import declare, detach, node_proto
-from .context import FLOAT, INT64, GpuContext
+from ..context import FLOAT, INT64, LoweringContext
 
 
 class ToDenseRule:
     def match(self, node: gs.Node) -> bool:
         return node.domain == SOURCE_DOMAIN and node.op == "ToDense"
 
-    def check(self, node: gs.Node, ctx: GpuContext) -> str | None:
+    def check(self, node: gs.Node, ctx: LoweringContext) -> str | None:
         return None
 
-    def rewrite(self, node: gs.Node, ctx: GpuContext) -> None:
+    def rewrite(self, node: gs.Node, ctx: LoweringContext) -> None:
         boundary = to_dense_attributes(node_proto(node))
         features, coords = ctx.float32(node.inputs[0]), node.inputs[1]
         (output,) = node.outputs

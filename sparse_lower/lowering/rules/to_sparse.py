@@ -8,17 +8,17 @@ import onnx_graphsurgeon as gs
 
 from ...schemas import SOURCE_DOMAIN
 from ..graph import declare, detach
-from .context import FLOAT, INT64, DenseSource, GpuContext
+from ..context import FLOAT, INT64, DenseSource, LoweringContext
 
 
 class ToSparseRule:
     def match(self, node: gs.Node) -> bool:
         return node.domain == SOURCE_DOMAIN and node.op == "ToSparse"
 
-    def check(self, node: gs.Node, ctx: GpuContext) -> str | None:
+    def check(self, node: gs.Node, ctx: LoweringContext) -> str | None:
         return None
 
-    def rewrite(self, node: gs.Node, ctx: GpuContext) -> None:
+    def rewrite(self, node: gs.Node, ctx: LoweringContext) -> None:
         dense = ctx.float32(node.inputs[0])
         features, coords = node.outputs
         base = node.name or ctx.fresh("ToSparse")

@@ -1,0 +1,246 @@
+"""The nna compute form of a sparse conv (DESIGN.md §4, the patent's NNA method).
+
+The accelerator runs standard ops only. The features enter as `[1, Cin, 1, N]`; one 1×1 `Conv` per
+kernel tap (or, with `fuse_taps`, one `Conv` with K·Cout outputs split per tap) gives each input's
+partial output for that tap, `P_k [1, Cout, 1, N]`; a combine method moves the partials to the output
+columns `[1, Cout, 1, M]`:
+
+* `gather`: append a zero column to `P_k` and `Gather` the column each output reads through tap k
+  (the zero column where it reads nothing), then `Add` over taps — no scatter, O(N) memory;
+* `scatter`: `ScatterElements` with `reduction="add"` of `P_k` into the output columns, one scatter
+  per tap so that no index repeats within one op (onnxruntime's scatter-add races on repeated
+  indices); inputs that feed no output through tap k go to a dump column that is sliced off;
+* `matmul`: `MatMul` of `P_k` with the transposed scatter matrix `S_kᵀ [N, M]` and `Add` (patent
+  method 1, O(K·M·N) memory, refused at run time above `ScatterMatrices`' `max_bytes`).
+
+The index tables the combine reads are computed outside the accelerator, from the same neighbour
+tables the gpu target uses, by the custom-op index builders and int64 standard ops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from ...schemas import ConvGeometry
+from ..context import FLOAT, INT64, LoweringContext
+from .padding import pad_to_capacity, padded_rows
+
+COMBINES = ("gather", "scatter", "matmul")
+
+
+class NnaCompute:
+    reads_dense = False
+
+    def __init__(self, combine: str, max_active: int | None, fuse_taps: bool):
+        self.combine = combine
+        self.capacity = max_active
+        self.fuse_taps = fuse_taps
+
+    def emit(self, ctx: LoweringContext, base: str, geometry: ConvGeometry, source: gs.Tensor, dense: bool,
+             coords: gs.Tensor, nbr: gs.Tensor, out_coords: gs.Tensor, matrix: np.ndarray,
+             bias: np.ndarray | None, out_features: gs.Variable) -> None:
+        taps, cout = geometry.volume, matrix.shape[1]
+        cin = matrix.shape[0] // taps
+        cap = self.capacity
+        rows = padded_rows(ctx, source, cap) if cap else source
+        if cap:
+            nbr = pad_to_capacity(ctx, nbr, cap, np.int64(-1), [cap, taps])
+        if self._zero_row:
+            rows = self._with_zero_row(ctx, rows, cin)
+        x = self._to_columns(ctx, base, rows, cin)
+        partials = self._partials(ctx, base, x, matrix, taps, cin, cout)
+        combine = {"gather": self._gather, "scatter": self._scatter, "matmul": self._matmul}[self.combine]
+        y = combine(ctx, base, rows, nbr, partials, cout)
+        if bias is not None:
+            y = self._add_bias(ctx, base, y, bias, out_coords, cout)
+        result = ctx.standard("Reshape", base, [y, ctx.shared_constant(f"shape_{cout}_-1", np.array([cout, -1]))],
+                              [("out_columns", FLOAT, [cout, cap])])[0]
+        if not cap:
+            ctx.standard("Transpose", base, [result], [out_features], {"perm": [1, 0]})
+            return
+        (padded,) = ctx.standard("Transpose", base, [result], [("out_padded", FLOAT, [cap, cout])], {"perm": [1, 0]})
+        ctx.padded[out_features.name] = padded
+        zero = ctx.shared_constant("zero_1", np.array([0], np.int64))
+        ctx.standard("Slice", base, [padded, zero, self._row_count(ctx, out_coords), zero], [out_features])
+
+    # -- the accelerator part ---------------------------------------------------------------------
+
+    @property
+    def _zero_row(self) -> bool:
+        """Whether the input rows get a zero row appended: its partial output is the zero column that
+        outputs without a neighbour gather, and it keeps the image from having zero width (a frame
+        can be empty, and onnxruntime's Conv refuses a zero-width image). With a capacity, scatter and
+        matmul need neither, and the image is exactly [1, Cin, 1, max_active]."""
+        return self.combine == "gather" or not self.capacity
+
+    def _columns(self) -> int | None:
+        """The static column count of the images (None when it is known only at run time)."""
+        return self.capacity + self._zero_row if self.capacity else None
+
+    def _with_zero_row(self, ctx, rows, cin) -> gs.Tensor:
+        """Rows [N, Cin] with a zero row appended, shared by every layer reading them."""
+        pads = ctx.shared_constant("pads_one_row", np.array([0, 0, 1, 0], np.int64))
+        (extended,) = ctx.table("Pad", f"{rows.name}/zero_row", [rows, pads],
+                                [("with_zero_row", FLOAT, [self._columns(), cin])], {}, domain="")
+        return extended
+
+    def _to_columns(self, ctx, base, rows, cin) -> gs.Tensor:
+        """Rows [N + 1, Cin] as the image [1, Cin, 1, N + 1] the 1×1 convs read."""
+        columns = self._columns()
+        (transposed,) = ctx.table("Transpose", rows.name, [rows], [("features_t", FLOAT, [cin, columns])],
+                                  {"perm": [1, 0]}, domain="")
+        shape = ctx.shared_constant(f"shape_1_{cin}_1_-1", np.array([1, cin, 1, -1]))
+        (image,) = ctx.table("Reshape", transposed.name, [transposed, shape], [("image", FLOAT, [1, cin, 1, columns])],
+                             {}, domain="")
+        return image
+
+    def _partials(self, ctx, base, x, matrix, taps, cin, cout) -> list[gs.Tensor]:
+        """P_k [1, Cout, 1, N] for every tap: one 1×1 Conv per tap, or one fused Conv split per tap."""
+        cap = self.capacity
+        per_tap = [matrix[k * cin:(k + 1) * cin].T.reshape(cout, cin, 1, 1) for k in range(taps)]
+        spec = [("partial", FLOAT, [1, cout, 1, self._columns()])]
+        if not self.fuse_taps:
+            return [ctx.standard("Conv", f"{base}/tap{k}", [x, ctx.constant(f"{base}/W{k}", w)], spec,
+                                 {"kernel_shape": [1, 1]})[0] for k, w in enumerate(per_tap)]
+        weights = ctx.constant(f"{base}/W", np.concatenate(per_tap, axis=0))
+        (fused,) = ctx.standard("Conv", base, [x, weights], [("partials", FLOAT, [1, taps * cout, 1, self._columns()])],
+                                {"kernel_shape": [1, 1]})
+        split = ctx.shared_constant(f"split_{taps}x{cout}", np.full(taps, cout, np.int64))
+        return ctx.standard("Split", base, [fused, split], spec * taps, {"axis": 1})
+
+    def _gather(self, ctx, base, rows, nbr, partials, cout) -> gs.Tensor:
+        cap = self.capacity
+        indices = self._tap_rows(ctx, nbr, self._zero_row_index(ctx, rows), len(partials))
+        total = None
+        for k, (partial, index) in enumerate(zip(partials, indices)):
+            (moved,) = ctx.standard("Gather", f"{base}/tap{k}", [partial, index], [("moved", FLOAT, [1, cout, 1, cap])],
+                                    {"axis": 3})
+            total = moved if total is None else ctx.standard("Add", f"{base}/tap{k}", [total, moved],
+                                                             [("sum", FLOAT, [1, cout, 1, cap])])[0]
+        return total
+
+    def _scatter(self, ctx, base, rows, nbr, partials, cout) -> gs.Tensor:
+        cap = self.capacity
+        outputs = self._count(ctx, nbr, "outputs")
+        indices = self._scatter_indices(ctx, rows, nbr, outputs, len(partials), cout)
+        accumulator = self._zeros(ctx, outputs, cout)
+        for k, (partial, index) in enumerate(zip(partials, indices)):
+            (accumulator,) = ctx.standard("ScatterElements", f"{base}/tap{k}", [accumulator, index, partial],
+                                          [("scattered", FLOAT, [1, cout, 1, cap + 1 if cap else None])],
+                                          {"axis": 3, "reduction": "add"})
+        zero = ctx.shared_constant("zero_1", np.array([0], np.int64))
+        axis = ctx.shared_constant("axis_3", np.array([3], np.int64))
+        (y,) = ctx.standard("Slice", base, [accumulator, zero, outputs, axis], [("combined", FLOAT, [1, cout, 1, cap])])
+        return y
+
+    def _matmul(self, ctx, base, rows, nbr, partials, cout) -> gs.Tensor:
+        cap = self.capacity
+        columns = self._columns()
+        (matrices,) = ctx.table("ScatterMatrices", nbr.name, [nbr, rows], [("S", FLOAT, [len(partials), cap, columns])],
+                                {})
+        total = None
+        for k, partial in enumerate(partials):
+            (chosen,) = ctx.table("Gather", f"{nbr.name}/tap{k}", [matrices, ctx.shared_constant(f"index_{k}", np.array(k))],
+                                  [("S_k", FLOAT, [cap, columns])], {"axis": 0}, domain="")
+            (transposed,) = ctx.table("Transpose", f"{nbr.name}/tap{k}", [chosen], [("S_kT", FLOAT, [columns, cap])],
+                                      {"perm": [1, 0]}, domain="")
+            (moved,) = ctx.standard("MatMul", f"{base}/tap{k}", [partial, transposed], [("moved", FLOAT, [1, cout, 1, cap])])
+            total = moved if total is None else ctx.standard("Add", f"{base}/tap{k}", [total, moved],
+                                                             [("sum", FLOAT, [1, cout, 1, cap])])[0]
+        return total
+
+    def _add_bias(self, ctx, base, y, bias, out_coords, cout) -> gs.Tensor:
+        """Bias on the real output columns only: with a capacity, padding columns stay zero."""
+        cap = self.capacity
+        value = ctx.constant(f"{base}/B", bias.astype(np.float32).reshape(1, cout, 1, 1))
+        if cap:
+            (masked,) = ctx.standard("Mul", base, [value, self._valid_columns(ctx, out_coords)],
+                                     [("bias_columns", FLOAT, [1, cout, 1, cap])])
+            value = masked
+        (y,) = ctx.standard("Add", base, [y, value], [("biased", FLOAT, [1, cout, 1, cap])])
+        return y
+
+    # -- the index part (outside the accelerator) -------------------------------------------------
+
+    def _count(self, ctx, tensor, role) -> gs.Tensor:
+        """The row count of `tensor` as int64 [1]: the capacity, or its run-time length."""
+        if self.capacity:
+            return ctx.shared_constant(f"capacity_{self.capacity}", np.array([self.capacity], np.int64))
+        (count,) = ctx.table("Shape", tensor.name, [tensor], [(f"{role}_count", INT64, [1])], {"start": 0, "end": 1},
+                             domain="")
+        return count
+
+    def _zero_row_index(self, ctx, rows) -> gs.Tensor:
+        """The index of the appended zero row (N, or the capacity), as int64 [1]."""
+        if self.capacity:
+            return self._count(ctx, rows, "rows")
+        one = ctx.shared_constant("one_1", np.array([1], np.int64))
+        (index,) = ctx.table("Sub", rows.name, [self._count(ctx, rows, "rows"), one], [("zero_row", INT64, [1])], {},
+                             domain="")
+        return index
+
+    def _row_count(self, ctx, out_coords) -> gs.Tensor:
+        (count,) = ctx.table("Shape", out_coords.name, [out_coords], [("count", INT64, [1])], {"start": 0, "end": 1},
+                             domain="")
+        return count
+
+    def _tap_rows(self, ctx, nbr, rows_count, taps) -> list[gs.Tensor]:
+        """Per tap, the input column each output reads ([M] int64), N (the zero column) for none."""
+        zero = ctx.shared_constant("zero_scalar", np.array(0, np.int64))
+        (missing,) = ctx.table("Less", nbr.name, [nbr, zero], [("missing", np.bool_, nbr.shape)], {}, domain="")
+        (columns,) = ctx.table("Where", nbr.name, [missing, rows_count, nbr], [("columns", INT64, nbr.shape)], {},
+                               domain="")
+        return self._per_tap(ctx, columns, taps, 1, self.capacity)
+
+    def _scatter_indices(self, ctx, rows, nbr, outputs, taps, cout) -> list[gs.Tensor]:
+        """Per tap, the output column each input lands in, broadcast to [1, Cout, 1, N] as
+        ScatterElements wants; M (the dump column) for inputs that feed nothing through that tap."""
+        cap = self.capacity
+        columns = self._columns()
+        (inverse,) = ctx.table("InverseMap", nbr.name, [nbr, rows], [("inverse", INT64, [taps, columns])], {})
+        zero = ctx.shared_constant("zero_scalar", np.array(0, np.int64))
+        (missing,) = ctx.table("Less", inverse.name, [inverse, zero], [("missing", np.bool_, [taps, columns])], {},
+                               domain="")
+        (targets,) = ctx.table("Where", inverse.name, [missing, outputs, inverse], [("targets", INT64, [taps, columns])], {},
+                               domain="")
+        expand = ctx.shared_constant(f"expand_1_{cout}_1_1", np.array([1, cout, 1, 1], np.int64))
+        indices = []
+        for k, row in enumerate(self._per_tap(ctx, targets, taps, 0, columns)):
+            (image,) = ctx.table("Reshape", row.name, [row, ctx.shared_constant("shape_1_1_1_-1",
+                                                                                 np.array([1, 1, 1, -1]))],
+                                 [("image", INT64, [1, 1, 1, columns])], {}, domain="")
+            (broadcast,) = ctx.table("Expand", f"{row.name}/{cout}", [image, expand],
+                                     [("broadcast", INT64, [1, cout, 1, columns])], {}, domain="")
+            indices.append(broadcast)
+        return indices
+
+    def _per_tap(self, ctx, table, taps, axis, length) -> list[gs.Tensor]:
+        """Slice k along `axis` of an int64 table ([length] each), one tensor per tap."""
+        return [ctx.table("Gather", f"{table.name}/tap{k}", [table, ctx.shared_constant(f"index_{k}", np.array(k))],
+                          [("tap", INT64, [length])], {"axis": axis}, domain="")[0] for k in range(taps)]
+
+    def _zeros(self, ctx, outputs, cout) -> gs.Tensor:
+        """The scatter accumulator [1, Cout, 1, M + 1] (the last column collects what feeds nothing)."""
+        if self.capacity:
+            return ctx.shared_constant(f"zeros_{cout}_{self.capacity + 1}",
+                                       np.zeros((1, cout, 1, self.capacity + 1), np.float32))
+        one = ctx.shared_constant("one_1", np.array([1], np.int64))
+        (columns,) = ctx.table("Add", outputs.name, [outputs, one], [("plus_one", INT64, [1])], {}, domain="")
+        prefix = ctx.shared_constant(f"prefix_1_{cout}_1", np.array([1, cout, 1], np.int64))
+        (shape,) = ctx.table("Concat", f"{columns.name}/{cout}", [prefix, columns], [("shape", INT64, [4])],
+                             {"axis": 0}, domain="")
+        (zeros,) = ctx.table("ConstantOfShape", shape.name, [shape], [("zeros", FLOAT, [1, cout, 1, None])],
+                             {"value": gs.Constant("zero", np.zeros(1, np.float32))}, domain="")
+        return zeros
+
+    def _valid_columns(self, ctx, out_coords) -> gs.Tensor:
+        """1 for the real output columns, 0 for the padding ones: [1, 1, 1, capacity] float."""
+        cap = self.capacity
+        count = self._row_count(ctx, out_coords)
+        positions = ctx.shared_constant(f"range_{cap}", np.arange(cap, dtype=np.int64))
+        (real,) = ctx.table("Less", f"{count.name}/valid", [positions, count], [("real", np.bool_, [cap])], {}, domain="")
+        (mask,) = ctx.table("Cast", real.name, [real], [("mask", FLOAT, [cap])], {"to": 1}, domain="")
+        (image,) = ctx.table("Reshape", mask.name, [mask, ctx.shared_constant("shape_1_1_1_-1", np.array([1, 1, 1, -1]))],
+                             [("mask_image", FLOAT, [1, 1, 1, cap])], {}, domain="")
+        return image
