@@ -1,0 +1,200 @@
+"""The nna and hybrid targets (DESIGN.md §4) run in onnxruntime against the dense oracle and the
+NumPy reference: every combine method, with and without a fixed capacity, one Conv per tap or fused;
+multi-layer chains; the patent's worked examples; capacity and size refusals."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import sparse_lower
+from oracle import (IR_VERSION, OPSET_IMPORTS, assert_matches_oracle, densify, random_conv_config,
+                    random_sparse, sparse_node_model)
+from sparse_lower import reference
+from sparse_lower.models import SparseModelBuilder, centerpoint_head_stack
+from test_lower_gpu import chain_model
+
+COMBINES = ("gather", "scatter", "matmul")
+
+
+def session(model, threads=1):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    return sparse_lower.create_session(model, sess_options=options)
+
+
+@pytest.mark.parametrize("capacity", [False, True])
+@pytest.mark.parametrize("combine", COMBINES)
+@pytest.mark.parametrize("seed", range(120))
+def test_random_config_matches_dense_oracle(seed, combine, capacity):
+    rng = np.random.default_rng(seed)
+    config = random_conv_config(rng)
+    model, (W, B) = sparse_node_model(config.op_type, config.attrs, config.cin, config.cout, config.ndim,
+                                      config.with_bias, config.target_coords is not None, rng)
+    expected = reference.run(model, config.feeds)
+    max_active = None
+    if capacity:  # room for the input and output rows, plus slack that stays padding
+        max_active = max(len(config.coords), len(expected["out_coords"]), 1) + int(rng.integers(0, 5))
+    lowered = sparse_lower.lower(model, target="nna", combine=combine, max_active=max_active,
+                                 fuse_taps=bool(seed % 2), check_each_pass=True)
+    taps = int(np.prod(config.attrs["kernel_shape"]))
+    if combine == "matmul" and max_active and taps * max_active ** 2 * 4 > 2 ** 30:
+        with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument, match="more than max_bytes"):
+            session(lowered).run(None, config.feeds)
+        return
+    out_features, out_coords = session(lowered).run(["out_features", "out_coords"], config.feeds)
+    assert_matches_oracle(config, W, B, out_features, out_coords)
+    np.testing.assert_allclose(out_features, expected["out_features"], rtol=1e-4, atol=1e-5)
+
+
+def test_the_compute_is_standard_ops_with_static_shapes_under_a_capacity():
+    model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    for combine in COMBINES:
+        lowered = onnx.shape_inference.infer_shapes(sparse_lower.lower(model, target="nna", combine=combine,
+                                                                       max_active=2000))
+        values = {v.name: v for v in (*lowered.graph.value_info, *lowered.graph.output)}
+        convs = [n for n in lowered.graph.node if n.op_type == "Conv"]
+        assert len(convs) == 3 * 27, "one 1x1 Conv per tap and layer"
+        for node in convs:
+            assert node.domain == "" and list(node.attribute[0].ints) == [1, 1]
+            for name in (*node.input[:1], *node.output):
+                dims = values[name].type.tensor_type.shape.dim
+                assert all(d.HasField("dim_value") for d in dims), (combine, name)
+                assert dims[0].dim_value == 1 and dims[2].dim_value == 1  # the [1, C, 1, N] layout
+        assert not [n for n in lowered.graph.node if n.op_type == "IndexedUnfold"]
+
+
+@pytest.mark.parametrize("target", ["nna", "hybrid"])
+@pytest.mark.parametrize("combine", COMBINES)
+@pytest.mark.parametrize("max_active", [None, 2000])
+def test_multi_layer_stack_matches_the_reference(target, combine, max_active, rng):
+    model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    features, coords = random_sparse(rng, 2, 5, (10, 40, 40), count=800)
+    feeds = {"features": features, "coords": coords}
+    lowered = sparse_lower.lower(model, target=target, combine=combine, max_active=max_active, check_each_pass=True)
+    got = dict(zip(["f", "c"], session(lowered, threads=2).run(None, feeds)))
+    expected = reference.run(model, feeds)
+    np.testing.assert_array_equal(got["c"], expected["sparseconv4.coords"])
+    np.testing.assert_allclose(got["f"], expected["sparseconv4.features"], rtol=1e-4, atol=1e-5)
+    ops = Counter(n.op_type for n in lowered.graph.node)
+    if target == "hybrid":
+        assert ops["IndexedUnfold"] == 1 and ops["Conv"] == 2 * 27, "first layer on the gpu path, the rest nna"
+    if max_active:  # padded rows flow through the ReLUs: only the model output is sliced back
+        nna_layers = 2 if target == "hybrid" else 3
+        assert ops["Slice"] == 1 + (nna_layers if combine == "scatter" else 0)  # + each scatter's dump column
+
+
+@pytest.mark.parametrize("target", ["nna", "hybrid"])
+def test_dense_boundaries(target, rng):
+    model = chain_model()
+    X = densify(*random_sparse(rng, 2, 2, (6, 8), density=0.3), 2, (6, 8))
+    expected = reference.run(model, {"X": X})["Y"]
+    for max_active in (None, 64):
+        lowered = sparse_lower.lower(model, target=target, max_active=max_active)
+        (y,) = session(lowered).run(None, {"X": X})
+        np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-4)
+        ops = Counter(n.op_type for n in lowered.graph.node)
+        assert ops["ActiveSites"] == 1 and ops["IndexedFold"] == 1, "the boundaries stay on the custom ops"
+
+
+@pytest.mark.parametrize("combine", COMBINES)
+def test_results_do_not_depend_on_the_thread_count(combine, rng):
+    model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    features, coords = random_sparse(rng, 2, 5, (10, 40, 40), count=1500)
+    feeds = {"features": features, "coords": coords}
+    lowered = sparse_lower.lower(model, target="nna", combine=combine)
+    runs = [session(lowered, threads).run(None, feeds) for threads in (1, 2, 8)]
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            np.testing.assert_array_equal(a, b)
+
+
+def patent_example_model(combine):
+    """The patent's worked example: three active sites p1 (1, 1), p2 (1, 2), p3 (2, 2) of a 2D image,
+    one channel, a 3×3 submanifold conv with weights w1..w9 in row-major tap order."""
+    W = np.arange(1, 10, dtype=np.float32).reshape(1, 1, 3, 3)
+    node = helper.make_node("SubmanifoldConv", ["p", "coords", "W"], ["q", "q_coords"], name="patent",
+                            domain="sparse", kernel_shape=[3, 3], spatial_shape=[4, 4])
+    graph = helper.make_graph([node], "patent", [helper.make_tensor_value_info("p", TensorProto.FLOAT, [3, 1]),
+                                                 helper.make_tensor_value_info("coords", TensorProto.INT64, [3, 3])],
+                              [helper.make_tensor_value_info("q", TensorProto.FLOAT, [3, 1]),
+                               helper.make_tensor_value_info("q_coords", TensorProto.INT64, [3, 3])],
+                              [numpy_helper.from_array(W, "W")])
+    model = helper.make_model(graph, opset_imports=OPSET_IMPORTS, ir_version=IR_VERSION)
+    return sparse_lower.lower(model, target="nna", combine=combine, max_active=3)
+
+
+@pytest.mark.parametrize("combine", COMBINES)
+def test_patent_three_site_example(combine):
+    p = np.array([[2.0], [3.0], [5.0]], np.float32)
+    coords = np.array([[0, 1, 1], [0, 1, 2], [0, 2, 2]], np.int64)
+    w = dict(enumerate(range(1, 10), start=1))  # w1..w9
+    # Each output is the sum of the partial outputs (one 1x1 conv per tap) that reach it:
+    q1 = w[5] * p[0] + w[6] * p[1] + w[9] * p[2]  # p2 is q1's right neighbour, p3 its lower right
+    q2 = w[4] * p[0] + w[5] * p[1] + w[8] * p[2]
+    q3 = w[1] * p[0] + w[2] * p[1] + w[5] * p[2]
+    lowered = patent_example_model(combine)
+    assert Counter(n.op_type for n in lowered.graph.node)["Conv"] == 9
+    q, q_coords = session(lowered).run(None, {"p": p, "coords": coords})
+    np.testing.assert_array_equal(q_coords, coords)
+    np.testing.assert_allclose(q, np.stack([q1, q2, q3]), rtol=1e-6)
+
+
+def test_patent_scatter_matrices_of_the_example():
+    lowered = patent_example_model("matmul")
+    matrices = next(n.output[0] for n in lowered.graph.node if n.op_type == "ScatterMatrices")
+    lowered.graph.output.append(helper.make_tensor_value_info(matrices, TensorProto.FLOAT, [9, 3, 3]))
+    coords = np.array([[0, 1, 1], [0, 1, 2], [0, 2, 2]], np.int64)
+    S = session(lowered).run([matrices], {"p": np.ones((3, 1), np.float32), "coords": coords})[0]
+    expected = np.zeros((9, 3, 3), np.float32)
+    for tap, output, source in [(4, 0, 0), (4, 1, 1), (4, 2, 2),  # the centre tap: the identity
+                                (5, 0, 1), (8, 0, 2), (3, 1, 0), (7, 1, 2), (0, 2, 0), (1, 2, 1)]:
+        expected[tap, output, source] = 1
+    np.testing.assert_array_equal(S, expected)
+
+
+def test_patent_graph_shape_128_to_256_on_1000_sites():
+    builder = SparseModelBuilder(2, 128, np.random.default_rng(0))
+    builder.conv("SubmanifoldConv", 256, (3, 3), (100, 100), bias=False)
+    lowered = onnx.shape_inference.infer_shapes(
+        sparse_lower.lower(builder.build(), target="nna", combine="matmul", max_active=1000))
+    values = {v.name: v for v in lowered.graph.value_info}
+    initializers = {t.name: t for t in lowered.graph.initializer}
+
+    def shape(name):
+        return [d.dim_value for d in values[name].type.tensor_type.shape.dim]
+
+    convs = [n for n in lowered.graph.node if n.op_type == "Conv"]
+    assert len(convs) == 9
+    assert {tuple(initializers[n.input[1]].dims) for n in convs} == {(256, 128, 1, 1)}
+    assert {tuple(shape(n.input[0])) for n in convs} == {(1, 128, 1, 1000)}
+    assert {tuple(shape(n.output[0])) for n in convs} == {(1, 256, 1, 1000)}
+    (scatter_matrices,) = [n for n in lowered.graph.node if n.op_type == "ScatterMatrices"]
+    assert shape(scatter_matrices.output[0]) == [9, 1000, 1000]
+    products = [n for n in lowered.graph.node if n.op_type == "MatMul"]
+    assert len(products) == 9 and {tuple(shape(n.input[1])) for n in products} == {(1000, 1000)}
+
+
+def test_more_active_rows_than_max_active_is_a_clear_error(rng):
+    model, _ = sparse_node_model("SubmanifoldConv", {"kernel_shape": [3, 3], "spatial_shape": [8, 8]}, 2, 3, 2,
+                                 True, False, rng)
+    features, coords = random_sparse(rng, 1, 2, (8, 8), count=30)
+    lowered = sparse_lower.lower(model, target="nna", max_active=20)
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument) as info:
+        session(lowered).run(None, {"features": features, "coords": coords})
+    assert "x has 30 rows, more than the capacity 20 (max_active); raise max_active to at least 30" in str(info.value)
+
+
+def test_scatter_matrices_above_the_size_limit_are_refused(rng):
+    model, _ = sparse_node_model("SubmanifoldConv", {"kernel_shape": [3, 3, 3], "spatial_shape": [40, 40, 40]},
+                                 1, 1, 3, False, False, rng)
+    features, coords = random_sparse(rng, 1, 1, (40, 40, 40), count=4000)
+    lowered = sparse_lower.lower(model, target="nna", combine="matmul")
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument) as info:
+        session(lowered).run(None, {"features": features, "coords": coords})
+    assert "ScatterMatrices" in str(info.value) and 'combine="gather"' in str(info.value)
