@@ -63,3 +63,27 @@ def test_help_is_the_subcommand_docstring():
     result = subprocess.run([sys.executable, "-m", "sparse_lower.cli.main", "convert", "--help"],
                             capture_output=True, text=True, check=True, cwd="/")
     assert "--verify runs the NumPy reference" in result.stdout
+
+
+@pytest.mark.parametrize("combine", ["gather", "scatter", "matmul"])
+def test_convert_nna_verify(model_path, tmp_path, capsys, combine):
+    out = tmp_path / "nna.onnx"
+    assert main(["convert", str(model_path), "-o", str(out), "--target", "nna", "--combine", combine,
+                 "--max-active", "600", "--fuse-taps", "--verify"]) == 0
+    assert "verify: ok" in capsys.readouterr().out
+    metadata = {p.key: p.value for p in onnx.load(out).metadata_props}
+    assert '"target": "nna"' in metadata["sparse_lower.options"]
+    assert f'"combine": "{combine}"' in metadata["sparse_lower.options"] and metadata["sparse_lower.version"]
+
+
+def test_inspect_reports_costs_per_method(model_path, tmp_path, capsys):
+    # SubM 3x3x3 4->8 at N = 1000: gpu 27*1000*4*8 = 0.864 M; matmul adds 27*1000*1000*8 = 216 M;
+    # scatter adds 27*1000*8; dense: the 10x12x14 grid, 1680*27*4*8 = 1.45 M.
+    assert main(["inspect", str(model_path), "--active", "1000"]) == 0
+    text = capsys.readouterr().out
+    assert "submanifoldconv0  SubmanifoldConv  0.9  216.9   1.1      1.1     1.5" in text
+    lowered = tmp_path / "lowered.onnx"
+    main(["convert", str(model_path), "-o", str(lowered)])
+    capsys.readouterr()
+    assert main(["inspect", str(lowered), "--active", "1000"]) == 0
+    assert "submanifoldconv0  SubmanifoldConv  0.9  216.9   1.1      1.1     1.5" in capsys.readouterr().out

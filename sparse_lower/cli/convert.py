@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 
 from ..api import load, lower
+from ..lowering import COMBINES, STRATEGIES, TARGETS
 from ..verify import compare, example_inputs
 from .table import before_after, render
 
@@ -14,9 +15,15 @@ class Convert:
     """Lower the sparse convolutions of an ONNX model for a target.
 
     Reads IN (section-3 source ops of DESIGN.md), rewrites every sparse node and writes OUT.
-    target gpu: index-builder custom ops -> IndexedUnfold -> MatMul (-> IndexedFold); run OUT with
-    sparse_lower.create_session or any onnxruntime session that registers the library
-    (python -c "import sparse_lower; print(sparse_lower.get_library_path())").
+      gpu     index-builder custom ops -> IndexedUnfold -> MatMul (-> IndexedFold)
+      nna     index tables from the custom ops; the compute in standard ops only: one 1x1 Conv per
+              kernel tap on [1, C, 1, N] (--fuse-taps: one Conv with K*Cout outputs) and a combine
+              method: gather (default), scatter or matmul (scatter matrices, O(K*N^2) memory).
+              --max-active N fixes the row capacity so that the compute has static shapes.
+      hybrid  the first sparse layer of each branch on the gpu path, the rest on the nna path.
+    Run OUT with sparse_lower.create_session, or any onnxruntime session that registers the library
+    (python -c "import sparse_lower; print(sparse_lower.get_library_path())"); split it per device
+    with `sparse-lower partition`.
 
     --verify runs the NumPy reference on IN and onnxruntime on OUT with random inputs (or --inputs)
     and prints the largest error per output; the exit status is 1 when an output differs by more
@@ -31,9 +38,13 @@ class Convert:
     def add_arguments(parser):
         parser.add_argument("input", help="source ONNX model")
         parser.add_argument("-o", "--output", required=True, help="where to write the lowered model")
-        parser.add_argument("--target", default="gpu", choices=["gpu", "nna", "hybrid"])
-        parser.add_argument("--strategy", default="auto", choices=["auto", "unfold", "rulebook"],
+        parser.add_argument("--target", default="gpu", choices=list(TARGETS))
+        parser.add_argument("--strategy", default="auto", choices=list(STRATEGIES),
                             help="gpu compute form (default auto)")
+        parser.add_argument("--combine", default="gather", choices=list(COMBINES),
+                            help="nna combine method (default gather)")
+        parser.add_argument("--max-active", type=int, help="nna row capacity (static shapes)")
+        parser.add_argument("--fuse-taps", action="store_true", help="nna: one Conv with K*Cout outputs")
         parser.add_argument("--dump-dir", help="write the model after every pass into this folder")
         parser.add_argument("--verify", action="store_true", help="compare reference and lowered model")
         parser.add_argument("--inputs", help=".npz of inputs for --verify (default: random)")
@@ -43,7 +54,8 @@ class Convert:
 
     def run(self, args) -> int:
         source = load(args.input)
-        lowered = lower(source, target=args.target, strategy=args.strategy, dump_dir=args.dump_dir)
+        lowered = lower(source, target=args.target, strategy=args.strategy, combine=args.combine,
+                        max_active=args.max_active, fuse_taps=args.fuse_taps, dump_dir=args.dump_dir)
         onnx.save(lowered, args.output)
         print(before_after(source, lowered))
         print(f"wrote {args.output}")

@@ -7,6 +7,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..api import load
+from ..costs import METHODS, cost_rows, layer_costs
 from ..schemas import CONV_OPS, CUSTOM_DOMAIN, SOURCE_DOMAIN, conv_geometry
 from .table import op_counts, render
 
@@ -38,13 +39,18 @@ def sparse_layers(model: onnx.ModelProto) -> list[list]:
 
 
 class Inspect:
-    """Describe an ONNX model: inputs, outputs, op counts, sparse layers and parameters.
+    """Describe an ONNX model: inputs, outputs, op counts, sparse layers, costs and parameters.
 
     Works on source models (lists every SubmanifoldConv / SparseConv / SparseDeconv with its kernel,
     strides, pads, dilations, channels, input and output grid and parameter count) and on lowered
     models (lists the sparse_lower custom ops and the index tables they share).
 
-    example: sparse-lower inspect model.onnx
+    The cost table gives each sparse conv's multiply-accumulates (millions) per method at --active N
+    sites (outputs taken as N too): gpu unfold M*K*Cin*Cout; nna 1x1 convs K*N*Cin*Cout plus the
+    combine (matmul K*M*N*Cout, patent method 1; scatter K*N*Cout, method 2; gather K*M*Cout); dense
+    conv of the whole grid B*Hout*Wout*K*Cin*Cout.
+
+    example: sparse-lower inspect model.onnx --active 80000
     """
 
     name = "inspect"
@@ -52,6 +58,8 @@ class Inspect:
     @staticmethod
     def add_arguments(parser):
         parser.add_argument("input", help="ONNX model")
+        parser.add_argument("--active", type=int, default=1000, help="active sites for the cost table")
+        parser.add_argument("--batch", type=int, default=1, help="batch for the dense cost")
 
     def run(self, args) -> int:
         model = load(args.input)
@@ -66,6 +74,10 @@ class Inspect:
         if layers:
             print(render(["sparse layer", "op", "kernel", "strides", "pads", "dilations", "channels", "grid in",
                           "grid out", "params"], layers))
+        costs = layer_costs(model)
+        if costs:
+            print(f"MACs (millions) at {args.active:,} active sites, batch {args.batch}:")
+            print(render(["sparse layer", "op", *METHODS], cost_rows(costs, args.active, args.batch)))
         custom = [n for n in graph.node if n.domain == CUSTOM_DOMAIN]
         if custom:
             print(render(["custom op", "inputs", "outputs"],

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+from importlib.metadata import version
+
 import onnx
 import onnx_graphsurgeon as gs
 
+from ..costs import layer_costs, record
 from ..errors import SparseLowerError
 from ..lowering import LoweringContext, Options, rules
 from ..lowering.graph import export
@@ -54,7 +59,17 @@ class LowerSparse:
         imports = [(CUSTOM_DOMAIN, 1)]
         if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
             imports.append(("", DEFAULT_OPSET))
-        return export(graph, model, drop_domains=(SOURCE_DOMAIN,), add_domains=imports)
+        lowered = export(graph, model, drop_domains=(SOURCE_DOMAIN,), add_domains=imports)
+        self._stamp(lowered, model)
+        return lowered
+
+    def _stamp(self, lowered: onnx.ModelProto, source: onnx.ModelProto) -> None:
+        """Record what produced the model, and its sparse layers for the cost report."""
+        options = {"target": self.target, **asdict(self.options)}
+        onnx.helper.set_model_props(lowered, {**{p.key: p.value for p in lowered.metadata_props},
+                                              "sparse_lower.version": version("sparse-lower"),
+                                              "sparse_lower.options": json.dumps(options)})
+        record(lowered, layer_costs(source))
 
     def ensures(self, model: onnx.ModelProto) -> None:
         left = source_nodes(model)

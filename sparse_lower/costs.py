@@ -1,0 +1,77 @@
+"""Multiply-accumulates of each sparse conv layer under each lowering method (the patent's cost
+equations), so a user can see what a target and combine method cost before running anything.
+
+With N active input sites, M output sites, K taps, Cin → Cout channels:
+
+* gpu (unfold): M·K·Cin·Cout;
+* nna, all methods: the 1×1 convs, K·N·Cin·Cout, plus the combine:
+  method 1, `matmul`: K·M·N·Cout (the scatter-matrix products; the patent's K·N²·Cout for M = N);
+  method 2, `scatter`: K·N·Cout additions; `gather`: K·M·Cout additions;
+* dense convolution of the whole grid: B·Π(output grid)·K·Cin·Cout.
+
+The layers are read from the source ops, or from the `sparse_lower.layers` metadata a lowered model
+carries (the lowering writes it), so lowered and partitioned models report them too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from math import prod
+
+import onnx
+
+from .schemas import CONV_OPS, SOURCE_DOMAIN, conv_geometry
+
+METADATA_KEY = "sparse_lower.layers"
+METHODS = ("gpu", "matmul", "scatter", "gather", "dense")
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    name: str
+    op_type: str
+    taps: int
+    cin: int
+    cout: int
+    output_sites: int  # per batch: the output grid's volume
+    same_sites: bool  # a SubmanifoldConv: M = N
+
+    def macs(self, active: int, outputs: int | None = None, batch: int = 1) -> dict[str, int]:
+        """MACs per method for `active` input sites and `outputs` output sites (M = N when unknown)."""
+        n = active
+        m = n if outputs is None or self.same_sites else outputs
+        k, cin, cout = self.taps, self.cin, self.cout
+        convs = k * n * cin * cout
+        return {"gpu": m * k * cin * cout, "matmul": convs + k * m * n * cout, "scatter": convs + k * n * cout,
+                "gather": convs + k * m * cout, "dense": batch * self.output_sites * k * cin * cout}
+
+
+def layer_costs(model: onnx.ModelProto) -> list[LayerCost]:
+    """The sparse conv layers of a source model, or those recorded in a lowered model's metadata."""
+    recorded = next((p.value for p in model.metadata_props if p.key == METADATA_KEY), None)
+    if recorded is not None:
+        return [LayerCost(**layer) for layer in json.loads(recorded)]
+    weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    layers = []
+    for node in model.graph.node:
+        if node.domain != SOURCE_DOMAIN or node.op_type not in CONV_OPS or node.input[2] not in weights:
+            continue
+        geometry = conv_geometry(node)
+        shape = weights[node.input[2]]
+        cin, cout = (shape[0], shape[1]) if node.op_type == "SparseDeconv" else (shape[1], shape[0])
+        layers.append(LayerCost(node.name, node.op_type, geometry.volume, cin, cout, prod(geometry.output_shape),
+                                node.op_type == "SubmanifoldConv"))
+    return layers
+
+
+def record(model: onnx.ModelProto, layers: list[LayerCost]) -> None:
+    """Write the layers into the model's metadata (what `layer_costs` reads back)."""
+    onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props},
+                                        METADATA_KEY: json.dumps([asdict(layer) for layer in layers])})
+
+
+def cost_rows(layers: list[LayerCost], active: int, batch: int = 1) -> list[list]:
+    """Table rows: layer, op, then MACs per method (in millions) at `active` sites (M = N)."""
+    return [[layer.name, layer.op_type,
+             *(f"{value / 1e6:,.1f}" for value in layer.macs(active, batch=batch).values())] for layer in layers]
