@@ -52,10 +52,12 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     static const Op<InverseMap> inverse_map;
     static const Op<ScatterMatrices> scatter_matrices;
     static const Op<CapacityPads> capacity_pads;
+    static const Op<PairRows> pair_rows;
     Ort::CustomOpDomain domain(kDomain);
     for (const OrtCustomOp* op : std::initializer_list<const OrtCustomOp*>{
              &active_sites, &submanifold_map, &strided_map, &transposed_map, &target_map, &rulebook, &site_index,
-             &indexed_unfold, &indexed_fold, &inverse_map, &scatter_matrices, &capacity_pads}) {
+             &indexed_unfold, &indexed_fold, &inverse_map, &scatter_matrices, &capacity_pads,
+             &pair_rows}) {
       domain.Add(op);
     }
     Ort::UnownedSessionOptions(options).Add(domain);

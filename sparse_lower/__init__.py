@@ -3,11 +3,13 @@
     import sparse_lower
     lowered = sparse_lower.lower("model.onnx", target="gpu")
     session = sparse_lower.create_session(lowered)
+    segments = sparse_lower.partition(sparse_lower.lower("model.onnx", target="nna", max_active=100_000))
 """
 
 from . import reference
 from .api import lower
 from .errors import SparseLowerError
+from .partition import Partition, partition
 from .runtime import create_session, get_library_path
 
-__all__ = ["SparseLowerError", "create_session", "get_library_path", "lower", "reference"]
+__all__ = ["Partition", "SparseLowerError", "create_session", "get_library_path", "lower", "partition", "reference"]

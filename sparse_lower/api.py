@@ -5,24 +5,14 @@ from __future__ import annotations
 import os
 
 import onnx
-from google.protobuf.message import DecodeError
 
 from .errors import SparseLowerError
+from .model_io import load
 from .lowering import COMBINES, STRATEGIES, TARGETS, Options
 from .passes.check import CheckModel, check_model
 from .passes.lower import LowerSparse
 from .passes.manager import PassManager
 from .passes.validate import ValidateSourceOps
-
-
-def load(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
-    """A ModelProto from a ModelProto or a path."""
-    if isinstance(model, onnx.ModelProto):
-        return model
-    try:
-        return onnx.load(os.fspath(model))
-    except (OSError, DecodeError) as error:
-        raise SparseLowerError(f"cannot read the model '{model}': {error}") from error
 
 
 def _choice(name: str, value, allowed) -> None:

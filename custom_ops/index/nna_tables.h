@@ -47,4 +47,15 @@ class CapacityPads {
   int64_t capacity_;
 };
 
+// features [N, C], unchanged, after checking that coords [N, 1 + D] has as many rows.
+struct PairRows {
+  static constexpr const char* kName = "PairRows";
+  static constexpr InputSpec kInputs[] = {{kFloat, false}, {kInt64, false}};  // features, coords (shape only)
+  static constexpr ONNXTensorElementDataType kOutputs[] = {kFloat};
+
+  explicit PairRows(const Ort::ConstKernelInfo&) {}
+  void Compute(const Ort::KernelContext& ctx) const;
+  static void InferShapes(const ShapeContext& ctx);
+};
+
 }  // namespace sparse_lower

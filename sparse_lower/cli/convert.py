@@ -8,7 +8,8 @@ import onnx
 from ..api import load, lower
 from ..lowering import COMBINES, STRATEGIES, TARGETS
 from ..verify import compare, example_inputs
-from .table import before_after, render
+from ..report import render
+from .table import before_after
 
 
 class Convert:

@@ -11,7 +11,7 @@ from ..models import centerpoint_head_stack
 from ..models.voxels import find_data, load_voxels, synthetic_voxels
 from ..runtime import create_session
 from ..verify import compare
-from .table import render
+from ..report import render
 
 
 def _median_ms(run, repeat: int) -> float:

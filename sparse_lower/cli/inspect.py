@@ -9,7 +9,8 @@ from onnx import numpy_helper
 from ..api import load
 from ..costs import METHODS, cost_rows, layer_costs
 from ..schemas import CONV_OPS, CUSTOM_DOMAIN, SOURCE_DOMAIN, conv_geometry
-from .table import op_counts, render
+from ..report import render
+from .table import op_counts
 
 
 def _shape(value: onnx.ValueInfoProto) -> str:

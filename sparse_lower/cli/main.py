@@ -9,8 +9,9 @@ from ..errors import SparseLowerError
 from .convert import Convert
 from .demo import Demo
 from .inspect import Inspect
+from .partition import Partition
 
-COMMANDS = (Convert, Inspect, Demo)
+COMMANDS = (Convert, Inspect, Partition, Demo)
 
 
 def parser() -> argparse.ArgumentParser:

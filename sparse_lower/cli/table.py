@@ -1,4 +1,4 @@
-"""Plain-text tables for the command line."""
+"""Op-count tables for the command line."""
 
 from __future__ import annotations
 
@@ -6,13 +6,7 @@ from collections import Counter
 
 import onnx
 
-
-def render(header: list[str], rows: list[list]) -> str:
-    cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+from ..report import render
 
 
 def op_counts(model: onnx.ModelProto) -> Counter:

@@ -51,6 +51,16 @@ class LoweringContext:
         self._constants: dict[str, gs.Constant] = {}
         self._names = set(graph.tensors()) | {n.name for n in graph.nodes}
 
+    def after_a_sparse_layer(self, tensor: gs.Tensor, seen: set | None = None) -> bool:
+        """Whether `tensor` is computed from the output of an already lowered sparse conv."""
+        seen = set() if seen is None else seen
+        if tensor.name in self.conv_outputs:
+            return True
+        if tensor.name in seen or len(tensor.inputs) != 1:
+            return False
+        seen.add(tensor.name)
+        return any(self.after_a_sparse_layer(t, seen) for t in tensor.inputs[0].inputs)
+
     def fresh(self, base: str) -> str:
         """A tensor or node name not used anywhere in the graph yet."""
         name, index = base, 1

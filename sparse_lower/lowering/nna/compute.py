@@ -43,6 +43,8 @@ class NnaCompute:
         taps, cout = geometry.volume, matrix.shape[1]
         cin = matrix.shape[0] // taps
         cap = self.capacity
+        if not ctx.after_a_sparse_layer(source):  # the user's feeds: check that they pair with the coords
+            (source,) = ctx.table("PairRows", source.name, [source, coords], [("paired", FLOAT, source.shape)], {})
         rows = padded_rows(ctx, source, cap) if cap else source
         if cap:
             nbr = pad_to_capacity(ctx, nbr, cap, np.int64(-1), [cap, taps])
@@ -51,7 +53,7 @@ class NnaCompute:
         x = self._to_columns(ctx, base, rows, cin)
         partials = self._partials(ctx, base, x, matrix, taps, cin, cout)
         combine = {"gather": self._gather, "scatter": self._scatter, "matmul": self._matmul}[self.combine]
-        y = combine(ctx, base, rows, nbr, partials, cout)
+        y = combine(ctx, base, coords, nbr, partials, cout)
         if bias is not None:
             y = self._add_bias(ctx, base, y, bias, out_coords, cout)
         result = ctx.standard("Reshape", base, [y, ctx.shared_constant(f"shape_{cout}_-1", np.array([cout, -1]))],
@@ -97,7 +99,6 @@ class NnaCompute:
 
     def _partials(self, ctx, base, x, matrix, taps, cin, cout) -> list[gs.Tensor]:
         """P_k [1, Cout, 1, N] for every tap: one 1×1 Conv per tap, or one fused Conv split per tap."""
-        cap = self.capacity
         per_tap = [matrix[k * cin:(k + 1) * cin].T.reshape(cout, cin, 1, 1) for k in range(taps)]
         spec = [("partial", FLOAT, [1, cout, 1, self._columns()])]
         if not self.fuse_taps:
@@ -109,9 +110,9 @@ class NnaCompute:
         split = ctx.shared_constant(f"split_{taps}x{cout}", np.full(taps, cout, np.int64))
         return ctx.standard("Split", base, [fused, split], spec * taps, {"axis": 1})
 
-    def _gather(self, ctx, base, rows, nbr, partials, cout) -> gs.Tensor:
+    def _gather(self, ctx, base, coords, nbr, partials, cout) -> gs.Tensor:
         cap = self.capacity
-        indices = self._tap_rows(ctx, nbr, self._zero_row_index(ctx, rows), len(partials))
+        indices = self._tap_rows(ctx, nbr, self._input_count(ctx, coords), len(partials))
         total = None
         for k, (partial, index) in enumerate(zip(partials, indices)):
             (moved,) = ctx.standard("Gather", f"{base}/tap{k}", [partial, index], [("moved", FLOAT, [1, cout, 1, cap])],
@@ -120,10 +121,10 @@ class NnaCompute:
                                                              [("sum", FLOAT, [1, cout, 1, cap])])[0]
         return total
 
-    def _scatter(self, ctx, base, rows, nbr, partials, cout) -> gs.Tensor:
+    def _scatter(self, ctx, base, coords, nbr, partials, cout) -> gs.Tensor:
         cap = self.capacity
         outputs = self._count(ctx, nbr, "outputs")
-        indices = self._scatter_indices(ctx, rows, nbr, outputs, len(partials), cout)
+        indices = self._scatter_indices(ctx, self._like(ctx, coords), nbr, outputs, len(partials), cout)
         accumulator = self._zeros(ctx, outputs, cout)
         for k, (partial, index) in enumerate(zip(partials, indices)):
             (accumulator,) = ctx.standard("ScatterElements", f"{base}/tap{k}", [accumulator, index, partial],
@@ -134,11 +135,11 @@ class NnaCompute:
         (y,) = ctx.standard("Slice", base, [accumulator, zero, outputs, axis], [("combined", FLOAT, [1, cout, 1, cap])])
         return y
 
-    def _matmul(self, ctx, base, rows, nbr, partials, cout) -> gs.Tensor:
+    def _matmul(self, ctx, base, coords, nbr, partials, cout) -> gs.Tensor:
         cap = self.capacity
         columns = self._columns()
-        (matrices,) = ctx.table("ScatterMatrices", nbr.name, [nbr, rows], [("S", FLOAT, [len(partials), cap, columns])],
-                                {})
+        (matrices,) = ctx.table("ScatterMatrices", nbr.name, [nbr, self._like(ctx, coords)],
+                                [("S", FLOAT, [len(partials), cap, columns])], {})
         total = None
         for k, partial in enumerate(partials):
             (chosen,) = ctx.table("Gather", f"{nbr.name}/tap{k}", [matrices, ctx.shared_constant(f"index_{k}", np.array(k))],
@@ -171,14 +172,20 @@ class NnaCompute:
                              domain="")
         return count
 
-    def _zero_row_index(self, ctx, rows) -> gs.Tensor:
-        """The index of the appended zero row (N, or the capacity), as int64 [1]."""
+    def _input_count(self, ctx, coords) -> gs.Tensor:
+        """N, the input rows (the capacity when fixed): also the index of the appended zero row."""
+        return self._count(ctx, coords, "inputs")
+
+    def _like(self, ctx, coords) -> gs.Tensor:
+        """An int64 tensor with one row per image column, for the index builders that read only its
+        row count: taken from the coords (never from the features, so that the index part does not
+        wait for the accelerator), or a zero-byte [columns, 0] constant under a capacity."""
         if self.capacity:
-            return self._count(ctx, rows, "rows")
-        one = ctx.shared_constant("one_1", np.array([1], np.int64))
-        (index,) = ctx.table("Sub", rows.name, [self._count(ctx, rows, "rows"), one], [("zero_row", INT64, [1])], {},
-                             domain="")
-        return index
+            return ctx.shared_constant(f"rows_{self._columns()}", np.zeros((self._columns(), 0), np.int64))
+        pads = ctx.shared_constant("pads_one_row", np.array([0, 0, 1, 0], np.int64))
+        (extended,) = ctx.table("Pad", f"{coords.name}/zero_row", [coords, pads], [("with_zero_row", INT64, [None, None])],
+                                {}, domain="")
+        return extended
 
     def _row_count(self, ctx, out_coords) -> gs.Tensor:
         (count,) = ctx.table("Shape", out_coords.name, [out_coords], [("count", INT64, [1])], {"start": 0, "end": 1},
@@ -193,12 +200,11 @@ class NnaCompute:
                                domain="")
         return self._per_tap(ctx, columns, taps, 1, self.capacity)
 
-    def _scatter_indices(self, ctx, rows, nbr, outputs, taps, cout) -> list[gs.Tensor]:
+    def _scatter_indices(self, ctx, like, nbr, outputs, taps, cout) -> list[gs.Tensor]:
         """Per tap, the output column each input lands in, broadcast to [1, Cout, 1, N] as
         ScatterElements wants; M (the dump column) for inputs that feed nothing through that tap."""
-        cap = self.capacity
         columns = self._columns()
-        (inverse,) = ctx.table("InverseMap", nbr.name, [nbr, rows], [("inverse", INT64, [taps, columns])], {})
+        (inverse,) = ctx.table("InverseMap", nbr.name, [nbr, like], [("inverse", INT64, [taps, columns])], {})
         zero = ctx.shared_constant("zero_scalar", np.array(0, np.int64))
         (missing,) = ctx.table("Less", inverse.name, [inverse, zero], [("missing", np.bool_, [taps, columns])], {},
                                domain="")

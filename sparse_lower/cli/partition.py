@@ -1,0 +1,77 @@
+"""sparse-lower partition."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..partition import DEFAULT_DEVICES, partition
+from ..runtime import create_session
+from ..report import render
+
+
+class Partition:
+    """Cut a lowered ONNX model into device segments and write one model per segment.
+
+    Every node goes to the first device of --devices that can run it:
+      nna  a neural-network accelerator: dense float compute (Conv, MatMul, Gemm, Add, Mul, Relu,
+           Gather, ScatterND, Reshape, Transpose, Concat, Slice, Pad, ...) on float tensors of static
+           shape; no hash tables, no index (int64) arithmetic, no custom ops;
+      gpu  every standard ONNX op and the sparse_lower custom ops (index builders, IndexedUnfold,
+           IndexedFold);
+      cpu  the same as gpu: the fallback.
+    Unlowered `sparse` source ops run nowhere: lower the model first (sparse-lower convert).
+    Segments are runs of one device in a topological order, merged while no cycle forms, so they
+    run one after the other.
+
+    Files written into --out-dir: NN_DEVICE.onnx per segment (00_gpu.onnx, 01_nna.onnx, ...; each a
+    valid ONNX model with the source's opsets, its own weights and typed inputs/outputs),
+    manifest.json (the segments in order with their nodes, and for every tensor crossing segments
+    where it comes from and which segments read it), and with --picture picture.png (the segments in
+    one lane per device). The table printed lists per segment its ops, multiply-accumulates and the
+    bytes crossing in and out ("?" where shapes are dynamic; --inputs runs the segments on an .npz
+    of graph inputs to measure them and checks the outputs equal the unpartitioned model's).
+
+    example: sparse-lower partition model.nna.onnx --out-dir segments --picture
+    """
+
+    name = "partition"
+
+    @staticmethod
+    def add_arguments(parser):
+        parser.add_argument("input", help="lowered ONNX model")
+        parser.add_argument("--out-dir", required=True, help="folder for the segment models and manifest.json")
+        parser.add_argument("--devices", default=",".join(DEFAULT_DEVICES),
+                            help=f"devices in order of preference (default {','.join(DEFAULT_DEVICES)})")
+        parser.add_argument("--dynamic", action="store_true",
+                            help="let the nna take tensors with symbolic shapes (static_shapes=False)")
+        parser.add_argument("--picture", action="store_true", help="also draw picture.png (needs matplotlib)")
+        parser.add_argument("--inputs", help=".npz of graph inputs: run the segments and compare")
+        parser.add_argument("--reasons", action="store_true",
+                            help="list the nodes that did not get the first device, and why")
+
+    def run(self, args) -> int:
+        devices = [device.strip() for device in args.devices.split(",") if device.strip()]
+        parts = partition(args.input, devices=devices, static_shapes=not args.dynamic)
+        manifest = parts.to_onnx(args.out_dir)
+        status = 0
+        if args.inputs:
+            feeds = dict(np.load(args.inputs))
+            got = parts.run(feeds)
+            session = create_session(parts.model)
+            expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+            different = [name for name, value in expected.items() if not np.array_equal(value, got[name])]
+            print("run: outputs differ from the unpartitioned model: " + ", ".join(different) if different
+                  else "run: outputs equal the unpartitioned model")
+            status = 1 if different else 0
+        if args.reasons:
+            first = devices[0]
+            print(render(["node", "device", f"why not {first}"],
+                         [[node, device, parts.reasons[node][first]]
+                          for node, device in parts.assignment.items() if device != first]))
+        print(parts.summary())
+        print(f"wrote {len(parts.segments)} segments and {manifest}")
+        if args.picture:
+            print(f"wrote {parts.save_picture(Path(args.out_dir) / 'picture.png')}")
+        return status
