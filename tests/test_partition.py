@@ -490,3 +490,14 @@ def test_partition_runs_the_real_centerpoint_frame_like_the_whole_model(target):
     got = parts.run(feeds)
     np.testing.assert_array_equal(got["sparseconv4.coords"], expected["sparseconv4.coords"])
     np.testing.assert_allclose(got["sparseconv4.features"], expected["sparseconv4.features"], rtol=1e-4, atol=1e-4)
+
+
+def test_summary_reports_each_sparse_layer_per_method():
+    source = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    parts = partition(sparse_lower.lower(source, target="nna", max_active=1000))
+    text = parts.summary()
+    assert "sparse layers, MACs (millions) per method at 1,000 active sites:" in text
+    # SubM 3x3x3 5->16 at N = 1000: gpu 27*1000*5*16 = 2.16 M; matmul + 27*1000*1000*16 = 432 M
+    row = next(line for line in text.splitlines() if line.startswith("submanifoldconv0"))
+    assert row.split()[1:4] == ["SubmanifoldConv", "2.2", "434.2"]
+    assert "at 50 active sites" in parts.summary(active=50)

@@ -47,6 +47,8 @@ class Partition:
         parser.add_argument("--dynamic", action="store_true",
                             help="let the nna take tensors with symbolic shapes (static_shapes=False)")
         parser.add_argument("--picture", action="store_true", help="also draw picture.png (needs matplotlib)")
+        parser.add_argument("--active", type=int, help="active sites for the per-layer cost table "
+                            "(default: the model's max_active)")
         parser.add_argument("--inputs", help=".npz of graph inputs: run the segments and compare")
         parser.add_argument("--reasons", action="store_true",
                             help="list the nodes that did not get the first device, and why")
@@ -70,7 +72,7 @@ class Partition:
             print(render(["node", "device", f"why not {first}"],
                          [[node, device, parts.reasons[node][first]]
                           for node, device in parts.assignment.items() if device != first]))
-        print(parts.summary())
+        print(parts.summary(args.active))
         print(f"wrote {len(parts.segments)} segments and {manifest}")
         if args.picture:
             print(f"wrote {parts.save_picture(Path(args.out_dir) / 'picture.png')}")

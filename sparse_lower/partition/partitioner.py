@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..costs import METHODS, cost_rows, layer_costs
 from ..errors import SparseLowerError
 from ..model_io import load
 from ..report import render
@@ -146,8 +147,23 @@ class Partition:
         return (count, total(self._bytes(name) for name in segment.inputs),
                 total(self._bytes(name) for name in segment.outputs))
 
-    def summary(self) -> str:
-        """A table: per segment its device, node count, op counts, MACs and bytes in and out."""
+    def summary(self, active: int | None = None) -> str:
+        """A table: per segment its device, node count, op counts, MACs and bytes in and out. For a
+        model lowered by sparse_lower, a second table gives each sparse layer's MACs per method
+        (costs.py) at `active` sites, or at the model's `max_active` when it has one."""
+        segments = self._segment_table()
+        layers = layer_costs(self.model)
+        active = active or json.loads(self._metadata.get("sparse_lower.options", "{}")).get("max_active")
+        if not layers or not active:
+            return segments
+        return (f"{segments}\n\nsparse layers, MACs (millions) per method at {active:,} active sites:\n"
+                + render(["sparse layer", "op", *METHODS], cost_rows(layers, active)))
+
+    @property
+    def _metadata(self) -> dict[str, str]:
+        return {p.key: p.value for p in self.model.metadata_props}
+
+    def _segment_table(self) -> str:
 
         def number(value: int | None) -> str:
             return "?" if value is None else f"{value:,}"
