@@ -1,10 +1,22 @@
-"""Builders of sample models in the source-op form (DESIGN.md §3), with deterministic weights.
+"""Builders of sample models and reference networks, with deterministic weights.
 
 They live inside the package (not in a top-level `models/` folder) so that the installed command
 line can build its demo model.
+
+A reference network (`sp_middle_resnet_fhd`, `sparse_unet`, `patent_2d_stack`, `patent_example`) is a
+function of an emitter (emitter.py) and a NumPy generator; the emitter picks the form it is built in:
+`CanonicalEmitter` (section-3 source ops, what the compiler takes), `NvidiaEmitter` / `AimetEmitter`
+(the formats in the wild, what the importers take).
 """
 
 from .builder import SparseModelBuilder
+from .canonical import CanonicalEmitter
+from .centerpoint import sp_middle_resnet_fhd
+from .emitter import Dense, Emitter, Sparse
+from .formats import AimetEmitter, NvidiaEmitter
+from .patent2d import patent_2d_stack, patent_example
 from .samples import centerpoint_head_stack
+from .unet import sparse_unet
 
-__all__ = ["SparseModelBuilder", "centerpoint_head_stack"]
+__all__ = ["AimetEmitter", "CanonicalEmitter", "Dense", "Emitter", "NvidiaEmitter", "Sparse", "SparseModelBuilder",
+           "centerpoint_head_stack", "patent_2d_stack", "patent_example", "sp_middle_resnet_fhd", "sparse_unet"]

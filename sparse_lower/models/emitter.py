@@ -20,8 +20,16 @@ Conventions, spconv's (DESIGN.md §6):
   dilation ignored) or "inverse" (SparseInverseConv: output coords and extent are those of the input of
   the forward conv registered under the same `indice_key`);
 * `activation` is None, "ReLU", "LeakyReLU" or "Sigmoid", applied after the bias (the NVIDIA export
-  fuses it into the conv);
-* coords are `(batch, d0, d1, d2)` with the spatial order of `spatial_shape` (zyx for LiDAR).
+  fuses it into the conv); LeakyReLU has slope 0.01 (torch.nn.LeakyReLU's default; no format carries
+  it; `layers.LEAKY_RELU_ALPHA`);
+* coords are `(batch, d0, d1, d2)` with the spatial order of `spatial_shape` (zyx for LiDAR);
+* `indice_key`: submanifold convs of one geometry on the same rows may share a key; a strided or
+  transposed conv owns its key, which an inverse conv names (layers.ConvPlanner checks this).
+
+Optional: `dense_input(channels, spatial_shape, batch_size) -> Sparse`, the network input as a dense
+[B, C, *S] tensor, active where any channel is non-zero (section 3's ToSparse, spconv's
+`SparseConvTensor.from_dense`). CanonicalEmitter has it; the wild formats cannot (their engines take
+voxels), so only networks built with `dense_io=True` (patent2d.py) call it.
 """
 
 from __future__ import annotations
