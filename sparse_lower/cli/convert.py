@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 
 from ..api import load, lower
+from ..importers import SECTION3, detect_format, format_title, import_model
 from ..lowering import COMBINES, STRATEGIES, TARGETS
 from ..verify import compare, example_inputs
 from ..report import render
@@ -15,7 +16,8 @@ from .table import before_after
 class Convert:
     """Lower the sparse convolutions of an ONNX model for a target.
 
-    Reads IN (section-3 source ops of DESIGN.md), rewrites every sparse node and writes OUT.
+    Reads IN (section-3 source ops of DESIGN.md, or the NVIDIA Lidar_AI_Solution / AIMET sparse-conv
+    ONNX, imported first), rewrites every sparse node and writes OUT.
       gpu     index-builder custom ops -> IndexedUnfold -> MatMul (-> IndexedFold)
       nna     index tables from the custom ops; the compute in standard ops only: one 1x1 Conv per
               kernel tap on [1, C, 1, N] (--fuse-taps: one Conv with K*Cout outputs) and a combine
@@ -55,6 +57,10 @@ class Convert:
 
     def run(self, args) -> int:
         source = load(args.input)
+        found = detect_format(source)
+        if found != SECTION3:
+            source = import_model(source)
+            print(f"imported {format_title(found)} format into section-3 ops")
         lowered = lower(source, target=args.target, strategy=args.strategy, combine=args.combine,
                         max_active=args.max_active, fuse_taps=args.fuse_taps, dump_dir=args.dump_dir)
         onnx.save(lowered, args.output)

@@ -1,0 +1,70 @@
+"""Importers: the sparse-convolution ONNX found in the wild → section-3 source ops (DESIGN.md §6).
+
+    model = sparse_lower.import_model("scn.onnx")      # NVIDIA, AIMET, or already section 3
+    lowered = sparse_lower.lower(model, target="gpu")
+
+What an imported model looks like:
+
+* section-3 ops (`sparse::SubmanifoldConv`, `SparseConv`, `SparseDeconv`, `ToDense`) plus standard
+  ONNX ops, float32 throughout (FP16 weights are widened), default opset >= 17, IR version 10; it
+  passes `onnx.checker`;
+* the feature input keeps its name (now float32). NVIDIA graphs carry no coordinates: an int64 input
+  `coords [N, 1 + D]` is added (batch first, spatial order of the source's `input_spatial_shape`).
+  AIMET's `indices` input keeps its name and becomes int64 (cast int32 indices before feeding them);
+* every output the source declares keeps its name and shape; a sparse output (features) is joined by
+  an int64 output `<name>_coords` holding the coordinates of its rows (SparseConv orders its rows
+  lexicographically, which the source's engine need not do, so rows are only meaningful with them);
+* the fused `activation` of a conv is a Relu / LeakyRelu (alpha 0.01, torch's default) / Sigmoid node;
+  `ScatterDense` is `ToDense` (+ Transpose for format "xyz", + Reshape where `output_shape` folds axes).
+
+An importer never lowers: the result is the input of `sparse_lower.lower`. Every refusal is a
+SparseLowerError naming the source node and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+
+import onnx
+
+from ..errors import SparseLowerError
+from ..model_io import load
+from ..schemas import SOURCE_DOMAIN
+from .aimet import AimetFormat
+from .nvidia import NvidiaFormat
+from .precision import to_float32
+from .translate import translate
+
+FORMATS = (NvidiaFormat(), AimetFormat())
+SECTION3 = "section3"  # detect_format's answer for a model that needs no import
+
+
+def detect_format(model: onnx.ModelProto | str | os.PathLike) -> str:
+    """"nvidia", "aimet", or "section3" for anything else (section-3 or plain ONNX: nothing to import)."""
+    model = load(model)
+    found = [fmt for fmt in FORMATS if any(fmt.is_conv(node) for node in model.graph.node)]
+    if len(found) > 1:
+        raise SparseLowerError(f"the model mixes the {' and '.join(f.title for f in found)} formats",
+                               fix="export the network in one format")
+    if found and any(node.domain == SOURCE_DOMAIN for node in model.graph.node):
+        raise SparseLowerError(f"the model mixes {found[0].title} nodes with section-3 '{SOURCE_DOMAIN}' nodes",
+                               fix="export the network in one format")
+    return found[0].key if found else SECTION3
+
+
+def format_title(key: str) -> str:
+    """The human-readable name of a format `detect_format` returned."""
+    return next((fmt.title for fmt in FORMATS if fmt.key == key), "section-3 / standard ONNX")
+
+
+def import_model(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
+    """The section-3 form of a foreign sparse-convolution model; a section-3 model is returned unchanged."""
+    model = load(model)
+    key = detect_format(model)
+    if key == SECTION3:
+        return model
+    fmt = next(fmt for fmt in FORMATS if fmt.key == key)
+    return translate(to_float32(model), fmt)
+
+
+__all__ = ["FORMATS", "SECTION3", "detect_format", "format_title", "import_model"]

@@ -1,0 +1,175 @@
+"""The state of one import: what every tensor of the source graph has become, and the graph being built.
+
+A foreign format passes sparse tensors around as features only (NVIDIA) or as features plus an indices
+tensor (AIMET); section 3 needs each sparse tensor's coords explicitly. So the translation records, for
+every features tensor that is sparse, the coords tensor its rows belong to (`SparseTensor`): a conv
+makes new coords, a submanifold conv and element-wise ops keep them, and operations that combine two
+sparse tensors can check that their rows line up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ..errors import SparseLowerError
+from ..schemas import SOURCE_DOMAIN
+
+
+@dataclass(frozen=True)
+class SparseTensor:
+    """The coords and grid of a sparse features tensor (the features are the tensor it is keyed by), and
+    the coords of the graph input its rows descend from."""
+
+    coords: str
+    spatial_shape: tuple[int, ...]
+    channels: int | None
+    root: str
+
+    @property
+    def ndim(self) -> int:
+        return len(self.spatial_shape)
+
+
+def label(node: onnx.NodeProto, index: int) -> str:
+    """The name errors use for a node: its own, or its op and position where the source left it empty."""
+    return node.name or f"{node.op_type}#{index}"
+
+
+class Translation:
+    """The graph being built from a source graph, node by node, in the source's (topological) order."""
+
+    def __init__(self, source: onnx.ModelProto):
+        graph = source.graph
+        self.source = source
+        # Old exporters also list initializers as inputs; the weights are re-laid out under new names.
+        self.inputs = [v for v in graph.input if v.name not in {t.name for t in graph.initializer}]
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: dict[str, onnx.TensorProto] = {t.name: t for t in graph.initializer}
+        self.constants: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        self.sparse: dict[str, SparseTensor] = {}
+        self.coords_alias: dict[str, str] = {}  # a source indices tensor -> the coords it stands for
+        self.available = {v.name for v in graph.input} | set(self.initializers) | {""}
+        self._tensor_names = set(self.available) | {o for n in graph.node for o in n.output}
+        self._node_names = {n.name for n in graph.node if n.name}
+        self._node_names_used: set[str] = set()
+
+    # -- names ---------------------------------------------------------------------------------------
+
+    def taken(self, name: str) -> bool:
+        """Whether a tensor of the source or of the graph being built has this name."""
+        return name in self._tensor_names
+
+    def fresh(self, stem: str) -> str:
+        """A tensor name not used anywhere in the source or the graph being built."""
+        name, counter = stem, 1
+        while name in self._tensor_names:
+            name, counter = f"{stem}_{counter}", counter + 1
+        self._tensor_names.add(name)
+        return name
+
+    def node_name(self, stem: str) -> str:
+        """A node name unique in the graph being built (lowering passes refuse duplicates)."""
+        name, counter = stem, 1
+        while name in self._node_names_used or (name != stem and name in self._node_names):
+            name, counter = f"{stem}_{counter}", counter + 1
+        self._node_names_used.add(name)
+        return name
+
+    # -- reading the source ---------------------------------------------------------------------------
+
+    def require_available(self, node: onnx.NodeProto, where: str) -> None:
+        for name in node.input:
+            if name not in self.available:
+                raise SparseLowerError(f"reads '{name}' before any node produces it", where,
+                                       "sort the graph topologically (every input produced before it is read)")
+
+    def constant(self, name: str, where: str, role: str) -> np.ndarray:
+        if name not in self.constants:
+            raise SparseLowerError(f"the {role} '{name}' is not a constant", where,
+                                   f"store the {role} as an initializer")
+        return self.constants[name]
+
+    def sparse_input(self, name: str, where: str, role: str = "features") -> SparseTensor:
+        if name in self.constants:  # e.g. aimet_torch's dense form SparseConvolution(dense, W, B)
+            raise SparseLowerError(f"the {role} '{name}' are a constant: the node's inputs are not in the order "
+                                   f"its format writes them", where,
+                                   "export the sparse form of the layer (features from the sparse input or a "
+                                   "sparse layer)")
+        if name not in self.sparse:
+            raise SparseLowerError(f"the {role} '{name}' are not a sparse tensor", where,
+                                   "feed the output of a sparse layer (or the sparse graph input)")
+        return self.sparse[name]
+
+    def check_indices(self, indices: str, x: SparseTensor, where: str) -> None:
+        """An explicit indices input (AIMET) must be the coords the features sit on, or the network's input
+        indices their rows descend from (an exporter may pass those to every layer, leaving the layer's
+        own coords implied, as NVIDIA's engine does); any other tensor contradicts the graph."""
+        if self.coords_alias.get(indices, indices) not in (x.coords, x.root):
+            raise SparseLowerError(f"the indices '{indices}' are neither the coordinates of its features "
+                                   f"('{x.coords}') nor the network's input indices ('{x.root}')", where,
+                                   "pass the indices produced together with these features")
+
+    # -- building -------------------------------------------------------------------------------------
+
+    def append(self, node: onnx.NodeProto) -> None:
+        """Add a node whose name came from `node_name`; its outputs become readable."""
+        self.nodes.append(node)
+        self.available.update(node.output)
+
+    def emit(self, op_type: str, inputs: list[str], outputs: list[str], name: str, domain: str = "",
+             **attrs) -> onnx.NodeProto:
+        node = helper.make_node(op_type, inputs, outputs, name=self.node_name(name), domain=domain, **attrs)
+        self.append(node)
+        return node
+
+    def add_constant(self, stem: str, value: np.ndarray) -> str:
+        name = self.fresh(stem)
+        self.initializers[name] = numpy_helper.from_array(value, name)
+        self.constants[name] = value
+        return name
+
+    def add_sparse_input(self, features: str, coords: str, x: SparseTensor) -> None:
+        self.sparse[features] = x
+        self.available.update((features, coords))
+        self._tensor_names.add(coords)
+
+    def finish(self, source_domains: tuple[str, ...], default_opset: int) -> onnx.ModelProto:
+        """The translated model: the source's opset for the standard ops (`default_opset` where it declares
+        none), `sparse` v1, and every sparse graph output accompanied by its coords (their rows are
+        meaningless without them)."""
+        outputs = list(self.source.graph.output)
+        for value in self.source.graph.output:
+            if value.name in self.sparse:
+                x = self.sparse[value.name]
+                name = self.fresh(f"{value.name}_coords")
+                self.emit("Identity", [x.coords], [name], f"{value.name}_coords")
+                outputs.append(helper.make_tensor_value_info(name, TensorProto.INT64, [None, 1 + x.ndim]))
+        nodes = _live(self.nodes, {o.name for o in outputs})
+        used = {i for n in nodes for i in n.input} | {o.name for o in outputs}
+        graph = helper.make_graph(nodes, self.source.graph.name or "imported", self.inputs, outputs,
+                                  [t for name, t in self.initializers.items() if name in used])
+        opsets = [o for o in self.source.opset_import if o.domain not in (*source_domains, SOURCE_DOMAIN)]
+        if not any(o.domain in ("", "ai.onnx") for o in opsets):
+            opsets.append(helper.make_opsetid("", default_opset))
+        opsets.append(helper.make_opsetid(SOURCE_DOMAIN, 1))
+        model = helper.make_model(graph, opset_imports=opsets)
+        model.producer_name = self.source.producer_name
+        model.producer_version = self.source.producer_version
+        return model
+
+
+def _live(nodes: list[onnx.NodeProto], wanted: set[str]) -> list[onnx.NodeProto]:
+    """The nodes some graph output depends on, in order. The translation emits a few tensors that may
+    go unread (AIMET's indices outputs, the coords of the last conv); what nothing reads is dropped,
+    along with the weights only it used."""
+    wanted = set(wanted)
+    live = []
+    for node in reversed(nodes):
+        if any(name in wanted for name in node.output):
+            live.append(node)
+            wanted.update(node.input)
+    return live[::-1]

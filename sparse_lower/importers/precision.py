@@ -1,0 +1,49 @@
+"""float16 → float32 for a whole model: the first step of every import.
+
+The formats in the wild store FP16 weights and declare FP16 features because their engines run in
+half precision; the section-3 contract (DESIGN.md §2, §6) is float32 throughout, so the imported model
+computes in float32 from the same (exactly representable) values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+
+def _tensor32(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    if tensor.data_type != TensorProto.FLOAT16:
+        return tensor
+    return numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float32), tensor.name)
+
+
+def _value32(value: onnx.ValueInfoProto) -> None:
+    tensor_type = value.type.tensor_type
+    if tensor_type.elem_type == TensorProto.FLOAT16:
+        tensor_type.elem_type = TensorProto.FLOAT
+
+
+def _node32(node: onnx.NodeProto) -> None:
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.TENSOR:
+            attr.t.CopyFrom(_tensor32(attr.t))
+        elif node.op_type == "Cast" and attr.name == "to" and attr.i == TensorProto.FLOAT16:
+            attr.i = TensorProto.FLOAT
+
+
+def to_float32(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` whose float16 initializers, constants, casts and declared types are float32.
+
+    Subgraphs (If/Loop bodies) are left as they are: none of the formats imported here has any.
+    """
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    converted = [_tensor32(t) for t in graph.initializer]
+    del graph.initializer[:]
+    graph.initializer.extend(converted)
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        _value32(value)
+    for node in graph.node:
+        _node32(node)
+    return model

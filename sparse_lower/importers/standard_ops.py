@@ -1,0 +1,205 @@
+"""Everything in a foreign graph that is not a sparse convolution: the dense boundary (`ScatterDense`),
+the ops written with non-standard attributes, and the standard ops, dense or on sparse features.
+
+* `ScatterDense` → `ToDense`, whose output is `[B, C, *S]` with the spatial axes in the coords' order
+  (the order of `input_spatial_shape`, "zyx": the last coordinate is x). `format` names the letters of
+  the dense spatial axes: "zyx" (or "yx" in 2D) keeps the coords' order; "xyz" (or "xy") names the
+  reversed order, so a Transpose reverses the spatial axes; a Reshape follows where the declared
+  `output_shape` folds axes together (e.g. `[B, C·D, H, W]` for a BEV map). An `output_shape` that
+  neither matches nor folds the dense shape is a contradiction and is refused.
+* NVIDIA's `Reshape` with a `dims` attribute and no shape input → `Reshape` with a shape initializer;
+  `Transpose` with `dims` → `Transpose` with `perm`.
+* Standard ops on sparse features: only element-wise ones (activations, BatchNormalization, Add/Mul/...
+  with a per-channel constant or another sparse tensor on the same coords, channel Concat). They act on
+  the rows and keep the coords; anything else would mix rows whose meaning depends on the coords.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import SparseLowerError
+from ..schemas import SOURCE_DOMAIN
+from .context import SparseTensor, Translation
+
+_UNARY = {"Abs", "BatchNormalization", "Cast", "Ceil", "Celu", "Clip", "Elu", "Erf", "Exp", "Floor", "Gelu",
+          "HardSigmoid", "HardSwish", "Identity", "LeakyRelu", "Log", "Mish", "Neg", "Reciprocal", "Relu",
+          "Round", "Selu", "Sigmoid", "Sign", "Softplus", "Softsign", "Sqrt", "Tanh", "ThresholdedRelu"}
+_BINARY = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu", "Sum"}
+
+
+# -- ScatterDense ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ScatterDense:
+    """The validated attributes of a ScatterDense node."""
+
+    input_spatial_shape: tuple[int, ...]
+    reversed_axes: bool  # format "xyz"/"xy": the dense spatial axes are the coords' axes reversed
+    output_shape: tuple[int, ...]
+
+
+def parse_scatter_dense(node: onnx.NodeProto, where: str) -> ScatterDense:
+    values = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    unknown = set(values) - {"input_spatial_shape", "format", "output_shape"}
+    if unknown:
+        raise SparseLowerError(f"ScatterDense has no attribute {', '.join(sorted(unknown))} that sparse_lower "
+                               f"knows", where, "remove it; known: format, input_spatial_shape, output_shape")
+    for name in ("input_spatial_shape", "output_shape"):
+        if not isinstance(values.get(name), list) or not values[name]:
+            raise SparseLowerError(f"attribute '{name}' is missing or not a list of ints", where,
+                                   f"write {name} as a list of ints")
+    grid, shape = tuple(values["input_spatial_shape"]), tuple(values["output_shape"])
+    if not 1 <= len(grid) <= 3 or min(grid) < 1:
+        raise SparseLowerError(f"input_spatial_shape={list(grid)} is invalid", where, "give 1 to 3 extents >= 1")
+    natural = "zyx"[-len(grid):]
+    reverses = {"xyz": True, natural[::-1]: True, "zyx": False, natural: False}  # identity wins in 1D
+    layout = values.get("format", b"zyx")
+    layout = layout.decode() if isinstance(layout, bytes) else layout
+    if not isinstance(layout, str) or layout.lower() not in reverses:
+        raise SparseLowerError(f"attribute 'format'={layout!r} is not understood", where,
+                               f"use {' or '.join(repr(k) for k in reverses if not reverses[k])} (dense axes in "
+                               f"the coords' order) or {' or '.join(repr(k) for k in reverses if reverses[k])} "
+                               f"(reversed)")
+    if min(shape) < 1:
+        raise SparseLowerError(f"output_shape={list(shape)} is not static", where,
+                               "write the dense shape with a static batch size")
+    return ScatterDense(grid, reverses[layout.lower()], shape)
+
+
+def scatter_dense(t: Translation, features: str, output: str, node: onnx.NodeProto, where: str) -> None:
+    """Emit ToDense (+ Transpose, + Reshape) producing `output` with the source's declared shape."""
+    attrs = parse_scatter_dense(node, where)
+    x = t.sparse_input(features, where)
+    if attrs.input_spatial_shape != x.spatial_shape:
+        raise SparseLowerError(f"input_spatial_shape={list(attrs.input_spatial_shape)} contradicts the grid "
+                               f"{list(x.spatial_shape)} of its input", where, "correct input_spatial_shape")
+    batch, channels = attrs.output_shape[0], x.channels
+    if channels is None:
+        raise SparseLowerError(f"the channels of '{features}' are unknown", where,
+                               "declare the feature input's shape as [N, C]")
+    grid = x.spatial_shape[::-1] if attrs.reversed_axes else x.spatial_shape
+    dense = (batch, channels, *grid)
+    steps = [("ToDense", dict(domain=SOURCE_DOMAIN, spatial_shape=list(x.spatial_shape), batch_size=batch))]
+    if attrs.reversed_axes:
+        steps.append(("Transpose", dict(perm=[0, 1, *range(1 + x.ndim, 1, -1)])))
+    if attrs.output_shape != dense:
+        if len(attrs.output_shape) == len(dense) or prod(attrs.output_shape) != prod(dense):
+            layout = "reversed" if attrs.reversed_axes else "the coords'"
+            raise SparseLowerError(f"output_shape={list(attrs.output_shape)} is neither the dense shape "
+                                   f"{list(dense)} (spatial axes in {layout} order) nor a folding of it", where,
+                                   "correct output_shape or format")
+        steps.append(("Reshape", {}))
+    current = [features, x.coords]
+    for step, (op_type, kwargs) in enumerate(steps):
+        last = step == len(steps) - 1
+        out = output if last else t.fresh(f"{output}_{op_type.lower()}")
+        if op_type == "Reshape":
+            current.append(t.add_constant(f"{output}_shape", np.asarray(attrs.output_shape, np.int64)))
+        t.emit(op_type, current, [out], where if step == 0 else f"{where}.{op_type.lower()}", **kwargs)
+        current = [out]
+
+
+# -- standard ops -------------------------------------------------------------------------------------
+
+def _standardized(t: Translation, node: onnx.NodeProto, where: str) -> onnx.NodeProto:
+    """The node with NVIDIA's non-standard `dims` attribute of Reshape/Transpose made standard."""
+    dims = next((a for a in node.attribute if a.name == "dims"), None)
+    if dims is None or node.op_type not in ("Reshape", "Transpose"):
+        return node
+    others = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name != "dims"}
+    value = list(dims.ints)
+    if node.op_type == "Reshape":
+        if len(node.input) > 1:
+            raise SparseLowerError("Reshape has both a shape input and a 'dims' attribute", where,
+                                   "keep one of them")
+        shape = t.add_constant(f"{node.output[0]}_shape", np.asarray(value, np.int64))
+        return helper.make_node("Reshape", [node.input[0], shape], list(node.output), name=node.name, **others)
+    if "perm" in others and list(others["perm"]) != value:
+        raise SparseLowerError(f"Transpose has perm={others['perm']} and dims={value}", where, "keep one of them")
+    others["perm"] = value
+    return helper.make_node("Transpose", list(node.input), list(node.output), name=node.name, **others)
+
+
+def _check_schema(node: onnx.NodeProto, where: str, opset: int) -> None:
+    if not onnx.defs.has(node.op_type):
+        raise SparseLowerError(f"unknown op '{node.op_type}'", where,
+                               "replace it with standard ONNX ops (or a sparse_lower source op)")
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset)
+    except onnx.defs.SchemaError:
+        raise SparseLowerError(f"'{node.op_type}' does not exist at opset {opset}", where,
+                               "export the model at a newer opset") from None
+    unknown = [a.name for a in node.attribute if a.name not in schema.attributes]
+    if unknown:
+        raise SparseLowerError(f"{node.op_type} has no attribute {', '.join(unknown)}", where,
+                               f"remove it; {node.op_type} takes {', '.join(sorted(schema.attributes)) or 'none'}")
+
+
+def _sparse_result(t: Translation, node: onnx.NodeProto, where: str) -> SparseTensor:
+    """The sparse tensor an op on sparse features produces (same coords), or a refusal."""
+    sparse = [t.sparse[name] for name in node.input if name in t.sparse]
+    if node.op_type in _UNARY:
+        if node.input[0] not in t.sparse or len(sparse) > 1:
+            raise SparseLowerError(f"{node.op_type} takes the sparse features only as its first input", where,
+                                   "feed its other inputs with constants")
+        return sparse[0]
+    if node.op_type in _BINARY or node.op_type == "Concat":
+        if len({x.coords for x in sparse}) > 1:
+            raise SparseLowerError(f"{node.op_type} of sparse tensors on different coordinates "
+                                   f"({', '.join(sorted({x.coords for x in sparse}))})", where,
+                                   "combine only tensors on the same coords (e.g. a residual around "
+                                   "submanifold convs, or a conv and the inverse of its rulebook)")
+        if node.op_type == "Concat":
+            return _channel_concat(node, where, sparse)
+        for name in node.input:
+            if name not in t.sparse:
+                _check_per_channel(t, name, node, where, sparse[0].channels)
+        return sparse[0]
+    name = next(name for name in node.input if name in t.sparse)
+    raise SparseLowerError(f"{node.op_type} cannot take the sparse features '{name}': their rows only mean "
+                           f"something with their coords", where,
+                           "apply element-wise ops only, or densify first (ScatterDense)")
+
+
+def _check_per_channel(t: Translation, name: str, node, where: str, channels: int | None) -> None:
+    value = t.constants.get(name)
+    if value is None:
+        raise SparseLowerError(f"{node.op_type} mixes sparse features with '{name}', which is neither sparse "
+                               f"nor a constant", where, "use a constant (a per-channel value) or sparse features")
+    shape = value.shape
+    if len(shape) > 2 or (len(shape) == 2 and shape[0] != 1) or (
+            shape and shape[-1] not in (1, channels) and channels is not None):
+        raise SparseLowerError(f"the constant '{name}' of shape {list(shape)} is not per-channel", where,
+                               f"give a scalar, [{channels}] or [1, {channels}] constant")
+
+
+def _channel_concat(node, where, sparse: list[SparseTensor]) -> SparseTensor:
+    axis = next((a.i for a in node.attribute if a.name == "axis"), None)
+    if len(sparse) != len(node.input) or axis not in (1, -1):
+        raise SparseLowerError("Concat of sparse features must join sparse tensors along the channels", where,
+                               "concatenate sparse features on axis 1 only")
+    channels = [x.channels for x in sparse]
+    total = None if None in channels else sum(channels)
+    return SparseTensor(sparse[0].coords, sparse[0].spatial_shape, total, sparse[0].root)
+
+
+def standard_node(t: Translation, node: onnx.NodeProto, where: str, opset: int) -> None:
+    """Copy a default-domain node (made standard), tracking sparse features through element-wise ops."""
+    node = _standardized(t, node, where)
+    _check_schema(node, where, opset)
+    sparse = _sparse_result(t, node, where) if any(name in t.sparse for name in node.input) else None
+    copy = helper.make_node(node.op_type, list(node.input), list(node.output), name=t.node_name(where))
+    copy.attribute.extend(node.attribute)
+    t.append(copy)
+    if sparse is not None:
+        t.sparse[node.output[0]] = sparse
+    if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name != "sparse_value":
+        value = helper.get_attribute_value(node.attribute[0])
+        t.constants[node.output[0]] = (numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto)
+                                       else np.asarray(value))

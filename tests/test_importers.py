@@ -1,0 +1,720 @@
+"""The importers (sparse_lower.importers): NVIDIA Lidar_AI_Solution and AIMET/QNN sparse-conv ONNX →
+section-3 ops.
+
+The foreign models are written here by hand with onnx.helper (`SpconvGraph`), the way the real
+exporters write them (FP16 initializers, KRSC weights, opset 11, non-standard attributes). While it
+writes a node, `SpconvGraph` also records the layer's meaning in spconv's own terms, and `evaluate`
+runs that record in plain NumPy loops over a dict of active sites: an evaluation of spconv's semantics
+that shares nothing with the importer or with the section-3 reference it is compared against.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import sparse_lower
+from sparse_lower import reference
+from sparse_lower.cli.main import main
+from sparse_lower.errors import SparseLowerError
+from sparse_lower.importers import SECTION3, detect_format, import_model
+
+LEAKY_SLOPE = 0.01
+ACTIVATIONS = {"None": lambda v: v, "ReLU": lambda v: np.maximum(v, 0),
+               "Sigmoid": lambda v: 1 / (1 + np.exp(-v)), "LeakyReLU": lambda v: np.where(v > 0, v, LEAKY_SLOPE * v)}
+
+
+# -- spconv semantics in NumPy loops (a sparse tensor is {(batch, *site): feature vector}) --------------
+
+def _taps(kernel):
+    return list(itertools.product(*(range(k) for k in kernel)))
+
+
+def spconv_subm(x, w, b, dilation):
+    centre = [(k - 1) // 2 for k in w.shape[1:-1]]
+    out = {}
+    for site in x:
+        value = b.copy()
+        for tap in _taps(w.shape[1:-1]):
+            source = (site[0], *(c + (t - m) * d for c, t, m, d in zip(site[1:], tap, centre, dilation)))
+            if source in x:
+                value += w[(slice(None), *tap, slice(None))] @ x[source]
+        out[site] = value
+    return out
+
+
+def spconv_conv(x, w, b, stride, padding, dilation, out_shape):
+    """spconv's forward rule: input i reaches output o through tap k when i = o·s − p + k·d."""
+    out = {}
+    for site, feature in x.items():
+        for tap in _taps(w.shape[1:-1]):
+            numerator = [c + p - t * d for c, p, t, d in zip(site[1:], padding, tap, dilation)]
+            if any(n % s for n, s in zip(numerator, stride)):
+                continue
+            o = [n // s for n, s in zip(numerator, stride)]
+            if all(0 <= v < e for v, e in zip(o, out_shape)):
+                key = (site[0], *o)
+                out[key] = out.get(key, b) + w[(slice(None), *tap, slice(None))] @ feature
+    return out
+
+
+def spconv_deconv(x, w, b, stride, padding, out_shape):
+    """SparseConvTranspose: input i sends tap k to o = i·s − p + k (spconv ignores dilation here)."""
+    out = {}
+    for site, feature in x.items():
+        for tap in _taps(w.shape[1:-1]):
+            o = [c * s - p + t for c, s, p, t in zip(site[1:], stride, padding, tap)]
+            if all(0 <= v < e for v, e in zip(o, out_shape)):
+                key = (site[0], *o)
+                out[key] = out.get(key, b) + w[(slice(None), *tap, slice(None))] @ feature
+    return out
+
+
+def spconv_inverse(x, w, b, forward_sites, stride, padding, dilation):
+    """SparseInverseConv: the forward conv's pairs (input j, output o, tap k) read backwards."""
+    out = {}
+    for site in forward_sites:
+        value = b.copy()
+        for tap in _taps(w.shape[1:-1]):
+            numerator = [c + p - t * d for c, p, t, d in zip(site[1:], padding, tap, dilation)]
+            if any(n % s for n, s in zip(numerator, stride)):
+                continue
+            source = (site[0], *(n // s for n, s in zip(numerator, stride)))
+            if source in x:
+                value += w[(slice(None), *tap, slice(None))] @ x[source]
+        out[site] = value
+    return out
+
+
+def spconv_dense(x, batch, channels, grid, reverse):
+    dense = np.zeros((batch, channels, *grid), np.float32)
+    for site, feature in x.items():
+        dense[(site[0], slice(None), *site[1:])] = feature
+    return np.moveaxis(dense, range(2, 2 + len(grid)), range(1 + len(grid), 1, -1)) if reverse else dense
+
+
+def as_dict(features, coords):
+    return {tuple(int(v) for v in row): feature for row, feature in zip(coords, features)}
+
+
+# -- hand-written foreign models --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Handle:
+    name: str  # the features tensor
+    grid: tuple
+    channels: int
+    indices: str  # AIMET: the indices tensor these features sit on
+
+
+class SpconvGraph:
+    """Writes an NVIDIA ("nvidia") or AIMET ("aimet") sparse-conv graph and records its spconv meaning."""
+
+    def __init__(self, fmt: str, cin: int, grid, rng, batch=2, name_nodes=True):
+        self.fmt, self.rng, self.batch, self.name_nodes = fmt, rng, batch, name_nodes
+        self.nodes, self.initializers, self.program, self.keys = [], [], [], {}
+        features = "0" if fmt == "nvidia" else "features"
+        self.inputs = [helper.make_tensor_value_info(features, TensorProto.FLOAT16, ["N", cin])]
+        if fmt == "aimet":
+            self.inputs.insert(0, helper.make_tensor_value_info("indices", TensorProto.INT32, ["N", 1 + len(grid)]))
+        self.x = Handle(features, tuple(grid), cin, "indices")
+        self.count = 0
+
+    def _name(self, stem):
+        self.count += 1
+        return f"{stem}_{self.count}"
+
+    def _node(self, op_type, inputs, outputs, domain="", **attrs):
+        name = self._name(op_type) if self.name_nodes else ""
+        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=name, domain=domain, **attrs))
+        return self.nodes[-1]
+
+    def _fp16(self, stem, value):
+        name = self._name(stem)
+        self.initializers.append(numpy_helper.from_array(value.astype(np.float16), name))
+        return value.astype(np.float16).astype(np.float32)
+
+    def conv(self, x: Handle, kind: str, cout: int, kernel, stride=1, padding=0, dilation=1, output_padding=0,
+             key="", activation="None", bias=True, weight_shape=None, **overrides) -> Handle:
+        n = len(x.grid)
+        kernel, stride, padding, dilation, output_padding = (
+            (v,) * n if isinstance(v, int) else tuple(v) for v in (kernel, stride, padding, dilation, output_padding))
+        w = self._fp16("W", self.rng.standard_normal(weight_shape or (cout, *kernel, x.channels)) / 3)
+        b = self._fp16("B", self.rng.standard_normal(cout) / 3) if bias else np.zeros(cout, np.float32)
+        if kind == "subm":
+            out_grid = x.grid
+        elif kind == "conv":
+            out_grid = tuple((s + 2 * p - d * (k - 1) - 1) // st + 1
+                             for s, k, st, p, d in zip(x.grid, kernel, stride, padding, dilation))
+        elif kind == "deconv":
+            out_grid = tuple((s - 1) * st - 2 * p + k + op
+                             for s, k, st, p, op in zip(x.grid, kernel, stride, padding, output_padding))
+        else:
+            out_grid = self.keys[key][0].grid if key in self.keys else x.grid
+        attrs = dict(ndim=n, input_spatial_shape=list(x.grid), output_spatial_shape=list(out_grid),
+                     in_channels=x.channels, out_channels=cout, kernel_size=list(kernel), output_bound=200000,
+                     stride=list(stride), dilation=list(dilation), padding=list(padding),
+                     transposed=int(kind == "deconv"), inverse=int(kind == "inverse"),
+                     output_padding=list(output_padding), groups=1, subm=int(kind == "subm"), rulebook=key,
+                     activation=activation, input_shape=[-1, x.channels], output_shape=[-1, cout])
+        attrs.update(overrides)
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        weights = [self.initializers[-2 if bias else -1].name] + ([self.initializers[-1].name] if bias else [])
+        out = self._name("y")
+        # AIMET: a conv that makes new coordinates also outputs them; a submanifold conv keeps its input's
+        out_indices = x.indices if kind == "subm" or self.fmt == "nvidia" else self._name("indices")
+        if self.fmt == "nvidia":
+            self._node("SparseConvolution", [x.name, *weights], [out], **attrs)
+        else:
+            outputs = [out] if kind == "subm" else [out, out_indices]
+            self._node("SparseConvolution", [x.indices, x.name, *weights], outputs, domain="spconv", **attrs)
+        y = Handle(out, out_grid, cout, out_indices)
+        if key and kind != "inverse":
+            self.keys.setdefault(key, (x, stride, padding, dilation))
+        forward = self.keys.get(key)
+        act = {name.lower(): f for name, f in ACTIVATIONS.items()}.get(activation.lower())
+
+        def run(env):
+            source = env[x.name]
+            if kind == "subm":
+                result = spconv_subm(source, w, b, dilation)
+            elif kind == "conv":
+                result = spconv_conv(source, w, b, stride, padding, dilation, out_grid)
+            elif kind == "deconv":
+                result = spconv_deconv(source, w, b, stride, padding, out_grid)
+            else:
+                result = spconv_inverse(source, w, b, env[forward[0].name], *forward[1:])
+            env[out] = {site: act(v) for site, v in result.items()}
+        self.program.append(run)
+        return y
+
+    def relu(self, x: Handle) -> Handle:
+        out = self._name("relu")
+        self._node("Relu", [x.name], [out])
+        self.program.append(lambda env: env.__setitem__(out, {k: np.maximum(v, 0) for k, v in env[x.name].items()}))
+        return Handle(out, x.grid, x.channels, x.indices)
+
+    def add(self, a: Handle, b: Handle) -> Handle:
+        out = self._name("add")
+        self._node("Add", [a.name, b.name], [out])
+        self.program.append(lambda env: env.__setitem__(out, {k: v + env[b.name][k] for k, v in env[a.name].items()}))
+        return Handle(out, a.grid, a.channels, a.indices)
+
+    def scatter_dense(self, x: Handle, layout="zyx", output_shape=None):
+        grid = x.grid[::-1] if layout == "xyz" else x.grid
+        shape = output_shape or [self.batch, x.channels, *grid]
+        out = self._name("dense")
+        inputs = [x.indices, x.name] if self.fmt == "aimet" else [x.name]
+        self._node("ScatterDense", inputs, [out], input_spatial_shape=list(x.grid), format=layout, output_shape=shape)
+        self.program.append(lambda env: env.__setitem__(out, spconv_dense(
+            env[x.name], self.batch, x.channels, x.grid, layout == "xyz").reshape(shape)))
+        return out, shape
+
+    def reshape(self, dense, dims):
+        out = self._name("reshape")
+        self._node("Reshape", [dense[0]], [out], dims=dims)  # NVIDIA: no shape input, a `dims` attribute
+        self.program.append(lambda env: env.__setitem__(out, env[dense[0]].reshape(dims)))
+        return out, dims
+
+    def transpose(self, dense, dims):
+        out = self._name("transpose")
+        self._node("Transpose", [dense[0]], [out], dims=dims)  # NVIDIA: `dims` instead of `perm`
+        self.program.append(lambda env: env.__setitem__(out, np.transpose(env[dense[0]], dims)))
+        return out, [dense[1][d] for d in dims]
+
+    def build(self, *outputs) -> onnx.ModelProto:
+        values = []
+        for out in outputs:
+            if isinstance(out, Handle):
+                values.append(helper.make_tensor_value_info(out.name, TensorProto.FLOAT16, ["M", out.channels]))
+            else:
+                values.append(helper.make_tensor_value_info(out[0], TensorProto.FLOAT16, list(out[1])))
+        graph = helper.make_graph(self.nodes, f"{self.fmt}_scn", self.inputs, values, self.initializers)
+        opsets = [helper.make_opsetid("", 11)] + ([helper.make_opsetid("spconv", 1)] if self.fmt == "aimet" else [])
+        model = helper.make_model(graph, opset_imports=opsets, producer_name="hand")
+        model.ir_version = 6
+        self.outputs, self.model = outputs, model
+        return model
+
+    def random_input(self, active=60):
+        volume = int(np.prod(self.x.grid))
+        sites = self.rng.choice(self.batch * volume, size=min(active, self.batch * volume), replace=False)
+        coords = np.column_stack([sites // volume, *np.unravel_index(sites % volume, self.x.grid)]).astype(np.int64)
+        features = self.rng.standard_normal((len(coords), self.x.channels)).astype(np.float16).astype(np.float32)
+        return features, coords
+
+    def feeds(self, features, coords):
+        return {"0": features, "coords": coords} if self.fmt == "nvidia" else {"features": features, "indices": coords}
+
+    def evaluate(self, features, coords) -> list:
+        env = {self.x.name: as_dict(features, coords)}
+        for run in self.program:
+            run(env)
+        return [env[out.name] if isinstance(out, Handle) else env[out[0]] for out in self.outputs]
+
+
+def assert_outputs_match(graph: SpconvGraph, imported: onnx.ModelProto, features, coords, results=None):
+    """The imported model's outputs (through `results` or the section-3 reference) equal spconv's."""
+    results = results or reference.run(imported, graph.feeds(features, coords))
+    for out, want in zip(graph.outputs, graph.evaluate(features, coords)):
+        if isinstance(out, Handle):
+            got = as_dict(results[out.name], results[f"{out.name}_coords"])
+            assert got.keys() == want.keys()
+            for site in want:
+                np.testing.assert_allclose(got[site], want[site], rtol=1e-4, atol=1e-4)
+        else:
+            np.testing.assert_allclose(results[out[0]], want, rtol=1e-4, atol=1e-4)
+
+
+# -- networks --------------------------------------------------------------------------------------
+
+def residual_unet(fmt: str, rng, name_nodes=True) -> SpconvGraph:
+    """3D: subm blocks with a residual Add, a strided conv, its inverse (same rulebook key) and a skip Add;
+    a folded BEV map of the bottleneck through ScatterDense + the non-standard Transpose and Reshape."""
+    g = SpconvGraph(fmt, 4, (6, 8, 10), rng, name_nodes=name_nodes)
+    a = g.conv(g.x, "subm", 8, 3, key="subm1", activation="ReLU")
+    b = g.conv(a, "subm", 8, 3, key="subm1")
+    c = g.relu(g.add(a, b))
+    d = g.conv(c, "conv", 16, 3, stride=2, padding=1, key="down", activation="LeakyReLU")
+    e = g.conv(d, "subm", 16, 3, dilation=2, key="subm2", activation="Sigmoid")
+    f = g.conv(e, "inverse", 8, 3, key="down", activation="ReLU")
+    skip = g.add(f, c)
+    bev = g.scatter_dense(e, "zyx", output_shape=[g.batch, 16 * 3, 4, 5])
+    bev = g.reshape(g.transpose(bev, [0, 1, 3, 2]), [g.batch, 48 * 5, 4])
+    g.build(skip, bev)
+    return g
+
+
+def decoder_2d(rng) -> SpconvGraph:
+    """2D: subm, a transposed conv with padding and output_padding, ScatterDense in format xyz."""
+    g = SpconvGraph("nvidia", 3, (5, 7), rng)
+    a = g.conv(g.x, "subm", 6, (3, 5), activation="ReLU")
+    b = g.conv(a, "deconv", 4, 3, stride=2, padding=1, output_padding=1, bias=False)
+    g.build(b, g.scatter_dense(b, "xyz"))
+    return g
+
+
+@pytest.mark.parametrize("fmt", ["nvidia", "aimet"])
+@pytest.mark.parametrize("name_nodes", [True, False])
+def test_residual_unet_matches_spconv(fmt, name_nodes, rng):
+    g = residual_unet(fmt, rng, name_nodes)
+    imported = import_model(g.model)
+    for active in (60, 1):
+        assert_outputs_match(g, imported, *g.random_input(active))
+
+
+def test_2d_transposed_conv_and_xyz_dense_match_spconv(rng):
+    g = decoder_2d(rng)
+    imported = import_model(g.model)
+    assert [n.op_type for n in imported.graph.node] == ["SubmanifoldConv", "Relu", "SparseDeconv", "ToDense",
+                                                        "Transpose", "Identity"]
+    deconv = imported.graph.node[2]
+    attrs = {a.name: helper.get_attribute_value(a) for a in deconv.attribute}
+    assert attrs["pads"] == [1, 1, 1, 1] and attrs["output_padding"] == [1, 1] and "dilations" not in attrs
+    assert len(deconv.input) == 3  # no bias
+    assert_outputs_match(g, imported, *g.random_input(20))
+
+
+@pytest.mark.parametrize("activation, op_type", [("ReLU", "Relu"), ("None", None), ("Sigmoid", "Sigmoid"),
+                                                 ("LeakyReLU", "LeakyRelu"), ("relu", "Relu")])
+def test_activation_variants(activation, op_type, rng):
+    g = SpconvGraph("nvidia", 3, (6, 7), rng)
+    out = g.conv(g.x, "conv", 5, 2, stride=2, activation=activation)
+    g.build(out)
+    imported = import_model(g.model)
+    ops = [n.op_type for n in imported.graph.node]
+    assert ops == ["SparseConv"] + ([op_type] if op_type else []) + ["Identity"]
+    if op_type == "LeakyRelu":
+        assert imported.graph.node[1].attribute[0].f == pytest.approx(LEAKY_SLOPE)
+    assert_outputs_match(g, imported, *g.random_input(30))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_geometries_match_spconv(seed):
+    """Random kernels, strides, paddings and dilations for conv, transposed conv and inverse conv."""
+    rng = np.random.default_rng(100 + seed)
+    ndim = 2 + seed % 2
+    grid = tuple(int(v) for v in rng.integers(5, 9, ndim))
+    g = SpconvGraph("nvidia", 2, grid, rng)
+    kernel = tuple(int(v) for v in rng.choice([1, 2, 3], ndim))
+    stride = tuple(int(v) for v in rng.integers(1, 4, ndim))
+    padding = tuple(int(rng.integers(0, k + 1)) for k in kernel)
+    dilation = tuple(int(v) for v in rng.integers(1, 3, ndim))
+    down = g.conv(g.x, "conv", 3, kernel, stride, padding, dilation, key="k")
+    up = g.conv(down, "inverse", 2, kernel, key="k")
+    odd = tuple(k | 1 for k in kernel)
+    mid = g.conv(down, "subm", 3, odd, dilation=dilation)
+    de_stride = tuple(int(v) for v in rng.integers(1, 3, ndim))
+    de_pad = tuple(int(rng.integers(0, k)) for k in odd)
+    de = g.conv(mid, "deconv", 2, odd, de_stride, de_pad,
+                output_padding=tuple(int(rng.integers(0, s)) for s in de_stride))
+    g.build(up, de, down)
+    imported = import_model(g.model)
+    for active in (40, 3):
+        assert_outputs_match(g, imported, *g.random_input(active))
+
+
+def test_attributes_an_exporter_leaves_out_take_spconv_defaults(rng):
+    """AIMET's exporter drops falsy attributes (subm=0, transposed=0, inverse=0) and writes no output
+    extent or feature shapes: a conv is then a regular SparseConv3d."""
+    g = SpconvGraph("aimet", 2, (7, 6, 5), rng)
+    omitted = dict(subm=None, transposed=None, inverse=None, output_spatial_shape=None, output_shape=None,
+                   spatial_shape=[7, 6, 5], batch_size=2)
+    g.build(g.conv(g.x, "conv", 3, 3, stride=2, padding=1, **omitted))
+    imported = import_model(g.model)
+    assert [n.op_type for n in imported.graph.node] == ["SparseConv", "Identity"]
+    assert_outputs_match(g, imported, *g.random_input(40))
+
+
+def test_element_wise_ops_on_sparse_features(rng):
+    """A per-channel Mul (a BatchNorm kept as Mul/Add) and a channel Concat of two tensors on the same
+    coords stay on those coords; their numbers are the row-wise ones."""
+    g = SpconvGraph("nvidia", 2, (6, 7), rng)
+    a = g.conv(g.x, "subm", 3, 3)
+    b = g.conv(a, "subm", 2, 1)
+    scale = g._fp16("scale", rng.standard_normal(3))
+    g._node("Mul", [a.name, g.initializers[-1].name], ["scaled"])
+    g._node("Concat", ["scaled", b.name], ["joined"], axis=1)
+    g.program.append(lambda env: env.__setitem__("joined", {
+        site: np.concatenate([v * scale, env[b.name][site]]) for site, v in env[a.name].items()}))
+    g.build(Handle("joined", a.grid, 5, a.indices))
+    imported = import_model(g.model)
+    assert_outputs_match(g, imported, *g.random_input(30))
+
+
+def test_imported_nvidia_model_structure(rng):
+    g = residual_unet("nvidia", rng)
+    imported = import_model(g.model)
+    onnx.checker.check_model(imported)
+    assert imported.ir_version <= 10
+    opsets = {o.domain: o.version for o in imported.opset_import}
+    assert opsets[""] >= 17 and opsets["sparse"] == 1
+    assert {(n.domain, n.op_type) for n in imported.graph.node} <= {
+        ("sparse", "SubmanifoldConv"), ("sparse", "SparseConv"), ("sparse", "SparseDeconv"), ("sparse", "ToDense"),
+        ("", "Relu"), ("", "LeakyRelu"), ("", "Sigmoid"), ("", "Add"), ("", "Reshape"), ("", "Transpose"),
+        ("", "Identity")}
+    inputs = {v.name: v.type.tensor_type for v in imported.graph.input}
+    assert list(inputs) == ["0", "coords"]
+    assert inputs["0"].elem_type == TensorProto.FLOAT and inputs["coords"].elem_type == TensorProto.INT64
+    assert [d.dim_param or d.dim_value for d in inputs["coords"].shape.dim] == ["N", 4]
+    assert all(o.type.tensor_type.elem_type in (TensorProto.FLOAT, TensorProto.INT64) for o in imported.graph.output)
+    assert {t.data_type for t in imported.graph.initializer} <= {TensorProto.FLOAT, TensorProto.INT64}
+    weights = {t.name: list(t.dims) for t in imported.graph.initializer}
+    convs = {n.op_type: n for n in imported.graph.node if n.domain == "sparse"}
+    assert weights[convs["SparseConv"].input[2]] == [16, 8, 3, 3, 3]  # [Cout, Cin, *K]
+    inverse = convs["SparseDeconv"]
+    assert weights[inverse.input[2]] == [16, 8, 3, 3, 3]  # [Cin, Cout, *K]
+    attrs = {a.name: helper.get_attribute_value(a) for a in inverse.attribute}
+    # the forward conv's geometry, from its output grid (3, 4, 5) back to its input grid (6, 8, 10)
+    assert attrs == dict(kernel_shape=[3, 3, 3], spatial_shape=[3, 4, 5], strides=[2, 2, 2], pads=[1] * 6,
+                         dilations=[1, 1, 1], output_padding=[1, 1, 1])
+    forward_input = convs["SparseConv"].input[1]
+    assert inverse.input[4] == forward_input
+    reshape = next(n for n in imported.graph.node if n.op_type == "Reshape" and n.input[0].startswith("transpose"))
+    assert numpy_helper.to_array(next(t for t in imported.graph.initializer if t.name == reshape.input[1])).tolist() \
+        == [2, 240, 4]
+    assert not any(a.name == "dims" for n in imported.graph.node for a in n.attribute)
+
+
+def test_imported_aimet_model_keeps_its_indices_input(rng):
+    g = residual_unet("aimet", rng)
+    imported = import_model(g.model)
+    inputs = {v.name: v.type.tensor_type.elem_type for v in imported.graph.input}
+    assert inputs == {"indices": TensorProto.INT64, "features": TensorProto.FLOAT}
+    assert "spconv" not in {o.domain for o in imported.opset_import}
+    first = imported.graph.node[0]
+    assert (first.op_type, first.input[0], first.input[1]) == ("SubmanifoldConv", "features", "indices")
+
+
+@pytest.mark.parametrize("target, options", [("gpu", {}), ("nna", {"combine": "gather"}),
+                                              ("nna", {"combine": "scatter", "max_active": 400})])
+@pytest.mark.parametrize("fmt", ["nvidia", "aimet"])
+def test_imported_model_lowers_and_runs(fmt, target, options, rng):
+    g = residual_unet(fmt, rng)
+    lowered = sparse_lower.lower(import_model(g.model), target=target, **options)
+    session = sparse_lower.create_session(lowered)
+    features, coords = g.random_input(80)
+    names = [o.name for o in session.get_outputs()]
+    results = dict(zip(names, session.run(names, g.feeds(features, coords))))
+    assert_outputs_match(g, None, features, coords, results)
+
+
+def test_2d_import_lowers_and_runs(rng):
+    g = decoder_2d(rng)
+    session = sparse_lower.create_session(sparse_lower.lower(import_model(g.model)))
+    features, coords = g.random_input(25)
+    names = [o.name for o in session.get_outputs()]
+    assert_outputs_match(g, None, features, coords, dict(zip(names, session.run(names, g.feeds(features, coords)))))
+
+
+def test_section3_model_is_returned_unchanged(tmp_path):
+    builder = sparse_lower.models.SparseModelBuilder(2, 3, np.random.default_rng(0))
+    model = builder.conv("SubmanifoldConv", 4, (3, 3), (5, 6)).build()
+    assert detect_format(model) == SECTION3
+    assert import_model(model) is model
+    onnx.save(model, tmp_path / "m.onnx")
+    assert import_model(tmp_path / "m.onnx") == model
+
+
+def test_detect_format(rng, tmp_path):
+    assert detect_format(residual_unet("nvidia", rng).model) == "nvidia"
+    path = tmp_path / "aimet.onnx"
+    onnx.save(residual_unet("aimet", rng).model, path)
+    assert detect_format(path) == "aimet"
+
+
+def test_cli_convert_imports_foreign_models(rng, tmp_path, capsys):
+    path, out = tmp_path / "scn.onnx", tmp_path / "scn.gpu.onnx"
+    onnx.save(residual_unet("nvidia", rng).model, path)
+    assert main(["convert", str(path), "-o", str(out), "--verify", "--active", "50"]) == 0
+    text = capsys.readouterr().out
+    assert "imported NVIDIA Lidar_AI_Solution" in text and "verify: ok" in text
+    assert not [n for n in onnx.load(out).graph.node if n.domain in ("sparse", "")
+                and n.op_type in ("SparseConvolution", "SubmanifoldConv")]
+
+
+# -- refusals --------------------------------------------------------------------------------------
+
+def _one_conv(fmt="nvidia", kind="subm", **overrides):
+    g = SpconvGraph(fmt, 3, (6, 7, 8), np.random.default_rng(1))
+    out = g.conv(g.x, kind, 4, 3, stride=1 if kind == "subm" else 2, **overrides)
+    return g.build(out), g.nodes[-1].name
+
+
+def _bad_inverse(**changes):
+    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
+    a = g.conv(g.x, "subm", 3, 3, key="s")
+    b = g.conv(a, "conv", 4, 3, stride=2, padding=1, key="down")
+    c = g.conv(a if changes.get("wrong_input") else b, "inverse", 3, changes.get("kernel", 3),
+               key=changes.get("key", "down"), **changes.get("attrs", {}))
+    return g.build(c), g.nodes[-1].name
+
+
+def _residual_across_grids():
+    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
+    a = g.conv(g.x, "subm", 4, 3)
+    b = g.conv(a, "conv", 4, 1)  # a 1x1 regular conv: same grid, but its rows are its own (sorted)
+    g.add(a, b)
+    return g.build(g.x), g.nodes[-1].name
+
+
+def _reused_rulebook():
+    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
+    a = g.conv(g.x, "conv", 4, 3, stride=2, padding=1, key="k")
+    b = g.conv(a, "conv", 4, 3, stride=2, padding=1, key="k")
+    return g.build(b), g.nodes[-1].name
+
+
+def _scatter(**attrs):
+    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
+    a = g.conv(g.x, "subm", 4, 3)
+    out = g.scatter_dense(a, **attrs)
+    return g.build(out), g.nodes[-1].name
+
+
+def _with_node(op_type, domain="", sparse_input=True, extra_input=None, **attrs):
+    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
+    a = g.conv(g.x, "subm", 4, 3)
+    if op_type == "Transpose":
+        attrs["perm"] = [1, 0]
+    inputs = [a.name if sparse_input else "0"]
+    if extra_input:
+        g.initializers.append(numpy_helper.from_array(np.array([1], np.int64), extra_input))
+        inputs.append(extra_input)
+    g._node(op_type, inputs, ["odd"], domain=domain, **attrs)
+    g.outputs = ()
+    model = g.build()
+    model.graph.output.append(helper.make_tensor_value_info("odd", TensorProto.FLOAT16, None))
+    return model, g.nodes[-1].name
+
+
+def _wrong_input_grid():
+    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
+    a = g.conv(g.x, "subm", 4, 3)
+    b = g.conv(a, "subm", 4, 3, input_spatial_shape=[6, 7, 9], output_spatial_shape=[6, 7, 9])
+    return g.build(b), g.nodes[-1].name
+
+
+def _aimet_wrong_indices():
+    g = SpconvGraph("aimet", 3, (6, 7, 8), np.random.default_rng(1))
+    a = g.conv(g.x, "conv", 4, 3, stride=2)
+    b = g.conv(g.x, "conv", 4, 3, stride=2, padding=1)
+    c = g.conv(Handle(a.name, a.grid, a.channels, b.indices), "subm", 4, 3)  # b's indices with a's features
+    return g.build(c), g.nodes[-1].name
+
+
+def _aimet_dense_form():
+    """aimet_torch also writes SparseConvolution(dense, W, B) on a densified tensor: not a sparse layer."""
+    g = SpconvGraph("aimet", 3, (6, 7, 8), np.random.default_rng(1))
+    dense, _ = g.scatter_dense(g.conv(g.x, "subm", 4, 3))
+    g._fp16("W", np.ones((4, 3, 3, 3, 4)))
+    g._fp16("B", np.ones(4))
+    g._node("SparseConvolution", [dense, *[t.name for t in g.initializers[-2:]]], ["y"], domain="spconv", ndim=3,
+            input_spatial_shape=[6, 7, 8], in_channels=4, out_channels=4, kernel_size=[3, 3, 3])
+    return g.build(), g.nodes[-1].name
+
+
+def _unnamed():
+    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1), name_nodes=False)
+    out = g.conv(g.conv(g.x, "subm", 4, 3), "subm", 4, 3, groups=2)
+    return g.build(out), "SparseConvolution#1"
+
+
+def _missing(name):
+    model, node = _one_conv()
+    attrs = model.graph.node[0].attribute
+    attrs.remove(next(a for a in attrs if a.name == name))
+    return model, node
+
+
+def _unsorted():
+    model, node = _one_conv()
+    model.graph.node.insert(0, helper.make_node("Relu", [model.graph.node[0].output[0]], ["r"], name="early"))
+    return model, "early"
+
+
+def _per_channel(shape):
+    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
+    a = g.conv(g.x, "subm", 4, 3)
+    g._fp16("c", np.ones(shape))
+    g._node("Mul", [a.name, g.initializers[-1].name], ["scaled"])
+    return g.build(Handle("scaled", a.grid, 4, "")), g.nodes[-1].name
+
+
+def _graph_input_weight():
+    model, node = _one_conv()
+    weight = model.graph.initializer[0]
+    model.graph.input.append(helper.make_tensor_value_info(weight.name, TensorProto.FLOAT16, list(weight.dims)))
+    del model.graph.initializer[0]
+    return model, node
+
+
+REFUSALS = {
+    "groups": (lambda: _one_conv(groups=2), "groups=2 is not supported"),
+    "unnamed node": (_unnamed, "groups=2 is not supported"),
+    "activation": (lambda: _one_conv(activation="GELU"), "attribute 'activation'='GELU'"),
+    "flag value": (lambda: _one_conv(subm=2), "'subm'=2 is not 0 or 1"),
+    "subm and transposed": (lambda: _one_conv(transposed=1), "subm=1 contradicts transposed"),
+    "unknown attribute": (lambda: _one_conv(bogus=1), "no attribute 'bogus'"),
+    "int8 layer": (lambda: _one_conv(precision="int8"), "only float layers"),
+    "missing attribute": (lambda: _missing("kernel_size"), "kernel_size missing"),
+    "kernel length": (lambda: _one_conv(kernel_size=[3, 3]), "'kernel_size' has 2 values but ndim=3"),
+    "output extent": (lambda: _one_conv(kind="conv", output_spatial_shape=[3, 4, 5]),
+                      "output_spatial_shape=[3, 4, 5] contradicts the output extent [2, 3, 3]"),
+    "weight shape": (lambda: _one_conv(weight_shape=(4, 3, 3, 3, 2)), "contradicts out_channels=4"),
+    "in_channels": (lambda: _one_conv(in_channels=5, input_shape=None), "in_channels=5 but its input has 3 channels"),
+    "feature shape": (lambda: _one_conv(output_shape=[-1, 5]), "output_shape=[-1, 5] contradicts out_channels=4"),
+    "input grid": (_wrong_input_grid, "contradicts the grid [6, 7, 8]"),
+    "weight not constant": (_graph_input_weight, "is not a constant"),
+    "dilated transposed": (lambda: _one_conv(kind="deconv", dilation=2), "dilation=[2, 2, 2]"),
+    "inverse without forward": (lambda: _bad_inverse(key="nowhere"), "registered rulebook 'nowhere'"),
+    "inverse without key": (lambda: _bad_inverse(key=""), "without a rulebook key"),
+    "inverse of subm": (lambda: _bad_inverse(key="s"), "spconv inverts only regular sparse convs"),
+    "inverse kernel": (lambda: _bad_inverse(kernel=1, attrs=dict(kernel_size=[1, 1, 1])), "kernel_size=[1, 1, 1]"),
+    "inverse stride": (lambda: _bad_inverse(attrs=dict(stride=[3, 3, 3])), "stride=[3, 3, 3] contradicts"),
+    "inverse input": (lambda: _bad_inverse(wrong_input=True, attrs=dict(input_spatial_shape=[6, 7, 8])),
+                      "not on the output coordinates"),
+    "reused rulebook": (_reused_rulebook, "rulebook 'k' was built by"),
+    "add across coords": (_residual_across_grids, "Add of sparse tensors on different coordinates"),
+    "scatter format": (lambda: _scatter(layout="yxz"), "'format'='yxz'"),
+    "scatter shape": (lambda: _scatter(output_shape=[2, 4, 8, 7, 6]), "output_shape=[2, 4, 8, 7, 6] is neither"),
+    "unknown standard op": (lambda: _with_node("Frobnicate"), "unknown op 'Frobnicate'"),
+    "non-standard attribute": (lambda: _with_node("Relu", sparse_input=False, **{"alpha": 2}), "Relu has no attribute"),
+    "reshape dims and shape": (lambda: _with_node("Reshape", sparse_input=False, extra_input="shape", dims=[1]),
+                               "both a shape input and a 'dims'"),
+    "not per-channel": (lambda: _per_channel((5, 4)), "is not per-channel"),
+    "unsorted graph": (_unsorted, "before any node produces it"),
+    "unknown domain op": (lambda: _with_node("Voxelize", domain="lidar"), "unknown op 'lidar::Voxelize'"),
+    "non-element-wise op": (lambda: _with_node("Transpose"), "Transpose cannot take the sparse features"),
+    "aimet indices": (_aimet_wrong_indices, "are neither the coordinates of its features"),
+    "aimet dense form": (_aimet_dense_form, "are a constant: the node's inputs are not in the order"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS)
+def test_refusal_names_the_node_and_the_fix(case):
+    build, fragment = REFUSALS[case]
+    model, node = build()
+    with pytest.raises(SparseLowerError) as raised:
+        import_model(model)
+    assert fragment in raised.value.reason
+    assert raised.value.node == node
+    assert raised.value.fix
+
+
+def test_mixed_formats_are_refused(rng):
+    model = residual_unet("nvidia", rng).model
+    model.graph.node.append(helper.make_node("SparseConvolution", ["a", "b", "c"], ["d"], domain="spconv"))
+    with pytest.raises(SparseLowerError, match="mixes"):
+        import_model(model)
+
+
+# -- round trip through the wild-format writers of sparse_lower.models --------------------------------
+
+def _small_2d(emitter):
+    """A 2D network through the Emitter protocol: subm, strided conv, transposed conv, dense (format "yx")."""
+    rng = np.random.default_rng(3)
+    x = emitter.input(3, (9, 11), 2)
+    x = emitter.conv(x, "subm", rng.standard_normal((6, 3, 3, 3)).astype(np.float32), None, indice_key="s",
+                     activation="LeakyReLU")
+    x = emitter.conv(x, "conv", rng.standard_normal((8, 2, 3, 6)).astype(np.float32),
+                     rng.standard_normal(8).astype(np.float32), stride=2, padding=(0, 1), activation="Sigmoid")
+    x = emitter.conv(x, "deconv", rng.standard_normal((4, 3, 3, 8)).astype(np.float32), None, stride=2,
+                     padding=1, output_padding=1, activation="ReLU")
+    dense = emitter.dense(x)
+    return emitter.finish([x, emitter.reshape(dense, (dense.shape[0], int(np.prod(dense.shape[1:]))))])
+
+
+ROUND_TRIP = {
+    "centerpoint": (lambda e: sparse_lower.models.sp_middle_resnet_fhd(e, np.random.default_rng(0),
+                                                                       spatial_shape=(41, 24, 24)), (41, 24, 24), 1),
+    "unet": (lambda e: sparse_lower.models.sparse_unet(e, np.random.default_rng(0), spatial_shape=(21, 20, 20),
+                                                       levels=2), (21, 20, 20), 1),
+    "patent_2d": (lambda e: sparse_lower.models.patent_2d_stack(e, np.random.default_rng(0), in_channels=4,
+                                                                channels=(8, 6), spatial_shape=(12, 14),
+                                                                dense_io=False, bias=True), (12, 14), 1),
+    "small_2d": (_small_2d, (9, 11), 2),
+}
+
+
+def _float16_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The canonical model with its weights rounded through float16, as the NVIDIA writer stores them."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for index, tensor in enumerate(model.graph.initializer):
+        if tensor.data_type == TensorProto.FLOAT:
+            value = numpy_helper.to_array(tensor).astype(np.float16).astype(np.float32)
+            model.graph.initializer[index].CopyFrom(numpy_helper.from_array(value, tensor.name))
+    return model
+
+
+@pytest.mark.parametrize("emitter", ["NvidiaEmitter", "AimetEmitter"])
+@pytest.mark.parametrize("network", ROUND_TRIP)
+def test_round_trip_through_the_format_writers(network, emitter):
+    """Written by NvidiaEmitter / AimetEmitter, imported, then run by the reference: the same outputs,
+    under the same names, as the canonical emitter's section-3 model of the same network."""
+    build, grid, batch = ROUND_TRIP[network]
+    canonical = build(sparse_lower.models.CanonicalEmitter())
+    if emitter == "NvidiaEmitter":
+        canonical = _float16_weights(canonical)
+    imported = import_model(build(getattr(sparse_lower.models, emitter)()))
+    onnx.checker.check_model(imported)
+    rng = np.random.default_rng(1)
+    volume = int(np.prod(grid))
+    sites = rng.choice(batch * volume, size=min(300, batch * volume // 2), replace=False)
+    coords = np.column_stack([sites // volume, *np.unravel_index(sites % volume, grid)]).astype(np.int64)
+    channels = canonical.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    features = rng.standard_normal((len(coords), channels)).astype(np.float16).astype(np.float32)
+    want = reference.run(canonical, {"features": features, "coords": coords})
+    inputs = [v.name for v in imported.graph.input]
+    feeds = {"0": features, "coords": coords} if inputs == ["0", "coords"] else {"features": features,
+                                                                                 "indices": coords}
+    got = reference.run(imported, feeds)
+    assert set(got) == set(want)
+    for name, value in want.items():
+        scale = max(float(np.abs(value).max(initial=0)), 1.0)
+        np.testing.assert_allclose(got[name], value, rtol=0, atol=1e-5 * scale, err_msg=name)
