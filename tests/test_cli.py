@@ -52,11 +52,21 @@ def test_inspect_lists_sparse_layers(model_path, capsys):
     assert "10x12x14  5x6x7" in text
 
 
-def test_demo_runs_on_the_real_frame_or_the_synthetic_one(capsys):
-    args = ["demo", "--repeat", "1"] + (["--data", str(DATA / "nuscenes_centerpoint_voxels.npz")]
-                                         if (DATA / "nuscenes_centerpoint_voxels.npz").exists() else [])
-    assert main(args) == 0
-    assert "max relative error against the NumPy reference" in capsys.readouterr().out
+def test_demo_runs_the_nvidia_export_on_the_real_frame(capsys, tmp_path):
+    frame = DATA / "nuscenes_centerpoint_voxels.npz"
+    args = ["demo", "--repeat", "1", "--picture", str(tmp_path / "bev.png")]
+    assert main(args + (["--data", str(frame)] if frame.exists() else [])) == 0
+    text = capsys.readouterr().out
+    assert "import (NVIDIA format -> section-3 ops)" in text and "output: [1, 256, 180, 180] float32" in text
+    assert (tmp_path / "bev.png").stat().st_size > 10_000
+
+
+def test_demo_check_on_the_synthetic_fallback_frame(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no shared data from here: the bundled synthetic frame is used
+    monkeypatch.delenv("SPARSE_LOWER_DATA", raising=False)
+    assert main(["demo", "--repeat", "1", "--check", "--picture", "bev.png"]) == 0
+    text = capsys.readouterr().out
+    assert "synthetic LiDAR-like frame" in text and "max relative error against the NumPy reference" in text
 
 
 def test_help_is_the_subcommand_docstring():
