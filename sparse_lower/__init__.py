@@ -9,9 +9,10 @@
 from . import reference
 from .api import lower
 from .errors import SparseLowerError
+from .export import export
 from .importers import import_model
 from .partition import Partition, partition
 from .runtime import create_session, get_library_path
 
-__all__ = ["Partition", "SparseLowerError", "create_session", "get_library_path", "import_model", "lower", "partition",
-           "reference"]
+__all__ = ["Partition", "SparseLowerError", "create_session", "export", "get_library_path", "import_model", "lower",
+           "partition", "reference"]

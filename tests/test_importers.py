@@ -179,6 +179,11 @@ class SpconvGraph:
         forward = self.keys.get(key)
         act = {name.lower(): f for name, f in ACTIVATIONS.items()}.get(activation.lower())
 
+        # spconv's 1x1 fast path (one tap; stride 1 unless submanifold) multiplies the rows by
+        # weight.view(Cin, Cout): the stored memory, reinterpreted rather than transposed.
+        if int(np.prod(kernel)) == 1 and (kind == "subm" or int(np.prod(stride)) == 1) and kind != "inverse":
+            w = np.ascontiguousarray(w.reshape(x.channels, cout).T).reshape(w.shape)
+
         def run(env):
             source = env[x.name]
             if kind == "subm":
@@ -495,6 +500,12 @@ def _bad_inverse(**changes):
     return g.build(c), g.nodes[-1].name
 
 
+def _one_tap_inverse():
+    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
+    down = g.conv(g.x, "conv", 4, 1, stride=2, key="down")
+    return g.build(g.conv(down, "inverse", 3, 1, key="down")), g.nodes[-1].name
+
+
 def _residual_across_grids():
     g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
     a = g.conv(g.x, "subm", 4, 3)
@@ -615,7 +626,8 @@ REFUSALS = {
     "inverse without forward": (lambda: _bad_inverse(key="nowhere"), "registered rulebook 'nowhere'"),
     "inverse without key": (lambda: _bad_inverse(key=""), "without a rulebook key"),
     "inverse of subm": (lambda: _bad_inverse(key="s"), "spconv inverts only regular sparse convs"),
-    "inverse kernel": (lambda: _bad_inverse(kernel=1, attrs=dict(kernel_size=[1, 1, 1])), "kernel_size=[1, 1, 1]"),
+    "inverse kernel": (lambda: _bad_inverse(kernel=2, attrs=dict(kernel_size=[2, 2, 2])), "kernel_size=[2, 2, 2]"),
+    "one-tap inverse": (_one_tap_inverse, "an inverse conv of one tap: spconv runs it as a 1×1 conv"),
     "inverse stride": (lambda: _bad_inverse(attrs=dict(stride=[3, 3, 3])), "stride=[3, 3, 3] contradicts"),
     "inverse input": (lambda: _bad_inverse(wrong_input=True, attrs=dict(input_spatial_shape=[6, 7, 8])),
                       "not on the output coordinates"),

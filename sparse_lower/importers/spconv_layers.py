@@ -221,8 +221,23 @@ def relaid_weight(layer: SpconvLayer, weight: np.ndarray) -> np.ndarray:
             f"weight of shape {list(weight.shape)} contradicts out_channels={layer.out_channels}, "
             f"kernel_size={list(layer.kernel_size)}, in_channels={layer.in_channels}", layer.label,
             f"give the weight as spconv 2.x KRSC {list(expected)}")
+    weight = weight.astype(np.float32)
+    if layer.kind == "inverse" and int(np.prod(layer.kernel_size)) == 1:
+        raise SparseLowerError("an inverse conv of one tap: spconv runs it as a 1×1 conv on its input rows, not "
+                               "on the forward conv's input coords", layer.label,
+                               "use a kernel of more than one tap, or a 1×1 submanifold conv")
+    if _runs_as_matmul(layer):
+        # spconv's 1×1 fast path computes features @ weight.view(Cin, Cout): the stored memory is the
+        # matrix [Cin, Cout], whatever the declared [Cout, 1.., Cin] shape says. Read it as spconv does.
+        matrix = weight.reshape(layer.in_channels, layer.out_channels)
+        weight = np.ascontiguousarray(matrix.T).reshape(weight.shape)
     destination = 0 if layer.kind in ("deconv", "inverse") else 1
-    return np.ascontiguousarray(np.moveaxis(weight.astype(np.float32), -1, destination))
+    return np.ascontiguousarray(np.moveaxis(weight, -1, destination))
+
+
+def _runs_as_matmul(layer: SpconvLayer) -> bool:
+    """spconv runs a conv of one tap (stride 1 unless submanifold) as a matrix product on its input rows."""
+    return int(np.prod(layer.kernel_size)) == 1 and (layer.kind == "subm" or int(np.prod(layer.stride)) == 1)
 
 
 def checked_bias(layer: SpconvLayer, bias: np.ndarray) -> np.ndarray:

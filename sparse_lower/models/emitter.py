@@ -96,3 +96,22 @@ def spconv_output_shape(kind: str, spatial_shape, kernel, stride, padding, dilat
 def per_dim(value, ndim: int) -> tuple[int, ...]:
     """An int or a sequence as one int per spatial dimension."""
     return tuple(int(v) for v in value) if isinstance(value, (list, tuple, np.ndarray)) else (int(value),) * ndim
+
+
+def spconv_runs_as_matmul(kind: str, kernel, stride) -> bool:
+    """spconv's 1×1 fast path: a kernel of one tap (and stride 1 unless submanifold; an inverse conv
+    module has stride 1) is run as `features @ weight.view(Cin, Cout)` on the input rows."""
+    return int(np.prod(kernel)) == 1 and (kind in ("subm", "inverse") or int(np.prod(stride)) == 1)
+
+
+def spconv_weight_memory(weight: np.ndarray, kind: str, stride) -> np.ndarray:
+    """What a spconv module's `weight` must hold for it to compute `weight` ([Cout, *K, Cin]).
+
+    The same array, except for the 1×1 fast path: spconv reads that memory as `view(Cin, Cout)`, a
+    reinterpretation rather than a transpose, so a trained module's (and its export's) 1×1 weights
+    are the transposed matrix stored in the [Cout, *K, Cin] shape.
+    """
+    if not spconv_runs_as_matmul(kind, weight.shape[1:-1], stride):
+        return weight
+    cout, cin = weight.shape[0], weight.shape[-1]
+    return np.ascontiguousarray(weight.reshape(cout, cin).T).reshape(weight.shape)

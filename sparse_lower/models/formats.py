@@ -44,7 +44,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .emitter import Dense, Sparse
+from .emitter import Dense, Sparse, spconv_weight_memory
 from .graph_writer import GraphWriter
 from .layers import ConvLayer, ConvPlanner, Values, check_add, check_reshape, output_name, rows_after
 
@@ -99,7 +99,8 @@ class _WildEmitter:
         layer = self.planner.plan(x, kind, weight, bias, name=name, stride=stride, padding=padding,
                                   dilation=dilation, output_padding=output_padding, indice_key=indice_key,
                                   activation=activation)
-        inputs = [*self._with_indices(x), self.writer.constant(f"{name}.weight", weight.astype(self._np_float))]
+        memory = spconv_weight_memory(weight, layer.kind, layer.stride)  # what the exported module holds
+        inputs = [*self._with_indices(x), self.writer.constant(f"{name}.weight", memory.astype(self._np_float))]
         if bias is not None:
             inputs.append(self.writer.constant(f"{name}.bias", np.asarray(bias).astype(self._np_float)))
         out, *indices = self.writer.node("SparseConvolution", inputs, self._conv_outputs(layer), name=name,

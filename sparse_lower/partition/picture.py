@@ -110,11 +110,7 @@ def save_picture(partition: Partition, path: Path) -> Path:
     order, arrows labelled with the tensors that cross."""
     if path.suffix.lower() not in PICTURE_SUFFIXES:
         raise SparseLowerError(f"cannot draw a picture as '{path.suffix}'", fix="give a .png or .svg path")
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as error:
-        raise SparseLowerError("drawing a picture needs matplotlib",
-                               fix="pip install 'sparse-lower[picture]' (or render to_dot() with Graphviz)") from error
+    from matplotlib.figure import Figure  # imported here: drawing is rare, and matplotlib is slow to import
     colours = device_colours(partition.devices)
     lanes = [d for d in partition.devices if any(s.device == d for s in partition.segments)]
     middle = -(len(lanes) - 1) / 2

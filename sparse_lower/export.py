@@ -1,0 +1,658 @@
+"""Export a PyTorch spconv model to the section-3 form (DESIGN.md §3), for users who have the model.
+
+    import sparse_lower
+    x = spconv.SparseConvTensor(features, coords_int32, spatial_shape, batch_size)
+    model = sparse_lower.export(net, x, "net.onnx")      # an onnx.ModelProto, also saved
+    lowered = sparse_lower.lower(model, target="gpu")
+
+`export` runs the module once on the example (see `spconv_inference`) and records what happens:
+
+* the spconv convolution modules (SubMConvNd, SparseConvNd, SparseConvTransposeNd,
+  SparseInverseConvNd, or SparseConvolution with the same flags) through forward hooks; what they
+  compute inside is not traced;
+* the torch functions applied to the traced tensors through a `TorchFunctionMode`, whatever calls
+  them (an `nn.ReLU` in a `SparseSequential`, `x.replace_feature(F.relu(x.features))`, the
+  `SparseConvTensor.__add__` of a residual connection, `torch.cat` of skip features, a `.view` of the
+  dense output): Relu, LeakyRelu, Sigmoid, batch norm, Add, Concat, Reshape and Transpose;
+* `SparseConvTensor.dense()`, patched for the duration of the export, as `ToDense`.
+
+A batch norm that directly follows a convolution is folded into it; any other becomes Mul + Add.
+Anything else applied to a traced tensor is refused with the name of the function.
+
+Graph inputs: `features` float32 [N, Cin] and `coords` int64 [N, 1 + D] (batch, then the spatial
+order of the model's `spatial_shape`); outputs: `out_features` / `out_coords` for a sparse result,
+`output` for a dense one, numbered (`output0_features`, `output1`, ...) when the module returns
+several.
+
+spconv's semantics are reproduced exactly (DESIGN.md §6): weights go from `[Cout, *K, Cin]` to
+`[Cout, Cin, *K]` (`[Cin, Cout, *K]` for the transposed kinds, the same tap index); an inverse
+convolution becomes a `SparseDeconv` whose `target_coords` are the input coords of the forward
+convolution with the same `indice_key`, with the forward geometry and an output padding that restores
+its extent; a 1×1 convolution multiplies by `weight.view(Cin, Cout)`, as spconv's fast path does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .errors import SparseLowerError
+from .models.builder import IR_VERSION, OPSET
+from .schemas import SOURCE_DOMAIN
+
+INSTALL_HINT = 'pip install "sparse-lower[spconv]" (torch 2.13.0 and spconv 2.3.8)'
+
+
+def _torch_and_spconv():
+    try:
+        import spconv.pytorch as spconv
+        import torch
+    except ImportError as error:
+        raise SparseLowerError(f"export needs torch and spconv, which are not installed ({error})",
+                               fix=INSTALL_HINT) from error
+    return torch, spconv
+
+
+@contextlib.contextmanager
+def spconv_inference(module):
+    """Run an spconv `module` for inference inside the block: eval mode, no gradients, one thread.
+
+    Two workarounds for spconv 2.3.8's CPU kernels: they return wrong sums with more than one torch
+    thread, and they refuse a bias at inference ("cpu don't support act and bias"); convolutions with
+    a bias therefore run in training mode, where spconv adds the bias after the kernel, which under
+    no_grad gives the inference result. Modes and the thread count are restored afterwards.
+    """
+    torch, _ = _torch_and_spconv()
+    from spconv.pytorch.conv import SparseConvolution
+
+    modes = [(m, m.training) for m in module.modules()]
+    threads = torch.get_num_threads()
+    module.eval()
+    for m in module.modules():
+        if isinstance(m, SparseConvolution) and m.bias is not None and not m.weight.is_cuda:
+            m.train()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        torch.set_num_threads(threads)
+        for m, training in modes:
+            m.training = training
+
+
+def export(module, example, path: str | os.PathLike | None = None) -> onnx.ModelProto:
+    """The section-3 ONNX model of an spconv `module`, traced by running it on `example` (a
+    `spconv.pytorch.SparseConvTensor`); saved to `path` when given. See the module docstring."""
+    torch, spconv = _torch_and_spconv()
+    if not isinstance(example, spconv.SparseConvTensor):
+        raise SparseLowerError(f"the example must be a spconv SparseConvTensor, got {type(example).__name__}",
+                               fix="give spconv.pytorch.SparseConvTensor(features, coords, spatial_shape, batch)")
+    tracer = _Tracer(torch, spconv, module, example)
+    with spconv_inference(module), tracer.hooks(), tracer:
+        result = module(example)
+    model = tracer.graph.build(tracer.outputs(result), f"{type(module).__name__}")
+    if path is not None:
+        onnx.save(model, os.fspath(path))
+    return model
+
+
+# ---------------------------------------------------------------------------------------------------
+# The graph under construction
+
+
+@dataclass
+class _Value:
+    """A traced tensor: its graph name, kind ("features", "coords" or "dense") and, for features,
+    the name of the coords they lie on."""
+
+    name: str
+    kind: str
+    coords: str | None = None
+
+
+@dataclass
+class _Conv:
+    """A convolution node as emitted, kept so that a following batch norm can be folded into it."""
+
+    node: onnx.NodeProto
+    weight: str
+    bias: str
+    channel_axis: int  # the output-channel axis of the weight
+
+
+@dataclass
+class _BatchNorm:
+    """A batch norm emitted as Mul + Add, folded into its producer at build time where possible."""
+
+    mul: onnx.NodeProto
+    add: onnx.NodeProto
+    scale: np.ndarray
+    shift: np.ndarray
+
+
+class _Graph:
+    def __init__(self, inputs: list[onnx.ValueInfoProto]):
+        self.inputs = inputs
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: dict[str, np.ndarray] = {}
+        self.convs: dict[str, _Conv] = {}  # by features output name
+        self.batch_norms: list[_BatchNorm] = []
+        self._used: set[str] = {value.name for value in inputs}
+
+    def unique(self, hint: str) -> str:
+        name, index = hint, 1
+        while name in self._used:
+            name, index = f"{hint}_{index}", index + 1
+        self._used.add(name)
+        return name
+
+    def constant(self, hint: str, value: np.ndarray) -> str:
+        name = self.unique(hint)
+        self.initializers[name] = value
+        return name
+
+    def node(self, op_type: str, inputs: list[str], outputs: list[str], name: str, domain: str = "",
+             **attrs) -> onnx.NodeProto:
+        node = helper.make_node(op_type, inputs, outputs, name=self.unique(name), domain=domain, **attrs)
+        self.nodes.append(node)
+        return node
+
+    def _rename(self, old: str, new: str) -> None:
+        for node in self.nodes:
+            for field in (node.input, node.output):
+                for index, name in enumerate(field):
+                    if name == old:
+                        field[index] = new
+
+    def _consumers(self, name: str) -> list[onnx.NodeProto]:
+        return [node for node in self.nodes if name in node.input]
+
+    def _fold_batch_norms(self, outputs: set[str]) -> None:
+        """Fold each batch norm whose input is a convolution's features read by nothing else."""
+        for bn in self.batch_norms:
+            source = bn.mul.input[0]
+            conv = self.convs.get(source)
+            if conv is None or source in outputs or len(self._consumers(source)) != 1:
+                continue
+            shape = [1] * self.initializers[conv.weight].ndim
+            shape[conv.channel_axis] = -1
+            self.initializers[conv.weight] = self.initializers[conv.weight] * bn.scale.reshape(shape)
+            self.initializers[conv.bias] = self.initializers[conv.bias] * bn.scale + bn.shift
+            for node in (bn.mul, bn.add):
+                self.nodes.remove(node)
+                del self.initializers[node.input[1]]
+            self.convs[bn.add.output[0]] = self.convs.pop(source)
+            self._rename(source, bn.add.output[0])
+
+    def build(self, outputs: list[tuple[str, str, int, list]], name: str) -> onnx.ModelProto:
+        """outputs: (wanted name, value name, element type, shape) per graph output."""
+        self._fold_batch_norms({value for _, value, _, _ in outputs})
+        input_names = {value.name for value in self.inputs}
+        claimed: set[str] = set()
+        infos = []
+        for wanted, value, elem_type, shape in outputs:
+            # A value produced here is renamed to the output's name; a graph input, or a value
+            # returned twice, goes through an Identity.
+            if value in input_names or value in claimed:
+                self.node("Identity", [value], [wanted], f"{wanted}_identity")
+            else:
+                self._rename(value, wanted)
+                claimed.add(wanted)
+            infos.append(helper.make_tensor_value_info(wanted, elem_type, shape))
+        initializers = [numpy_helper.from_array(np.ascontiguousarray(value), key)
+                        for key, value in self.initializers.items()]
+        graph = helper.make_graph(self.nodes, name, self.inputs, infos, initializers)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET),
+                                                        helper.make_opsetid(SOURCE_DOMAIN, 1)],
+                                  producer_name="sparse_lower.export")
+        model.ir_version = IR_VERSION
+        onnx.checker.check_model(model)
+        return model
+
+
+# ---------------------------------------------------------------------------------------------------
+# The tracer
+
+
+def _arg(args, kwargs, index: int, name: str, default=None):
+    if index < len(args):
+        return args[index]
+    return kwargs.get(name, default)
+
+
+_IN_PLACE_OPERATORS = {f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
+                                                 "and", "or", "xor", "lshift", "rshift")}
+
+
+def _mutates(func) -> bool:
+    """Whether a torch function changes its first argument in place (`x[i] = v`, `x.mul_(2)`, `x *= 2`)."""
+    name = getattr(func, "__name__", "")
+    return name == "__setitem__" or name in _IN_PLACE_OPERATORS or (name.endswith("_") and not name.endswith("__"))
+
+
+def _function_name(func) -> str:
+    qualified = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    module = getattr(func, "__module__", None)
+    return f"{module}.{qualified}" if module and not qualified.startswith(module) else qualified
+
+
+class _Tracer:
+    """Maps torch tensors (by identity, kept alive) to graph values and emits a node per traced call."""
+
+    def __init__(self, torch, spconv, module, example):
+        from torch.overrides import TorchFunctionMode
+
+        self.torch, self.spconv = torch, spconv
+        self.module = module
+        self.names = {id(m): name or "model" for name, m in module.named_modules()}
+        self.values: dict[int, _Value] = {}
+        self._alive: list = []  # traced tensors stay alive so that their ids stay theirs
+        self.suppressed = 0
+        ndim = len(example.spatial_shape)
+        cin = example.features.shape[1]
+        self.graph = _Graph([helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", cin]),
+                             helper.make_tensor_value_info("coords", TensorProto.INT64, ["N", 1 + ndim])])
+        self._track(example.indices, _Value("coords", "coords"))
+        self._track(example.features, _Value("features", "features", "coords"))
+        F = torch.nn.functional
+        T = torch.Tensor
+        self.handlers = {}
+        for functions, handler in (
+            ((F.relu, torch.relu, torch.relu_, T.relu, T.relu_), self._relu),
+            ((F.leaky_relu, F.leaky_relu_), self._leaky_relu),
+            ((F.sigmoid, torch.sigmoid, T.sigmoid, T.sigmoid_), self._sigmoid),
+            ((F.batch_norm,), self._batch_norm),
+            ((T.__add__, T.__radd__, T.__iadd__, T.add, T.add_, torch.add), self._add),
+            ((torch.cat, torch.concat), self._concat),
+            ((T.view, T.reshape, torch.reshape, T.flatten, torch.flatten, T.squeeze, torch.squeeze,
+              T.unsqueeze, torch.unsqueeze), self._reshape),
+            ((T.permute, torch.permute, T.transpose, torch.transpose), self._transpose),
+            ((T.contiguous, T.clone, torch.clone, T.detach, torch.detach, T.float, T.cpu), self._alias),
+        ):
+            for function in functions:
+                self.handlers[function] = handler
+        tracer = self
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                result = func(*args, **kwargs)
+                if not tracer.suppressed:
+                    tracer.on_call(func, args, kwargs, result)
+                return result
+
+        self.mode = Mode()
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+    # ----- values
+
+    def _track(self, tensor, value: _Value) -> None:
+        self.values[id(tensor)] = value
+        self._alive.append(tensor)
+
+    def _value(self, tensor, what: str) -> _Value:
+        value = self.values.get(id(tensor)) if isinstance(tensor, self.torch.Tensor) else None
+        if value is None:
+            raise SparseLowerError(f"{what} reads a tensor that does not come from the example input",
+                                   fix="build every sparse tensor from the example by spconv modules, "
+                                       "replace_feature and the supported torch functions")
+        return value
+
+    def _sparse(self, x, what: str) -> tuple[str, str]:
+        """(features name, coords name) of a SparseConvTensor."""
+        features = self._value(x.features, what)
+        coords = self._value(x.indices, what)
+        if features.kind != "features" or features.coords != coords.name:
+            raise SparseLowerError(f"{what}: the features of the sparse tensor do not lie on its coords",
+                                   fix="change features only through replace_feature with rows in the same order")
+        return features.name, coords.name
+
+    def _traced(self, item) -> bool:
+        if isinstance(item, (list, tuple)):
+            return any(self._traced(i) for i in item)
+        return isinstance(item, self.torch.Tensor) and id(item) in self.values
+
+    def _has_tensor(self, item) -> bool:
+        if isinstance(item, (list, tuple)):
+            return any(self._has_tensor(i) for i in item)
+        return isinstance(item, self.torch.Tensor)
+
+    def _input(self, item, what: str) -> tuple[str, _Value | None]:
+        """A function argument as a graph value: traced tensors by name, others as constants."""
+        if isinstance(item, self.torch.Tensor) and id(item) in self.values:
+            value = self.values[id(item)]
+            return value.name, value
+        array = item.detach().cpu().numpy() if isinstance(item, self.torch.Tensor) else np.asarray(item)
+        return self.graph.constant(f"{what}.constant", array.astype(np.float32)), None
+
+    # ----- torch functions
+
+    def on_call(self, func, args, kwargs, result) -> None:
+        if not (self._traced(args) or self._traced(list(kwargs.values()))):
+            return
+        handler = self.handlers.get(func)
+        if handler is None:
+            if not self._has_tensor(result) and not _mutates(func):
+                return  # shape, dtype, dim() and other queries
+            raise SparseLowerError(
+                f"export cannot translate {_function_name(func)} applied to a traced tensor",
+                fix="use spconv convolutions, replace_feature with relu / leaky_relu / sigmoid / batch norm / "
+                    "add / cat on the features, and .dense() with view / reshape / permute")
+        handler(func, args, kwargs, result)
+
+    def _unary(self, op_type: str, args, result, **attrs) -> None:
+        name, value = self._input(args[0], op_type)
+        output = self.graph.unique(f"{name}.{op_type.lower()}")
+        self.graph.node(op_type, [name], [output], op_type, **attrs)
+        self._track(result, _Value(output, value.kind, value.coords))
+
+    def _relu(self, func, args, kwargs, result):
+        self._unary("Relu", args, result)
+
+    def _leaky_relu(self, func, args, kwargs, result):
+        self._unary("LeakyRelu", args, result, alpha=float(_arg(args, kwargs, 1, "negative_slope", 0.01)))
+
+    def _sigmoid(self, func, args, kwargs, result):
+        self._unary("Sigmoid", args, result)
+
+    def _batch_norm(self, func, args, kwargs, result):
+        name, value = self._input(args[0], "batch_norm")
+        mean, var, weight, bias = (_arg(args, kwargs, i, key) for i, key in
+                                   ((1, "running_mean"), (2, "running_var"), (3, "weight"), (4, "bias")))
+        if mean is None or var is None or _arg(args, kwargs, 5, "training", False):
+            raise SparseLowerError("batch norm without running statistics cannot be exported",
+                                   fix="keep track_running_stats=True (export runs the model in eval mode)")
+        eps = float(_arg(args, kwargs, 7, "eps", 1e-5))
+        as_array = lambda t: t.detach().cpu().double().numpy()  # noqa: E731
+        scale = 1.0 / np.sqrt(as_array(var) + eps)
+        if weight is not None:
+            scale = scale * as_array(weight)
+        shift = -as_array(mean) * scale
+        if bias is not None:
+            shift = shift + as_array(bias)
+        scale, shift = scale.astype(np.float32), shift.astype(np.float32)
+        shape = (-1,) + (1,) * (args[0].dim() - 2)  # per channel, axis 1
+        scaled = self.graph.unique(f"{name}.bn_scaled")
+        output = self.graph.unique(f"{name}.bn")
+        mul = self.graph.node("Mul", [name, self.graph.constant(f"{name}.bn_scale", scale.reshape(shape))],
+                              [scaled], "BatchNorm_scale")
+        add = self.graph.node("Add", [scaled, self.graph.constant(f"{name}.bn_shift", shift.reshape(shape))],
+                              [output], "BatchNorm_shift")
+        self.graph.batch_norms.append(_BatchNorm(mul, add, scale, shift))
+        self._track(result, _Value(output, value.kind, value.coords))
+
+    def _add(self, func, args, kwargs, result):
+        if _arg(args, kwargs, 2, "alpha", 1) != 1:
+            raise SparseLowerError("add with alpha other than 1 cannot be exported", fix="scale the operand instead")
+        a, value_a = self._input(args[0], "add")
+        b, value_b = self._input(_arg(args, kwargs, 1, "other"), "add")
+        value = value_a or value_b
+        if value_a and value_b and value_a.coords != value_b.coords:
+            raise SparseLowerError("adding the features of two sparse tensors on different coords",
+                                   fix="add only tensors on the same coords (a residual around subm convs)")
+        output = self.graph.unique(f"{a}.add")
+        self.graph.node("Add", [a, b], [output], "Add")
+        self._track(result, _Value(output, value.kind, value.coords))
+
+    def _concat(self, func, args, kwargs, result):
+        tensors = _arg(args, kwargs, 0, "tensors")
+        items = [self._input(t, "cat") for t in tensors]
+        traced = [value for _, value in items if value is not None]
+        if len({value.coords for value in traced}) > 1:
+            raise SparseLowerError("concatenating the features of sparse tensors on different coords",
+                                   fix="concatenate only tensors on the same coords")
+        axis = int(_arg(args, kwargs, 1, "dim", 0)) % result.dim()
+        if traced[0].kind == "features" and axis != 1:
+            raise SparseLowerError("concatenating sparse features along the rows cannot be exported",
+                                   fix="concatenate channels (dim=1)")
+        output = self.graph.unique(f"{items[0][0]}.cat")
+        self.graph.node("Concat", [name for name, _ in items], [output], "Concat", axis=axis)
+        self._track(result, _Value(output, traced[0].kind, traced[0].coords))
+
+    def _dense_input(self, args, what: str) -> str:
+        name, value = self._input(args[0], what)
+        if value is None or value.kind != "dense":
+            raise SparseLowerError(f"{what} of sparse features cannot be exported (their row count is dynamic)",
+                                   fix="reshape only the dense tensor returned by .dense()")
+        return name
+
+    def _reshape(self, func, args, kwargs, result):
+        name = self._dense_input(args, _function_name(func))
+        shape = self.graph.constant(f"{name}.shape", np.array(result.shape, np.int64))
+        output = self.graph.unique(f"{name}.reshape")
+        self.graph.node("Reshape", [name, shape], [output], "Reshape")
+        self._track(result, _Value(output, "dense"))
+
+    def _transpose(self, func, args, kwargs, result):
+        name = self._dense_input(args, _function_name(func))
+        rank = args[0].dim()
+        if func in (self.torch.Tensor.transpose, self.torch.transpose):
+            perm = list(range(rank))
+            a, b = (int(_arg(args, kwargs, i, key)) % rank for i, key in ((1, "dim0"), (2, "dim1")))
+            perm[a], perm[b] = perm[b], perm[a]
+        else:
+            dims = args[1:] or kwargs["dims"]
+            if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+                dims = dims[0]
+            perm = [int(d) % rank for d in dims]
+        output = self.graph.unique(f"{name}.transpose")
+        self.graph.node("Transpose", [name], [output], "Transpose", perm=perm)
+        self._track(result, _Value(output, "dense"))
+
+    def _alias(self, func, args, kwargs, result):
+        self._track(result, self.values[id(args[0])])
+
+    # ----- spconv modules and .dense()
+
+    @contextlib.contextmanager
+    def hooks(self):
+        """Forward hooks on every spconv convolution of the module, and `SparseConvTensor.dense`
+        patched, for the duration of the block."""
+        from spconv.pytorch import conv, pool
+
+        pools = (pool.SparseMaxPool, pool.SparseAvgPool, pool.SparseGlobalMaxOrAvgPool)
+        handles = []
+        for module in self.module.modules():
+            if isinstance(module, conv.SparseConvolution):
+                handles.append(module.register_forward_pre_hook(self._before_conv))
+                handles.append(module.register_forward_hook(self._after_conv, with_kwargs=True))
+            elif isinstance(module, pools):
+                raise SparseLowerError(f"{type(module).__name__} cannot be exported yet", self.names[id(module)],
+                                       fix="use a strided SparseConv instead of pooling")
+        cls = self.spconv.SparseConvTensor
+        original = cls.dense
+        tracer = self
+
+        def dense(x, channels_first: bool = True):
+            tracer.suppressed += 1
+            try:
+                result = original(x, channels_first)
+            finally:
+                tracer.suppressed -= 1
+            if not tracer.suppressed:
+                tracer._dense(x, channels_first, result)
+            return result
+
+        cls.dense = dense
+        try:
+            yield
+        finally:
+            cls.dense = original
+            for handle in handles:
+                handle.remove()
+
+    def _dense(self, x, channels_first: bool, result) -> None:
+        features, coords = self._sparse(x, ".dense()")
+        output = self.graph.unique(f"{features}.dense")
+        self.graph.node("ToDense", [features, coords], [output], "ToDense", domain=SOURCE_DOMAIN,
+                        spatial_shape=list(x.spatial_shape), batch_size=int(x.batch_size))
+        if not channels_first:
+            ndim = len(x.spatial_shape)
+            source, output = output, self.graph.unique(f"{features}.dense_last")
+            self.graph.node("Transpose", [source], [output], "Transpose", perm=[0, *range(2, ndim + 2), 1])
+        self._track(result, _Value(output, "dense"))
+
+    def _before_conv(self, module, args):
+        self.suppressed += 1
+
+    def _after_conv(self, module, args, kwargs, output):
+        self.suppressed -= 1
+        if self.suppressed:
+            return
+        add_input = args[1] if len(args) > 1 else kwargs.get("add_input")
+        self._conv(module, args[0], output, add_input)
+
+    def _conv(self, module, x, output, add_input) -> None:
+        name = self.names.get(id(module), type(module).__name__)
+        features, coords = self._sparse(x, name)
+        ndim = module.ndim
+        weight = module.weight.detach().cpu().float().numpy()
+        cout, cin = module.out_channels, module.in_channels
+        bias = (module.bias.detach().cpu().float().numpy() if module.bias is not None
+                else np.zeros(cout, np.float32))
+        attrs = {"spatial_shape": [int(s) for s in x.spatial_shape]}
+        extra_inputs = []
+        out_coords = None  # the coords name of the output, where it is the name of existing coords
+        if module.conv1x1:
+            # spconv's fast path multiplies by weight.view(Cin, Cout), whatever the declared layout
+            op_type, channel_axis = "SubmanifoldConv", 0
+            W = weight.reshape(cin, cout).T.reshape(cout, cin, *([1] * ndim))
+            attrs["kernel_shape"] = [1] * ndim
+            out_coords = coords
+        elif module.inverse:
+            op_type, channel_axis = "SparseDeconv", 1
+            W = np.moveaxis(weight, -1, 0)
+            attrs.update(self._inverse_geometry(module, x, name))
+            extra_inputs = [self._value(x.find_indice_pair(module.indice_key).indices, name).name]
+            out_coords = extra_inputs[0]
+        elif module.transposed:
+            op_type, channel_axis = "SparseDeconv", 1
+            W = np.moveaxis(weight, -1, 0)
+            attrs.update(self._transposed_geometry(module, x, output, name))
+        elif module.subm:
+            op_type, channel_axis = "SubmanifoldConv", 0
+            W = np.moveaxis(weight, -1, 1)
+            attrs.update(kernel_shape=list(module.kernel_size), dilations=list(module.dilation))
+            out_coords = coords
+        else:
+            op_type, channel_axis = "SparseConv", 0
+            W = np.moveaxis(weight, -1, 1)
+            attrs.update(kernel_shape=list(module.kernel_size), strides=list(module.stride),
+                         pads=list(module.padding) * 2, dilations=list(module.dilation))
+        w_name = self.graph.constant(f"{name}.weight", np.ascontiguousarray(W, np.float32))
+        b_name = self.graph.constant(f"{name}.bias", bias)
+        out_features = self.graph.unique(f"{name}.features")
+        out_coords_name = self.graph.unique(f"{name}.coords")
+        node = self.graph.node(op_type, [features, coords, w_name, b_name, *extra_inputs],
+                               [out_features, out_coords_name], name, domain=SOURCE_DOMAIN, **attrs)
+        self.graph.convs[out_features] = _Conv(node, w_name, b_name, channel_axis)
+        coords_value = out_coords or out_coords_name
+        self._track(output.indices, _Value(coords_value, "coords"))
+        self._track(output.features, _Value(self._conv_epilogue(module, out_features, add_input, name),
+                                            "features", coords_value))
+
+    def _conv_epilogue(self, module, features: str, add_input, name: str) -> str:
+        """The fused add (`forward(x, add_input)`) and activation of a spconv conv module."""
+        from cumm import tensorview as tv
+
+        activation = module.act_type
+        if activation != tv.gemm.Activation.None_ and add_input is not None:
+            raise SparseLowerError("a conv module with both a fused activation and add_input cannot be exported",
+                                   name, fix="apply the activation after the add, outside the conv module")
+        if add_input is not None:
+            other, _ = self._sparse(add_input, name)
+            output = self.graph.unique(f"{features}.add")
+            self.graph.node("Add", [features, other], [output], f"{name}.add")
+            features = output
+        if activation == tv.gemm.Activation.None_:
+            return features
+        ops = {tv.gemm.Activation.ReLU: ("Relu", {}), tv.gemm.Activation.Sigmoid: ("Sigmoid", {}),
+               tv.gemm.Activation.LeakyReLU: ("LeakyRelu", {"alpha": float(module.act_alpha)})}
+        if activation not in ops:
+            raise SparseLowerError(f"fused activation {activation} cannot be exported", name,
+                                   fix="use ReLU, LeakyReLU or Sigmoid")
+        op_type, attrs = ops[activation]
+        output = self.graph.unique(f"{features}.{op_type.lower()}")
+        self.graph.node(op_type, [features], [output], f"{name}.{op_type.lower()}", **attrs)
+        return output
+
+    def _inverse_geometry(self, module, x, name: str) -> dict:
+        """SparseInverseConv: the forward conv's geometry, and the output padding that gives back its
+        input extent (DESIGN.md §3)."""
+        forward = x.find_indice_pair(module.indice_key)
+        if forward is None:
+            raise SparseLowerError(f"no forward convolution with indice_key '{module.indice_key}' ran before",
+                                   name, fix="give the inverse conv the indice_key of a SparseConv run earlier")
+        kernel, stride, padding, dilation = (list(forward.ksize), list(forward.stride), list(forward.padding),
+                                             list(forward.dilation))
+        if list(module.kernel_size) != kernel:
+            raise SparseLowerError(f"kernel {list(module.kernel_size)} differs from the forward conv's {kernel}",
+                                   name, fix="give the inverse conv the forward conv's kernel size")
+        extent = [int(s) for s in forward.spatial_shape]
+        output_padding = [(S + 2 * p - d * (k - 1) - 1) % s
+                          for S, k, s, p, d in zip(extent, kernel, stride, padding, dilation)]
+        return {"kernel_shape": kernel, "strides": stride, "pads": padding * 2, "dilations": dilation,
+                "output_padding": output_padding}
+
+    def _transposed_geometry(self, module, x, output, name: str) -> dict:
+        """SparseConvTranspose: spconv's output extent ignores the dilation; reach it through the
+        output padding where it is larger than ours, through the end pads where smaller."""
+        kernel, stride, padding, dilation = (list(module.kernel_size), list(module.stride), list(module.padding),
+                                             list(module.dilation))
+        output_padding, end_pads = [], []
+        for S, S_out, k, s, p, d in zip(x.spatial_shape, output.spatial_shape, kernel, stride, padding, dilation):
+            extra = int(S_out) - (s * (int(S) - 1) + d * (k - 1) + 1 - 2 * p)
+            if extra >= max(s, d):
+                raise SparseLowerError(f"output extent {list(output.spatial_shape)} cannot be expressed", name,
+                                       fix="use an output_padding smaller than the stride")
+            output_padding.append(max(extra, 0))
+            end_pads.append(p - min(extra, 0))
+        return {"kernel_shape": kernel, "strides": stride, "pads": padding + end_pads, "dilations": dilation,
+                "output_padding": output_padding}
+
+    # ----- outputs
+
+    def outputs(self, result) -> list[tuple[str, str, int, list]]:
+        items = []
+
+        def flatten(item):
+            if isinstance(item, (list, tuple)):
+                for i in item:
+                    flatten(i)
+            elif isinstance(item, dict):
+                for i in item.values():
+                    flatten(i)
+            else:
+                items.append(item)
+
+        flatten(result)
+        numbered = len(items) > 1
+        outputs = []
+        for index, item in enumerate(items):
+            prefix = f"output{index}" if numbered else None
+            if isinstance(item, self.spconv.SparseConvTensor):
+                features, coords = self._sparse(item, "the model's output")
+                outputs.append((f"{prefix or 'out'}_features", features, TensorProto.FLOAT,
+                                [None, int(item.features.shape[1])]))
+                outputs.append((f"{prefix or 'out'}_coords", coords, TensorProto.INT64,
+                                [None, 1 + len(item.spatial_shape)]))
+            elif isinstance(item, self.torch.Tensor):
+                value = self._value(item, "the model's output")
+                shape = list(item.shape) if value.kind == "dense" else [None, int(item.shape[1])]
+                outputs.append((prefix or "output", value.name, TensorProto.FLOAT, shape))
+            else:
+                raise SparseLowerError(f"the model returns a {type(item).__name__}, which is not a tensor",
+                                       fix="return SparseConvTensors and tensors (or lists, tuples, dicts of them)")
+        return outputs
