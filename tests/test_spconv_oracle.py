@@ -197,7 +197,9 @@ FORMS = {
     "canonical-gpu": ("canonical", "gpu"),
     "canonical-nna": ("canonical", "nna"),
     "nvidia-import-gpu": ("nvidia", "gpu"),
+    "nvidia-import-nna": ("nvidia", "nna"),
     "aimet-import-gpu": ("aimet", "gpu"),
+    "aimet-import-nna": ("aimet", "nna"),
 }
 TOLERANCE = 1e-3
 
