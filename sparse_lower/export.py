@@ -43,6 +43,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .errors import SparseLowerError
 from .models.builder import IR_VERSION, OPSET
+from .names import UniqueNames
 from .schemas import SOURCE_DOMAIN
 
 INSTALL_HINT = 'pip install "sparse-lower[spconv]" (torch 2.13.0 and spconv 2.3.8)'
@@ -143,14 +144,10 @@ class _Graph:
         self.initializers: dict[str, np.ndarray] = {}
         self.convs: dict[str, _Conv] = {}  # by features output name
         self.batch_norms: list[_BatchNorm] = []
-        self._used: set[str] = {value.name for value in inputs}
+        self._used = UniqueNames(value.name for value in inputs)
 
     def unique(self, hint: str) -> str:
-        name, index = hint, 1
-        while name in self._used:
-            name, index = f"{hint}_{index}", index + 1
-        self._used.add(name)
-        return name
+        return self._used.fresh(hint)
 
     def constant(self, hint: str, value: np.ndarray) -> str:
         name = self.unique(hint)

@@ -16,6 +16,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import SparseLowerError
+from ..names import UniqueNames
 from ..schemas import SOURCE_DOMAIN
 
 
@@ -53,7 +54,7 @@ class Translation:
         self.sparse: dict[str, SparseTensor] = {}
         self.coords_alias: dict[str, str] = {}  # a source indices tensor -> the coords it stands for
         self.available = {v.name for v in graph.input} | set(self.initializers) | {""}
-        self._tensor_names = set(self.available) | {o for n in graph.node for o in n.output}
+        self._tensor_names = UniqueNames([*self.available, *(o for n in graph.node for o in n.output)])
         self._node_names = {n.name for n in graph.node if n.name}
         self._node_names_used: set[str] = set()
 
@@ -65,11 +66,7 @@ class Translation:
 
     def fresh(self, stem: str) -> str:
         """A tensor name not used anywhere in the source or the graph being built."""
-        name, counter = stem, 1
-        while name in self._tensor_names:
-            name, counter = f"{stem}_{counter}", counter + 1
-        self._tensor_names.add(name)
-        return name
+        return self._tensor_names.fresh(stem)
 
     def node_name(self, stem: str) -> str:
         """A node name unique in the graph being built (lowering passes refuse duplicates)."""

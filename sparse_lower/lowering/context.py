@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from ..names import UniqueNames
 from ..schemas import CUSTOM_DOMAIN
 
 INT64 = np.int64
@@ -49,7 +50,7 @@ class LoweringContext:
         self.conv_outputs: set[str] = set()  # feature rows produced by lowered convs (for hybrid)
         self._shared: dict[tuple, list[gs.Variable]] = {}
         self._constants: dict[str, gs.Constant] = {}
-        self._names = set(graph.tensors()) | {n.name for n in graph.nodes}
+        self._names = UniqueNames([*graph.tensors(), *(n.name for n in graph.nodes)])
 
     def after_a_sparse_layer(self, tensor: gs.Tensor, seen: set | None = None) -> bool:
         """Whether `tensor` is computed from the output of an already lowered sparse conv."""
@@ -63,12 +64,7 @@ class LoweringContext:
 
     def fresh(self, base: str) -> str:
         """A tensor or node name not used anywhere in the graph yet."""
-        name, index = base, 1
-        while name in self._names:
-            index += 1
-            name = f"{base}_{index}"
-        self._names.add(name)
-        return name
+        return self._names.fresh(base)
 
     def add(self, op: str, base: str, inputs: list, outputs: list, attrs: dict | None = None,
             domain: str = CUSTOM_DOMAIN) -> list[gs.Variable]:

@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..names import UniqueNames
 from .builder import IR_VERSION
 
 
@@ -22,16 +23,11 @@ class GraphWriter:
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
-        self._used: set[str] = set()
+        self._used = UniqueNames()
         self._renamed: dict[str, str] = {}
 
     def unique(self, base: str) -> str:
-        name, index = base, 0
-        while name in self._used:
-            index += 1
-            name = f"{base}_{index}"
-        self._used.add(name)
-        return name
+        return self._used.fresh(base)
 
     def input(self, name: str, elem_type: int, shape: Sequence) -> str:
         self._used.add(name)
