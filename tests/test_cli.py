@@ -97,3 +97,11 @@ def test_inspect_reports_costs_per_method(model_path, tmp_path, capsys):
     capsys.readouterr()
     assert main(["inspect", str(lowered), "--active", "1000"]) == 0
     assert "submanifoldconv0  SubmanifoldConv  0.9  216.9   1.1      1.1     1.5" in capsys.readouterr().out
+
+
+def test_a_run_time_refusal_is_an_error_message_not_a_traceback(model_path, tmp_path, capsys):
+    # 300 active sites cannot fit a capacity of 100 rows: CapacityPads refuses at run time.
+    assert main(["convert", str(model_path), "-o", str(tmp_path / "nna.onnx"), "--target", "nna",
+                 "--max-active", "100", "--verify", "--active", "300"]) == 2
+    error = capsys.readouterr().err
+    assert "sparse-lower convert: onnxruntime refused:" in error and "raise max_active to at least 300" in error

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
+
 from ..errors import SparseLowerError
 from .convert import Convert
 from .demo import Demo
@@ -28,12 +30,21 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
+# What onnxruntime raises when a model or its inputs are refused at session creation or run time
+# (a coordinate outside the grid, a capacity exceeded, …): the message says what is wrong.
+_RUNTIME_ERRORS = tuple(getattr(ort_state, name) for name in ("Fail", "InvalidArgument", "InvalidGraph",
+                                                              "RuntimeException", "NoSuchFile"))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.handler().run(args)
     except SparseLowerError as error:
         print(f"sparse-lower {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except _RUNTIME_ERRORS as error:
+        print(f"sparse-lower {args.command}: onnxruntime refused: {error}", file=sys.stderr)
         return 2
 
 
