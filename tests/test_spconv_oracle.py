@@ -40,7 +40,7 @@ from sparse_lower.schemas import SOURCE_DOMAIN  # noqa: E402
 
 from conftest import DATA  # noqa: E402
 from oracle import random_sparse  # noqa: E402
-from spconv_emitter import SpconvEmitter  # noqa: E402
+from sparse_lower.models.spconv_emitter import SpconvEmitter  # noqa: E402
 
 # spconv's own .dense() indexes with a list (torch deprecation warning, not ours)
 pytestmark = pytest.mark.filterwarnings("ignore:Using a non-tuple sequence:UserWarning")

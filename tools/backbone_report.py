@@ -36,11 +36,7 @@ def with_layer_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[st
 
 def spconv_error(features, coords, grid, output) -> str:
     try:
-        import sys
-        from pathlib import Path
-
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-        from spconv_emitter import SpconvEmitter
+        from sparse_lower.models.spconv_emitter import SpconvEmitter
     except ImportError as error:  # torch / spconv absent
         return f"n/a ({error.name} not installed)"
     network = sp_middle_resnet_fhd(SpconvEmitter(np.float16), np.random.default_rng(0), spatial_shape=grid)

@@ -8,12 +8,13 @@ import sys
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
 from ..errors import SparseLowerError
+from .bench import Bench
 from .convert import Convert
 from .demo import Demo
 from .inspect import Inspect
 from .partition import Partition
 
-COMMANDS = (Convert, Inspect, Partition, Demo)
+COMMANDS = (Convert, Inspect, Partition, Demo, Bench)
 
 
 def parser() -> argparse.ArgumentParser:

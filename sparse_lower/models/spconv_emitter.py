@@ -17,10 +17,10 @@ import spconv.pytorch as spconv
 import torch
 from spconv.pytorch.conv import SparseConvolution
 
-from sparse_lower.export import spconv_inference
-from sparse_lower.models.emitter import (Dense, Sparse, per_dim, spconv_output_shape, spconv_runs_as_matmul,
-                                         spconv_weight_memory)
-from sparse_lower.models.layers import LEAKY_RELU_ALPHA
+from ..export import spconv_inference
+from .emitter import (Dense, Sparse, per_dim, spconv_output_shape, spconv_runs_as_matmul,
+                      spconv_weight_memory)
+from .layers import LEAKY_RELU_ALPHA
 
 _ACTIVATIONS = {
     "ReLU": torch.relu,

@@ -1,0 +1,234 @@
+"""The benchmark driver: every case × every system, side by side in one process, written as
+`results.json`, `results.md` and two plots (`time.png`, `gemm_fraction.png`) into an output folder.
+
+Per case all systems are prepared (lowered, sessions created, one warm-up run each), then timed
+round-robin `repeat` times so that the machine's drift hits them alike; the median is reported.
+Times include the kernel maps / index tables, as in real inference; for our systems the index part
+alone (the model cut to its feature-independent nodes) is timed in the same rounds.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import platform
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from ..report import render
+from .cases import Skip, all_cases, select
+from .spconv_support import minkowski_reason
+from .systems import THREADS, default_systems, gemm_peak_gflops
+
+
+def _median_ms(samples: list[float]) -> float:
+    return float(np.median(samples)) * 1e3
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def run_case(case, systems, repeat: int, log=print) -> dict:
+    record = {"case": case.name, "group": case.group, "description": case.description, "systems": {}}
+    try:
+        built = case.build()
+    except Skip as reason:
+        record["skipped"] = str(reason)
+        log(f"  case skipped: {reason}")
+        return record
+    record.update(rows_in=built.rows_in, grid=list(built.grid), note=built.note)
+    prepared = {}
+    for system in systems:
+        entry = record["systems"].setdefault(system.name, {})
+        try:
+            start = time.perf_counter()
+            prepared[system.name] = system.prepare(built)
+            entry["prepare_s"] = round(time.perf_counter() - start, 3)
+        except (Skip, ImportError) as reason:
+            entry["skipped"] = str(reason)
+        except Exception as error:  # a failing system must not stop the suite; say what happened
+            entry["skipped"] = f"failed: {type(error).__name__}: {error}"
+            entry["traceback"] = traceback.format_exc(limit=3)
+    samples = {name: [] for name in prepared}
+    table_samples = {name: [] for name, p in prepared.items() if p.table is not None}
+    for name, p in prepared.items():  # warm-up of the table models
+        if p.table is not None:
+            p.table()
+    for _ in range(repeat):
+        for name, p in prepared.items():
+            samples[name].append(_timed(p.run))
+            if p.table is not None:
+                table_samples[name].append(_timed(p.table))
+    flops = next((p.flops for p in prepared.values() if p.flops is not None), None)
+    pairs = next((p.pairs for p in prepared.values() if p.pairs is not None), None)
+    record.update(useful_flops=flops, pairs=pairs)
+    for name, p in prepared.items():
+        entry = record["systems"][name]
+        entry["median_ms"] = _median_ms(samples[name])
+        entry["runs_ms"] = [round(s * 1e3, 3) for s in samples[name]]
+        if name in table_samples:
+            entry["table_ms"] = _median_ms(table_samples[name])
+        if p.rows_out is not None:
+            entry["rows_out"] = p.rows_out
+        if p.note:
+            entry["note"] = p.note
+        if flops:
+            entry["gflops"] = flops / (entry["median_ms"] / 1e3) / 1e9
+    rows = {e.get("rows_out") for e in record["systems"].values() if e.get("rows_out") is not None}
+    record["rows_out"] = rows.pop() if len(rows) == 1 else sorted(rows) or None
+    del prepared, built
+    gc.collect()
+    return record
+
+
+def markdown(result: dict) -> str:
+    systems = result["systems"]
+    peak = result["gemm_peak_gflops"]
+    header = ["case", "rows in → out", "useful GFLOP"] + systems
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    notes: dict[str, int] = {}
+
+    def footnote(text: str) -> str:
+        notes.setdefault(text, len(notes) + 1)
+        return f"[{notes[text]}]"
+
+    for rec in result["cases"]:
+        if "skipped" in rec:
+            lines.append(f"| {rec['case']} | " + " | ".join(["–"] * (len(header) - 1)) + f" {footnote(rec['skipped'])} |")
+            continue
+        rows_out = rec.get("rows_out")
+        rows_out = f"{rows_out:,}" if isinstance(rows_out, int) else ("dense" if rows_out is None else str(rows_out))
+        flops = rec.get("useful_flops")
+        cells = [rec["case"] + (f" {footnote(rec['note'])}" if rec.get("note") else ""),
+                 f"{rec['rows_in']:,} → {rows_out}", f"{flops / 1e9:.3g}" if flops else "?"]
+        for name in systems:
+            entry = rec["systems"].get(name, {})
+            if "median_ms" not in entry:
+                cells.append("skip " + footnote(entry.get("skipped", "not run")))
+                continue
+            cell = f"{entry['median_ms']:,.1f}"
+            if "table_ms" in entry:
+                cell += f" (idx {entry['table_ms']:,.1f})"
+            if "gflops" in entry and name != "ort-dense":
+                cell += f" · {100 * entry['gflops'] / peak:.1f}%"
+            cells.append(cell)
+        lines.append("| " + " | ".join(cells) + " |")
+    text = [f"Median ms of {result['repeat']} runs after a warm-up, 1 thread each, one process "
+            f"({result['machine']}); (idx …) = the index tables alone; · % = useful GFLOP/s "
+            f"(2·pairs·Cin·Cout) as a fraction of the measured single-core GEMM peak "
+            f"{peak:.1f} GFLOP/s (onnxruntime MatMul 2048³). ort-dense = dense Conv of the whole grid "
+            f"(densify not timed; it computes every site, not only the useful pairs).", "", *lines, ""]
+    text += [f"[{n}] {t}" for t, n in notes.items()]
+    if result.get("other_systems"):
+        text += [""] + [f"* {name}: {why}" for name, why in result["other_systems"].items()]
+    return "\n".join(text) + "\n"
+
+
+def plots(result: dict, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = [r for r in result["cases"] if "skipped" not in r]
+    systems = result["systems"]
+    peak = result["gemm_peak_gflops"]
+    written = []
+    for key, fname, label, scale in (("median_ms", "time.png", "median time per run (ms, log)", True),
+                                     ("gflops", "gemm_fraction.png",
+                                      f"useful GFLOP/s / single-core GEMM peak ({peak:.1f} GFLOP/s)", False)):
+        fig, ax = plt.subplots(figsize=(10, max(3.0, 0.45 * len(cases) * max(1, len(systems)) / 3)))
+        height = 0.8 / max(1, len(systems))
+        y = np.arange(len(cases))
+        for i, name in enumerate(systems):
+            values = []
+            for rec in cases:
+                v = rec["systems"].get(name, {}).get(key)
+                if v is not None and key == "gflops":
+                    v = v / peak if name != "ort-dense" else None
+                values.append(np.nan if v is None else v)
+            ax.barh(y + i * height, values, height, label=name)
+        ax.set_yticks(y + 0.4 - height / 2)
+        ax.set_yticklabels([r["case"] for r in cases], fontsize=7)
+        ax.invert_yaxis()
+        if scale:
+            ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out / fname
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def run(out="bench_results", quick: bool = False, cases: str | None = None, repeat: int | None = None,
+        nna_max_rows: int | None = 50_000, log=print) -> dict:
+    """Run the suite; returns the result dict (also written to `out`)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    repeat = repeat or (3 if quick else 5)
+    selected = select(all_cases(quick), cases)
+    systems = default_systems(nna_max_rows)
+    log("measuring the single-core GEMM peak…")
+    peak = gemm_peak_gflops(512 if quick else 2048, 3 if quick else 5)
+    log(f"  {peak:.1f} GFLOP/s")
+    result = {"machine": f"{platform.machine()}, {platform.processor() or platform.system()}, "
+                         f"threads per system {THREADS}",
+              "repeat": repeat, "quick": quick, "gemm_peak_gflops": peak,
+              "systems": [s.name for s in systems], "other_systems": {}, "cases": []}
+    reason = minkowski_reason()
+    result["other_systems"]["MinkowskiEngine"] = ("skipped: " + reason) if reason else \
+        "installed, but the suite has no runner for it yet"
+    log(f"MinkowskiEngine: {result['other_systems']['MinkowskiEngine']}")
+    for case in selected:
+        log(f"{case.name}")
+        start = time.perf_counter()
+        record = run_case(case, systems, repeat, log)
+        record["case_s"] = round(time.perf_counter() - start, 1)
+        result["cases"].append(record)
+        for name, entry in record.get("systems", {}).items():
+            log(f"  {name:18s} " + (f"{entry['median_ms']:10.1f} ms" + (f"  idx {entry['table_ms']:.1f} ms"
+                                                                         if "table_ms" in entry else "")
+                                    if "median_ms" in entry else f"skipped: {entry.get('skipped')}"))
+        (out / "results.json").write_text(json.dumps(result, indent=1))  # partial results survive a crash
+    (out / "results.json").write_text(json.dumps(result, indent=1))
+    (out / "results.md").write_text(markdown(result))
+    result["files"] = [str(out / "results.json"), str(out / "results.md")] + [str(p) for p in plots(result, out)]
+    log(render(["file"], [[f] for f in result["files"]]))
+    return result
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    return run_from_args(args)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--out", default="bench_results", help="output folder (default bench_results)")
+    parser.add_argument("--quick", action="store_true", help="tiny versions of a few cases (a smoke test)")
+    parser.add_argument("--cases", default=None, help="comma-separated name globs / substrings, e.g. 'subm,unet/*'")
+    parser.add_argument("--repeat", type=int, default=None, help="timed runs per system (default 5, quick 3)")
+    parser.add_argument("--nna-max-rows", type=int, default=50_000,
+                        help="skip the nna systems above this many input rows (0: never skip)")
+
+
+def run_from_args(args) -> int:
+    result = run(args.out, args.quick, args.cases, args.repeat, args.nna_max_rows or None)
+    print(Path(args.out, "results.md").read_text())
+    return 0 if result["cases"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

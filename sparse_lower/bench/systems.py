@@ -1,0 +1,173 @@
+"""One runner per system. `prepare(built)` returns a `Prepared` (a zero-argument `run`, optionally a
+`table` run timing the index tables alone) or raises `Skip` / ImportError with the reason.
+
+All onnxruntime sessions use one intra-op thread, as spconv's CPU kernels must (see
+`sparse_lower.export.spconv_inference`), so every system runs on one core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ..api import lower
+from ..runtime import create_session
+from .cases import Built, Skip
+
+THREADS = 1
+
+
+def session_options(threads: int = THREADS) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return options
+
+
+def index_only(lowered: onnx.ModelProto, feature_inputs=("features",)) -> onnx.ModelProto:
+    """The lowered model cut down to the nodes that do not depend on the features (the index tables
+    and the int64 index arithmetic), every output of theirs made a graph output so none is pruned."""
+    model = onnx.ModelProto()
+    model.CopyFrom(lowered)
+    constant = {t.name for t in model.graph.initializer}
+    tainted = set(feature_inputs)
+    keep = []
+    for node in model.graph.node:  # topologically sorted
+        if any(i in tainted for i in node.input if i):
+            tainted.update(node.output)
+        else:
+            keep.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(keep)
+    produced = {o for n in keep for o in n.output if o}
+    del model.graph.output[:]
+    model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(o) for o in sorted(produced))
+    used = {i for n in keep for i in n.input}
+    inputs = [v for v in model.graph.input if v.name in used and v.name not in constant]
+    del model.graph.input[:]
+    model.graph.input.extend(inputs)
+    initializers = [t for t in model.graph.initializer if t.name in used]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(initializers)
+    return model
+
+
+def useful_flops(unfold_lowered: onnx.ModelProto, tables: dict) -> tuple[float, int]:
+    """(2 · Σ pairs · Cin · Cout, Σ pairs) over the sparse convs of a gpu-unfold lowered model; pairs
+    are the entries nbr ≥ 0 of each layer's neighbour table, Cin · K · Cout the MatMul weight's shape."""
+    weights = {t.name: tuple(t.dims) for t in unfold_lowered.graph.initializer}
+    consumers = {}
+    for node in unfold_lowered.graph.node:
+        for i in node.input:
+            consumers.setdefault(i, []).append(node)
+    flops, pairs_total = 0.0, 0
+    for node in unfold_lowered.graph.node:
+        if node.op_type != "IndexedUnfold":
+            continue
+        nbr = tables.get(node.input[1])
+        matmuls = [c for c in consumers.get(node.output[0], []) if c.op_type == "MatMul" and c.input[1] in weights]
+        if nbr is None or not matmuls:
+            continue
+        rows, cout = weights[matmuls[0].input[1]]
+        cin = rows // nbr.shape[-1]
+        pairs = int(np.count_nonzero(nbr >= 0))
+        pairs_total += pairs
+        flops += 2.0 * pairs * cin * cout
+    return flops, pairs_total
+
+
+@dataclass
+class Prepared:
+    run: Callable[[], object]
+    table: Callable[[], object] | None = None
+    rows_out: int | None = None
+    note: str = ""
+    flops: float | None = None  # useful FLOPs, from the neighbour tables (gpu unfold only)
+    pairs: int | None = None
+
+
+class Ours:
+    def __init__(self, name: str, target: str, nna_max_rows: int | None = None, **options):
+        self.name, self.target, self.options, self.nna_max_rows = name, target, options, nna_max_rows
+
+    def prepare(self, built: Built) -> Prepared:
+        if self.target == "nna" and self.nna_max_rows is not None and built.rows_in > self.nna_max_rows:
+            raise Skip(f"nna skipped above {self.nna_max_rows:,} input rows (has {built.rows_in:,}); "
+                       "--nna-max-rows raises it")
+        lowered = lower(built.source, target=self.target, **self.options)
+        session = create_session(lowered, sess_options=session_options())
+        feeds = dict(built.feeds)
+        first = session.run(None, feeds)
+        sparse_out = [o for o in first if o.ndim == 2 and o.dtype == np.int64]
+        tables_model = index_only(lowered)
+        table_inputs = {v.name for v in tables_model.graph.input}
+        table_session = create_session(tables_model, sess_options=session_options())
+        table_feeds = {k: v for k, v in feeds.items() if k in table_inputs}
+        flops = pairs = None
+        if self.target == "gpu" and self.options.get("strategy") == "unfold":
+            names = [o.name for o in table_session.get_outputs()]
+            flops, pairs = useful_flops(lowered, dict(zip(names, table_session.run(None, table_feeds))))
+        return Prepared(run=lambda: session.run(None, feeds), table=lambda: table_session.run(None, table_feeds),
+                        rows_out=len(sparse_out[0]) if sparse_out else None, flops=flops, pairs=pairs)
+
+
+class Spconv:
+    name = "spconv-2.3.8"
+
+    def prepare(self, built: Built) -> Prepared:
+        run = built.spconv()
+        rows = run()
+        return Prepared(run=run, rows_out=rows if isinstance(rows, int) else None)
+
+
+class DenseOrt:
+    name = "ort-dense"
+
+    def prepare(self, built: Built) -> Prepared:
+        if built.dense is None:
+            raise Skip("networks have no dense runner (a dense CenterPoint grid 41x1440x1440 would need "
+                       "GiBs per layer)")
+        model, feeds = built.dense()
+        session = ort.InferenceSession(model.SerializeToString(), sess_options=session_options(),
+                                       providers=["CPUExecutionProvider"])
+        session.run(None, feeds)
+        return Prepared(run=lambda: session.run(None, feeds), note="densify not timed")
+
+
+def default_systems(nna_max_rows: int | None = 50_000) -> list:
+    return [Ours("ours-gpu-unfold", "gpu", strategy="unfold"),
+            Ours("ours-gpu-rulebook", "gpu", strategy="rulebook"),
+            Ours("ours-nna-gather", "nna", nna_max_rows, combine="gather"),
+            Ours("ours-nna-scatter", "nna", nna_max_rows, combine="scatter"),
+            Spconv(), DenseOrt()]
+
+
+def gemm_peak_gflops(size: int = 2048, repeat: int = 5) -> float:
+    """The single-core fp32 GEMM rate: onnxruntime MatMul size³, one thread, median of `repeat`."""
+    import time
+
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("MatMul", ["A", "B"], ["C"])], "gemm",
+                              [helper.make_tensor_value_info("A", TensorProto.FLOAT, [size, size]),
+                               helper.make_tensor_value_info("B", TensorProto.FLOAT, [size, size])],
+                              [helper.make_tensor_value_info("C", TensorProto.FLOAT, [size, size])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    session = ort.InferenceSession(model.SerializeToString(), sess_options=session_options(),
+                                   providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {"A": rng.standard_normal((size, size), dtype=np.float32),
+             "B": rng.standard_normal((size, size), dtype=np.float32)}
+    session.run(None, feeds)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - start)
+    return 2.0 * size ** 3 / float(np.median(times)) / 1e9

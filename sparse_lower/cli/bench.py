@@ -1,0 +1,31 @@
+"""sparse-lower bench."""
+
+from __future__ import annotations
+
+
+class Bench:
+    """Run the benchmark suite and write results.json, results.md and plots to --out.
+
+    Cases: single sparse layers (SubM 3^3 16->16 and 64->64, SparseConv 3^3 s2 16->32, SparseDeconv
+    2^3 s2 32->16, inverse 3^3 32->16) on the real CenterPoint frame and on uniform random voxels
+    (0.1 %, 1 %, 10 % of 41x400x352, capped at 120k voxels), SubM 3x3 16->16 on 1000x1000 images at
+    90 % and 99 % sparsity, and the CenterPoint backbone and the sparse UNet on both real frames.
+    Systems: ours (gpu unfold / rulebook, nna gather / scatter), spconv 2.3.8 and onnxruntime's
+    dense Conv, all on one thread; medians after a warm-up, index tables timed separately, useful
+    GFLOP/s against the measured single-core GEMM peak. The full suite takes several minutes.
+
+    example: sparse-lower bench --quick --out /tmp/bench
+    """
+
+    name = "bench"
+
+    @staticmethod
+    def add_arguments(parser):
+        from ..bench.run import add_arguments
+
+        add_arguments(parser)
+
+    def run(self, args) -> int:
+        from ..bench.run import run_from_args
+
+        return run_from_args(args)

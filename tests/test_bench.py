@@ -1,0 +1,93 @@
+"""The benchmark suite (sparse_lower.bench, `sparse-lower bench`): the quick mode end to end."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from sparse_lower.bench import run
+from sparse_lower.bench.cases import all_cases, random_voxels, select
+from sparse_lower.cli.main import main as cli_main
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    return out, run(out, quick=True, repeat=2, log=lambda *a: None)
+
+
+def test_quick_writes_json_markdown_and_plots(quick):
+    out, result = quick
+    for name in ("results.json", "results.md", "time.png", "gemm_fraction.png"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    saved = json.loads((out / "results.json").read_text())
+    assert [c["case"] for c in saved["cases"]] == [c.name for c in all_cases(quick=True)]
+    table = (out / "results.md").read_text()
+    assert all(f"| {c['case']}" in table for c in saved["cases"])
+    assert saved["gemm_peak_gflops"] > 0
+
+
+def test_quick_numbers_are_positive(quick):
+    _, result = quick
+    for case in result["cases"]:
+        assert "skipped" not in case, case
+        assert case["useful_flops"] > 0 and case["pairs"] > 0 and case["rows_in"] > 0
+        for name in ("ours-gpu-unfold", "ours-gpu-rulebook", "ours-nna-gather", "ours-nna-scatter"):
+            entry = case["systems"][name]
+            assert entry["median_ms"] > 0 and entry["table_ms"] > 0 and entry["gflops"] > 0, (case["case"], name)
+        for name, entry in case["systems"].items():  # measured, or skipped with a reason
+            assert entry.get("median_ms", 0) > 0 or entry.get("skipped"), (case["case"], name, entry)
+        assert case["systems"]["ort-dense"].get("median_ms") or case["group"] == "network"
+
+
+def test_systems_agree_on_output_rows(quick):
+    _, result = quick
+    for case in result["cases"]:
+        assert isinstance(case["rows_out"], int), case  # one value: every system made the same rows
+
+
+def test_minkowski_is_reported(quick):
+    _, result = quick
+    reason = result["other_systems"]["MinkowskiEngine"]
+    try:
+        import MinkowskiEngine  # noqa: F401
+    except Exception:
+        assert reason.startswith("skipped: MinkowskiEngine not installed")
+
+
+def test_missing_spconv_is_skipped_with_reason(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "spconv", None)  # import spconv… now raises ImportError
+    monkeypatch.setitem(sys.modules, "spconv.pytorch", None)
+    result = run(tmp_path, quick=True, cases="2d,unet", repeat=1, log=lambda *a: None)
+    assert len(result["cases"]) == 2
+    for case in result["cases"]:
+        entry = case["systems"]["spconv-2.3.8"]
+        assert "median_ms" not in entry and "spconv" in entry["skipped"], entry
+        assert case["systems"]["ours-gpu-unfold"]["median_ms"] > 0
+    assert "skip [" in (tmp_path / "results.md").read_text()
+
+
+def test_useful_flops_count_the_real_pairs(tmp_path):
+    """2 · pairs · Cin · Cout with pairs = the 3×3 neighbours (self included) that are active."""
+    result = run(tmp_path, quick=True, cases="subm16-16/2d", repeat=1, log=lambda *a: None)
+    (case,) = result["cases"]
+    coords, _, _ = random_voxels((100, 100), 0.1, np.random.default_rng(0), None)
+    active = {tuple(c) for c in coords[:, 1:]}
+    pairs = sum((y + dy, x + dx) in active for y, x in active for dy in (-1, 0, 1) for dx in (-1, 0, 1))
+    assert case["pairs"] == pairs
+    assert case["useful_flops"] == 2.0 * pairs * 16 * 16
+
+
+def test_select_patterns():
+    names = [c.name for c in select(all_cases(), "subm64,unet/*")]
+    assert names and all("subm64" in n or n.startswith("unet/") for n in names)
+    assert len(select(all_cases(), None)) == len(all_cases())
+
+
+def test_cli_bench_registered(tmp_path, capsys):
+    assert cli_main(["bench", "--quick", "--cases", "2d", "--repeat", "1", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "results.md").is_file()
+    assert "subm16-16/2d-100x100-90%" in capsys.readouterr().out
