@@ -27,7 +27,8 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     `create_session`.
 
     * target "gpu": index-builder custom ops → IndexedUnfold → MatMul (→ IndexedFold); `strategy`
-      picks the compute form ("unfold", "rulebook"; "auto" takes unfold).
+      picks the compute form ("unfold", "rulebook"; "auto": unfold for submanifold convs, rulebook
+      for the others).
     * target "nna": the index tables from the custom ops, the compute in standard ops only: one 1×1
       Conv per kernel tap on `[1, C, 1, N]` (`fuse_taps`: one Conv with K·Cout outputs) and a
       `combine` method ("gather", "scatter", "matmul"). `max_active` fixes the row capacity so that
@@ -42,10 +43,7 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     _choice("combine method", combine, COMBINES)
     if max_active is not None and (isinstance(max_active, bool) or not isinstance(max_active, int) or max_active < 1):
         raise SparseLowerError(f"max_active={max_active!r} is not a positive int", fix="give None or an int >= 1")
-    # Both gpu strategies do the same multiply-adds here (the rulebook is padded to the busiest tap),
-    # and the unfold needs no fold: auto takes it until a pair-count cost model says otherwise.
-    options = Options(strategy="unfold" if strategy == "auto" else strategy, combine=combine,
-                      max_active=max_active, fuse_taps=bool(fuse_taps))
+    options = Options(strategy=strategy, combine=combine, max_active=max_active, fuse_taps=bool(fuse_taps))
     passes = [ValidateSourceOps(), LowerSparse(target, options), CheckModel()]
     manager = PassManager(passes, verify=check_model if check_each_pass else None, dump_dir=dump_dir)
     return manager.run(load(model))

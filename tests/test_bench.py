@@ -91,3 +91,13 @@ def test_cli_bench_registered(tmp_path, capsys):
     assert cli_main(["bench", "--quick", "--cases", "2d", "--repeat", "1", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "results.md").is_file()
     assert "subm16-16/2d-100x100-90%" in capsys.readouterr().out
+
+
+def test_a_run_whose_cases_are_all_skipped_still_reports(tmp_path, monkeypatch):
+    from sparse_lower.bench.run import run
+
+    monkeypatch.chdir(tmp_path)  # no shared data from here
+    monkeypatch.delenv("SPARSE_LOWER_DATA", raising=False)
+    result = run(out=tmp_path / "out", cases="subm16-16/centerpoint", repeat=1, log=lambda *_: None)
+    assert all("skipped" in case for case in result["cases"])
+    assert (tmp_path / "out" / "results.md").exists()

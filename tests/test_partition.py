@@ -226,7 +226,7 @@ def test_gpu_lowered_models_run_exactly_like_the_whole_model(rng, strategy, stat
 
 
 def test_centerpoint_stack_alternates_gpu_and_nna_and_reruns(rng):
-    model = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="gpu")
+    model = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="gpu", strategy="unfold")
     parts = partition(model, static_shapes=False)
     assert [s.device for s in parts.segments] == ["gpu", "nna"] * 3
     assert parts.segments[0].outputs[:2] == ("submanifoldconv0/nbr", "sparseconv4/nbr")  # tables built once, first
@@ -278,7 +278,7 @@ def run_from_files(directory, feeds):
 
 
 def test_to_onnx_writes_checked_models_and_a_manifest_of_the_flow(tmp_path, rng):
-    model = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="gpu")
+    model = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="gpu", strategy="unfold")
     parts = partition(model, static_shapes=False)
     manifest_path = parts.to_onnx(tmp_path)
     manifest = json.loads(manifest_path.read_text())
@@ -403,7 +403,7 @@ def test_summary_counts_static_shapes_and_then_the_last_run(rng):
     assert lines[3].split()[-3:] == [f"{9 * 16 * 5 * 4:,}", f"{16 * 4 * 4 + 9 * 16 * 8:,}", f"{16 * 5 * 4:,}"]
     assert "Gather x1, MatMul x1, Pad x1, ReduceSum x1" in lines[3]
 
-    model = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="gpu")
+    model = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="gpu", strategy="unfold")
     whole = partition(model)
     assert whole.summary().splitlines()[2].split()[-3:] == ["?", "?", "?"]
     features, coords = random_sparse(rng, 2, 5, (10, 40, 40), count=500)
@@ -436,7 +436,7 @@ def test_run_checks_the_feeds():
 
 def test_cli_partition_end_to_end(tmp_path, rng, capsys):
     pytest.importorskip("matplotlib")
-    model = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="gpu")
+    model = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="gpu", strategy="unfold")
     path = tmp_path / "model.onnx"
     onnx.save(model, path)
     features, coords = random_sparse(rng, 2, 5, (10, 40, 40), count=300)

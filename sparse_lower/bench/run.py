@@ -140,6 +140,8 @@ def plots(result: dict, out: Path) -> list[Path]:
     systems = result["systems"]
     peak = result["gemm_peak_gflops"]
     written = []
+    if not cases:  # everything skipped (e.g. no shared data): the JSON and markdown say why
+        return written
     for key, fname, label, scale in (("median_ms", "time.png", "median time per run (ms, log)", True),
                                      ("gflops", "gemm_fraction.png",
                                       f"useful GFLOP/s / single-core GEMM peak ({peak:.1f} GFLOP/s)", False)):

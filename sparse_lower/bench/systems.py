@@ -140,7 +140,8 @@ class DenseOrt:
 
 
 def default_systems(nna_max_rows: int | None = 50_000) -> list:
-    return [Ours("ours-gpu-unfold", "gpu", strategy="unfold"),
+    return [Ours("ours-gpu-auto", "gpu", strategy="auto"),
+            Ours("ours-gpu-unfold", "gpu", strategy="unfold"),
             Ours("ours-gpu-rulebook", "gpu", strategy="rulebook"),
             Ours("ours-nna-gather", "nna", nna_max_rows, combine="gather"),
             Ours("ours-nna-scatter", "nna", nna_max_rows, combine="scatter"),

@@ -35,7 +35,7 @@ class Options:
     """What the user chose (DESIGN.md §7): the gpu compute form, and the nna combine method, capacity
     and whether the nna runs one 1×1 conv per tap or one conv with K·Cout outputs."""
 
-    strategy: str = "unfold"
+    strategy: str = "auto"
     combine: str = "gather"
     max_active: int | None = None
     fuse_taps: bool = False
