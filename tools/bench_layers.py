@@ -14,41 +14,21 @@ import argparse
 import time
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 
 import sparse_lower
+from sparse_lower.bench.systems import index_only, session_options
 from sparse_lower.models import SparseModelBuilder
 from sparse_lower.models.voxels import find_data, load_voxels, synthetic_voxels
 
 LAYERS = [("SubM 3x3x3 5->16", "SubmanifoldConv", 5, 16, {}),
           ("SubM 3x3x3 16->16", "SubmanifoldConv", 16, 16, {}),
           ("SparseConv 3x3x3 s2 16->32", "SparseConv", 16, 32, {"strides": [2, 2, 2], "pads": [1] * 6})]
-TABLE_OPS = {"SubmanifoldMap", "StridedMap", "TransposedMap", "TargetMap", "Rulebook"}
 
 
 def layer_model(op_type, cin, cout, grid, attrs, seed):
     builder = SparseModelBuilder(3, cin, np.random.default_rng(seed))
     builder.conv(op_type, cout, (3, 3, 3), grid, **attrs)
     return builder.build()
-
-
-def tables_only(lowered: onnx.ModelProto) -> onnx.ModelProto:
-    """The lowered model cut down to its index-table nodes, their outputs made graph outputs."""
-    model = onnx.ModelProto()
-    model.CopyFrom(lowered)
-    outputs = [o for n in model.graph.node if n.op_type in TABLE_OPS for o in n.output]
-    keep = [n for n in model.graph.node if n.op_type in TABLE_OPS]
-    del model.graph.node[:]
-    model.graph.node.extend(keep)
-    del model.graph.output[:]
-    model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(o) for o in outputs)
-    del model.graph.initializer[:]
-    used = {i for n in keep for i in n.input}
-    inputs = [v for v in model.graph.input if v.name in used]
-    del model.graph.input[:]
-    model.graph.input.extend(inputs)
-    return model
 
 
 def median_ms(session, feeds, repeat):
@@ -59,12 +39,6 @@ def median_ms(session, feeds, repeat):
         session.run(None, feeds)
         times.append((time.perf_counter() - start) * 1e3)
     return float(np.median(times))
-
-
-def session(model, threads):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    return sparse_lower.create_session(model, sess_options=options)
 
 
 def main():
@@ -81,9 +55,10 @@ def main():
         lowered = sparse_lower.lower(model)
         feeds = {"features": features, "coords": coords}
         for threads in (1, 2):
-            full = session(lowered, threads)
+            full = sparse_lower.create_session(lowered, sess_options=session_options(threads))
             layer = median_ms(full, feeds, args.repeat)
-            table = median_ms(session(tables_only(lowered), threads), {"coords": coords}, args.repeat)
+            tables = sparse_lower.create_session(index_only(lowered), sess_options=session_options(threads))
+            table = median_ms(tables, {"coords": coords}, args.repeat)
             out_features, out_coords = full.run(None, feeds)
             print(f"{label:28s} {len(coords):8,d} {len(out_coords):8,d} {threads:7d} {layer:9.1f} {table:9.1f}")
         features, coords = np.maximum(out_features, 0), out_coords
