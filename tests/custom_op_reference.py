@@ -180,18 +180,51 @@ def target_map(coords, target_coords, kernel_shape, spatial_shape, strides=None,
                        kernel_taps(kernel_shape), input_of, source)
 
 
-def rulebook(nbr):
-    """Per tap k, the pairs (nbr[m, k], m) with nbr[m, k] >= 0 in ascending m, padded with -1."""
+def rulebook(nbr, groups=1, skip_taps=()):
+    """Per group of taps: (in_rows [Kg, Pg], out_rows [Kg, Pg], taps [Kg]). The taps with pairs, not
+    skipped, sorted by pair count (largest first, ties by tap), cut into at most `groups` runs that
+    minimise the padded pair count; each tap's pairs (nbr[m, k], m) in ascending m, padded with -1."""
     nbr = np.asarray(nbr, np.int64)
-    K = nbr.shape[1]
-    pairs = [np.nonzero(nbr[:, k] >= 0)[0] for k in range(K)]
-    P = max((len(m) for m in pairs), default=0)
-    in_rows = np.full((K, P), -1, np.int64)
-    out_rows = np.full((K, P), -1, np.int64)
-    for k, m in enumerate(pairs):
-        in_rows[k, : len(m)] = nbr[m, k]
-        out_rows[k, : len(m)] = m
-    return in_rows, out_rows
+    counts = (nbr >= 0).sum(axis=0)
+    order = sorted((k for k in range(nbr.shape[1]) if counts[k] > 0 and k not in skip_taps),
+                   key=lambda k: (-counts[k], k))
+    filled = min(groups, len(order))
+    bounds = [*_group_starts([int(counts[k]) for k in order], filled), len(order)]
+    result = []
+    for g in range(groups):
+        members = sorted(order[bounds[g]: bounds[g + 1]]) if g < filled else []
+        width = max((int(counts[k]) for k in members), default=0)
+        in_rows = np.full((len(members), width), -1, np.int64)
+        out_rows = np.full((len(members), width), -1, np.int64)
+        for a, k in enumerate(members):
+            m = np.nonzero(nbr[:, k] >= 0)[0]
+            in_rows[a, : len(m)] = nbr[m, k]
+            out_rows[a, : len(m)] = m
+        result.append((in_rows, out_rows, np.array(members, np.int64)))
+    return result
+
+
+def _group_starts(counts, groups):
+    """Where each of `groups` runs of the descending `counts` starts: minimal Σ run length · first count,
+    each prefix's last run starting as early as the minimum allows; equal runs beyond 1024 counts."""
+    n = len(counts)
+    if groups == n:
+        return list(range(n))
+    if n > 1024:
+        return [g * n // groups for g in range(groups)]
+    cost = [j * counts[0] for j in range(n + 1)]
+    start = [[0] * (n + 1) for _ in range(groups)]
+    for g in range(1, groups):
+        best = [None] * (n + 1)
+        for j in range(g + 1, n + 1):
+            for i in range(g, j):
+                if cost[i] is not None and (best[j] is None or cost[i] + (j - i) * counts[i] < best[j]):
+                    best[j], start[g][j] = cost[i] + (j - i) * counts[i], i
+        cost = best
+    starts, end = [0] * groups, n
+    for g in range(groups - 1, -1, -1):
+        starts[g] = end = start[g][end]
+    return starts
 
 
 def site_index(coords, spatial_shape, batch_size):  # noqa: ARG001  (batch_size only bounds the batch)
@@ -226,8 +259,8 @@ def indexed_unfold(x, idx, spatial_shape=None):
     return gathered.reshape(*idx.shape[:-1], idx.shape[-1] * C)
 
 
-def indexed_fold(rows, idx, mode="rows", like_rows=None, batch_size=None, spatial_shape=None):
-    """Zeros, then rows[p] added at idx[p] in ascending p (-1 skipped)."""
+def indexed_fold(rows, idx, mode="rows", like_rows=None, batch_size=None, spatial_shape=None, init=None):
+    """Zeros (or init: [M, C], or [C] on every row), then rows[p] added at idx[p] in ascending p (-1 skipped)."""
     rows = np.asarray(rows, np.float32)
     idx = np.asarray(idx, np.int64).reshape(-1)
     C = rows.shape[-1]
@@ -235,6 +268,8 @@ def indexed_fold(rows, idx, mode="rows", like_rows=None, batch_size=None, spatia
     keep = idx >= 0
     targets = like_rows if mode == "rows" else batch_size * volume(spatial_shape)
     y = np.zeros((targets, C), np.float32)
+    if init is not None:
+        y[:] = init
     np.add.at(y, idx[keep], rows[keep])  # unbuffered, in ascending p
     if mode == "rows":
         return y

@@ -157,11 +157,36 @@ def test_target_map(seed, source):
 def test_rulebook(seed):
     rng = np.random.default_rng(seed)
     rows, taps = (0 if seed % 10 == 0 else int(rng.integers(1, 60))), int(rng.integers(1, 28))
-    nbr = np.where(rng.random((rows, taps)) < 0.6, -1, rng.integers(0, 100, (rows, taps))).astype(np.int64)
-    in_rows, out_rows = run("Rulebook", {"nbr": nbr}, 2)
-    expected_in, expected_out = ref.rulebook(nbr)
-    assert_same(in_rows, expected_in)
-    assert_same(out_rows, expected_out)
+    fill = rng.random(taps)  # uneven taps, as in real neighbourhoods
+    nbr = np.where(rng.random((rows, taps)) < fill, -1, rng.integers(0, 100, (rows, taps))).astype(np.int64)
+    groups = int(rng.integers(1, 7))
+    skip = sorted({int(k) for k in rng.integers(0, taps, int(rng.integers(0, 3)))})
+    attributes = {"groups": groups, **({"skip_taps": skip} if skip else {})}
+    outputs = run("Rulebook", {"nbr": nbr}, 3 * groups, **attributes)
+    expected = ref.rulebook(nbr, groups, skip)
+    for g in range(groups):
+        for actual, wanted in zip(outputs[3 * g: 3 * g + 3], expected[g]):
+            assert_same(actual, wanted)
+
+
+def test_rulebook_groups_cut_the_padding():
+    """Taps filled 100, 90, 50, 45, 10 %: one group pads all to the fullest, three groups pad little."""
+    rows, fill = 200, [1.0, 0.9, 0.5, 0.45, 0.1]
+    nbr = np.array([[m if m < f * rows else -1 for f in fill] for m in range(rows)], np.int64)
+    single, _, _ = run("Rulebook", {"nbr": nbr}, 3)
+    assert single.size == 5 * rows
+    outputs = run("Rulebook", {"nbr": nbr}, 9, groups=3)
+    assert [list(t) for t in outputs[2::3]] == [[0, 1], [2, 3], [4]]
+    assert sum(o.size for o in outputs[0::3]) == 2 * 200 + 2 * 100 + 20
+
+
+def test_rulebook_of_many_taps_cuts_equal_runs():
+    rng = np.random.default_rng(0)
+    nbr = np.where(rng.random((3, 1100)) < 0.3, -1, rng.integers(0, 5, (3, 1100))).astype(np.int64)
+    outputs = run("Rulebook", {"nbr": nbr}, 9, groups=3)
+    for g, wanted in enumerate(ref.rulebook(nbr, 3)):
+        for actual, expected in zip(outputs[3 * g: 3 * g + 3], wanted):
+            assert_same(actual, expected)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -312,8 +337,25 @@ def test_indexed_fold_rows(seed):
     idx = random_index(rng, targets, random_shape(rng, seed, 2))  # repeated targets accumulate
     rows = rng.standard_normal((*idx.shape, channels)).astype(np.float32)
     like = np.zeros((targets, 2), np.int64)
-    (y,) = run("IndexedFold", {"rows": rows, "idx": idx, "like": like}, 1, mode="rows")
-    assert_same(y, ref.indexed_fold(rows, idx, "rows", like_rows=targets))
+    init = {}
+    if seed % 3:  # Y starts from a full init or from a bias row
+        init = {"init": rng.standard_normal((targets, channels) if seed % 3 == 1 else (channels,)).astype(np.float32)}
+    (y,) = run("IndexedFold", {"rows": rows, "idx": idx, "like": like, **init}, 1, mode="rows")
+    assert_same(y, ref.indexed_fold(rows, idx, "rows", like_rows=targets, **init))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_indexed_fold_of_a_rulebook(seed):
+    """Rows of ascending targets, as a Rulebook's out_rows: the fold finds them by binary search."""
+    rng = np.random.default_rng(seed)
+    targets, channels = int(rng.integers(0, 300)), int(rng.integers(1, 9))
+    nbr = np.where(rng.random((targets, 9)) < 0.5, -1, rng.integers(0, 50, (targets, 9))).astype(np.int64)
+    for in_rows, out_rows, _ in ref.rulebook(nbr, 2):
+        rows = rng.standard_normal((*out_rows.shape, channels)).astype(np.float32)
+        bias = rng.standard_normal(channels).astype(np.float32)
+        inputs = {"rows": rows, "idx": out_rows, "like": nbr, "init": bias}
+        (y,) = run("IndexedFold", inputs, 1, threads=int(rng.choice([1, 2, 8])), mode="rows")
+        assert_same(y, ref.indexed_fold(rows, out_rows, "rows", like_rows=targets, init=bias))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -354,18 +396,18 @@ def _large_cases():
     x = rng.standard_normal((len(coords), 16)).astype(np.float32)
     dense = np.zeros((2, 4, *grid), np.float32)
     dense[coords[:, 0], :, coords[:, 1], coords[:, 2], coords[:, 3]] = rng.standard_normal((len(coords), 4))
-    in_rows, out_rows = ref.rulebook(nbr)
+    ((in_rows, out_rows, _),) = ref.rulebook(nbr)
     small = random_coords(rng, [8, 16, 16], 1, 500)  # S [27, 500, 500] is 27 MB
     return {
         "SubmanifoldMap": ({"coords": coords}, 1, conv),
         "StridedMap": ({"coords": coords}, 2, strided),
         "TransposedMap": ({"coords": coords}, 2, transposed),
         "TargetMap": ({"coords": coords, "target_coords": coords}, 1, {**transposed, "source": "dense"}),
-        "Rulebook": ({"nbr": nbr}, 2, {}),
+        "Rulebook": ({"nbr": nbr}, 12, {"groups": 4, "skip_taps": [13]}),
         "SiteIndex": ({"coords": coords}, 1, {"spatial_shape": grid, "batch_size": 2}),
         "ActiveSites": ({"X": dense}, 2, {}),
         "IndexedUnfold": ({"X": x, "idx": nbr}, 1, {}),
-        "IndexedFold": ({"rows": x[in_rows.clip(0)], "idx": out_rows, "like": x}, 1, {"mode": "rows"}),
+        "IndexedFold": ({"rows": x[in_rows.clip(0)], "idx": out_rows, "like": x, "init": x[0]}, 1, {"mode": "rows"}),
         "InverseMap": ({"nbr": nbr, "like": x}, 1, {}),
         "ScatterMatrices": ({"nbr": ref.submanifold_map(small, [3, 3, 3], [8, 16, 16]), "like": small}, 1, {}),
         "CapacityPads": ({"x": x}, 1, {"capacity": 40000}),
@@ -391,7 +433,13 @@ def test_large_cases_match_reference():
     assert_same(nbr, expected_nbr)
     inputs, _, _ = LARGE["IndexedFold"]
     (y,) = run("IndexedFold", inputs, 1, threads=8, mode="rows")
-    assert_same(y, ref.indexed_fold(inputs["rows"], inputs["idx"], "rows", like_rows=len(inputs["like"])))
+    assert_same(y, ref.indexed_fold(inputs["rows"], inputs["idx"], "rows", like_rows=len(inputs["like"]),
+                                    init=inputs["init"]))
+    inputs, n_outputs, attributes = LARGE["Rulebook"]
+    tables = run("Rulebook", inputs, n_outputs, threads=8, **attributes)
+    for g, expected in enumerate(ref.rulebook(inputs["nbr"], 4, [13])):
+        for actual, wanted in zip(tables[3 * g: 3 * g + 3], expected):
+            assert_same(actual, wanted)
     for op_type, reference in (("InverseMap", ref.inverse_map), ("ScatterMatrices", ref.scatter_matrices)):
         inputs, _, _ = LARGE[op_type]
         (table,) = run(op_type, inputs, 1, threads=8)
@@ -486,11 +534,14 @@ ERRORS = {
         "SiteIndex", {"coords": GOOD}, 1, {"spatial_shape": [4, 4], "batch_size": 1},
         r"SiteIndex: row 2 of coords has batch 1, not below batch_size 1"),
     "rulebook index below -1": (
-        "Rulebook", {"nbr": np.array([[0, -1], [-2, 1]], np.int64)}, 2, {},
+        "Rulebook", {"nbr": np.array([[0, -1], [-2, 1]], np.int64)}, 3, {},
         r"Rulebook: nbr\[1, 0\] = -2 is neither a row index nor -1"),
     "rulebook of the wrong rank": (
-        "Rulebook", {"nbr": np.zeros((2, 3, 4), np.int64)}, 2, {},
+        "Rulebook", {"nbr": np.zeros((2, 3, 4), np.int64)}, 3, {},
         r"Rulebook: nbr must have shape \[M, K\], got \[2, 3, 4\]"),
+    "rulebook skipping a tap it does not have": (
+        "Rulebook", {"nbr": np.zeros((2, 3), np.int64)}, 3, {"skip_taps": [3]},
+        r"Rulebook: attribute 'skip_taps' holds 3, but nbr has 3 taps"),
     "unfold row index out of range": (
         "IndexedUnfold", {"X": np.zeros((3, 2), np.float32), "idx": np.array([[0, 3]], np.int64)}, 1, {},
         r"IndexedUnfold: idx value 3 \(row 0, tap 1\) is outside \[0, 3\), the rows of X"),
@@ -520,6 +571,15 @@ ERRORS = {
         "IndexedFold", {"rows": np.zeros((3, 3), np.float32), "idx": np.array([0, 1], np.int64),
                         "like": np.zeros((4, 1), np.float32)}, 1, {"mode": "rows"},
         r"IndexedFold: rows must have shape idx.shape \+ \[C\] = \[2\] \+ \[C\], got \[3, 3\]"),
+    "fold init of the wrong shape": (
+        "IndexedFold", {"rows": np.zeros((2, 3), np.float32), "idx": np.array([0, 1], np.int64),
+                        "like": np.zeros((4, 1), np.float32), "init": np.zeros((4, 2), np.float32)}, 1, {"mode": "rows"},
+        r"IndexedFold: init must have the shape of Y \[4, 3\] or \[C\] = \[3\], got \[4, 2\]"),
+    "fold like in mode dense": (
+        "IndexedFold", {"rows": np.zeros((1, 3), np.float32), "idx": np.array([3], np.int64),
+                        "like": np.zeros((3,), np.float32)}, 1,
+        {"mode": "dense", "batch_size": 2, "spatial_shape": [4, 4]},
+        r"IndexedFold: inputs 'like' and 'init' are for mode 'rows'"),
     "fold rows without like": (
         "IndexedFold", {"rows": np.zeros((2, 3), np.float32), "idx": np.array([0, 1], np.int64)}, 1,
         {"mode": "rows"}, r"IndexedFold: mode 'rows' needs input 'like'"),
@@ -582,12 +642,18 @@ ATTRIBUTE_ERRORS = {
     "negative max_bytes": ("ScatterMatrices", {"max_bytes": -1}, r"attribute 'max_bytes' = -1 must be at least 0"),
     "missing capacity": ("CapacityPads", {}, r"attribute 'capacity' is required"),
     "negative capacity": ("CapacityPads", {"capacity": -1}, r"attribute 'capacity' = -1 must be at least 0"),
+    "no rulebook groups": ("Rulebook", {"groups": 0}, r"attribute 'groups' = 0 must lie in \[1, 64\]"),
+    "rulebook outputs of another group count": (
+        "Rulebook", {"groups": 2}, r"a rulebook of 2 groups has 6 outputs \(in_rows, out_rows, taps per group\), "
+                                   r"the node has 3"),
+    "negative skipped tap": ("Rulebook", {"skip_taps": [-1]}, r"attribute 'skip_taps' holds -1: taps are ≥ 0"),
 }
 ATTRIBUTE_INPUTS = {  # valid inputs of each op above, and its output count
     "SubmanifoldMap": ({"coords": GOOD}, 1),
     "StridedMap": ({"coords": GOOD}, 2),
     "ScatterMatrices": ({"nbr": np.array([[0, -1]], np.int64), "like": GOOD}, 1),
     "CapacityPads": ({"x": GOOD}, 1),
+    "Rulebook": ({"nbr": np.array([[0, -1]], np.int64)}, 3),
 }
 
 

@@ -83,7 +83,7 @@ def test_multi_layer_stack_matches_the_reference(target, combine, max_active, rn
     np.testing.assert_allclose(got["f"], expected["sparseconv4.features"], rtol=1e-4, atol=1e-5)
     ops = Counter(n.op_type for n in lowered.graph.node)
     if target == "hybrid":
-        assert ops["IndexedUnfold"] == 1 and ops["Conv"] == 2 * 27, "first layer on the gpu path, the rest nna"
+        assert ops["Rulebook"] == 1 and ops["Conv"] == 2 * 27, "first layer on the gpu path, the rest nna"
     if max_active:  # padded rows flow through the ReLUs: only the model output is sliced back
         nna_layers = 2 if target == "hybrid" else 3
         assert ops["Slice"] == 1 + (nna_layers if combine == "scatter" else 0)  # + each scatter's dump column
@@ -98,8 +98,8 @@ def test_dense_boundaries(target, rng):
         lowered = sparse_lower.lower(model, target=target, max_active=max_active)
         (y,) = session(lowered).run(None, {"X": X})
         np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-4)
-        ops = Counter(n.op_type for n in lowered.graph.node)
-        assert ops["ActiveSites"] == 1 and ops["IndexedFold"] == 1, "the boundaries stay on the custom ops"
+        ops = Counter((n.op_type, *(a.s for a in n.attribute if a.name == "mode")) for n in lowered.graph.node)
+        assert ops["ActiveSites",] == 1 and ops["IndexedFold", b"dense"] == 1, "the boundaries stay on the custom ops"
 
 
 @pytest.mark.parametrize("combine", COMBINES)

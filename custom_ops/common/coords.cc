@@ -1,6 +1,9 @@
 #include "common/coords.h"
 
+#include <algorithm>
+#include <functional>
 #include <limits>
+#include <numeric>
 
 #include "common/attributes.h"
 #include "common/parallel.h"
@@ -76,15 +79,31 @@ std::vector<int64_t> LinearSites(const Ort::KernelContext& ctx, const Coords& co
   return sites;
 }
 
-SiteTable IndexRows(const std::vector<int64_t>& sites, const Coords& coords, const char* name) {
-  SiteTable table(coords.rows);
-  for (int64_t r = 0; r < coords.rows; ++r) {
-    const int64_t first = table.Insert(sites[r], r);
-    if (first >= 0) {
-      Fail("rows ", first, " and ", r, " of ", name, " are the same coordinate ", Tuple(coords.Row(r), coords.width));
+SortedSites SortSites(const std::vector<int64_t>& sites, const Coords& coords, const char* name) {
+  SortedSites sorted;
+  sorted.site = sites;
+  sorted.row.resize(sites.size());
+  std::iota(sorted.row.begin(), sorted.row.end(), int64_t{0});
+  if (std::adjacent_find(sites.begin(), sites.end(), std::greater_equal<>()) == sites.end()) return sorted;
+
+  std::sort(sorted.row.begin(), sorted.row.end(), [&](int64_t a, int64_t b) {
+    return sites[a] != sites[b] ? sites[a] < sites[b] : a < b;
+  });
+  // Of all equal pairs, the one a scan in row order meets first: the least second row of a run.
+  int64_t first = -1;
+  int64_t repeat = coords.rows;
+  for (size_t i = 0; i < sorted.row.size(); ++i) {
+    sorted.site[i] = sites[sorted.row[i]];
+    if (i > 0 && sorted.site[i] == sorted.site[i - 1] && (i < 2 || sorted.site[i - 2] != sorted.site[i]) &&
+        sorted.row[i] < repeat) {
+      first = sorted.row[i - 1];
+      repeat = sorted.row[i];
     }
   }
-  return table;
+  if (first >= 0) {
+    Fail("rows ", first, " and ", repeat, " of ", name, " are the same coordinate ", Tuple(coords.Row(repeat), coords.width));
+  }
+  return sorted;
 }
 
 void WriteCoords(const Ort::KernelContext& ctx, const std::vector<int64_t>& sites, const Grid& grid, int64_t* out) {

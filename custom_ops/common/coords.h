@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/site_table.h"
+#include "common/sorted_sites.h"
 #include "onnxruntime_cxx_api.h"
 
 namespace sparse_lower {
@@ -50,8 +50,9 @@ Coords ReadCoords(const Ort::KernelContext& ctx, size_t index, const char* name,
 std::vector<int64_t> LinearSites(const Ort::KernelContext& ctx, const Coords& coords, const Grid& grid,
                                  const char* name, int64_t max_batch, int64_t batch_size = 0);
 
-// The site -> row table of a coordinate input, refusing two equal rows.
-SiteTable IndexRows(const std::vector<int64_t>& sites, const Coords& coords, const char* name);
+// The sites of a coordinate input sorted, refusing two equal rows (naming the first row that repeats an
+// earlier one, and that one). O(N) when the rows are sorted already, as every builder's outputs are.
+SortedSites SortSites(const std::vector<int64_t>& sites, const Coords& coords, const char* name);
 
 // Writes the coordinates of `sites` as rows of out [sites.size(), 1 + D].
 void WriteCoords(const Ort::KernelContext& ctx, const std::vector<int64_t>& sites, const Grid& grid, int64_t* out);

@@ -4,13 +4,17 @@
 //   static constexpr const char* kName;                        the op type
 //   static constexpr InputSpec kInputs[];                      input types, optional or not
 //   static constexpr ONNXTensorElementDataType kOutputs[];     output types
+//   static constexpr int kVariadicOutputs;                     optional: the last output type repeats,
+//                                                              at least this many times
 //   explicit Kernel(const Ort::ConstKernelInfo&);              reads and checks the attributes
 //   void Compute(const Ort::KernelContext&) const;             the computation
 //   static void InferShapes(const ShapeContext&);              output shapes where they are known
 // and may throw OpError anywhere: Op routes every entry point through Guard.
 #pragma once
 
+#include <algorithm>
 #include <iterator>
+#include <type_traits>
 
 #include "common/shape_context.h"
 #include "common/status.h"
@@ -41,6 +45,12 @@ class KernelInstance {
   Kernel kernel_;
 };
 
+template <typename Kernel, typename = void>
+struct VariadicOutputs : std::integral_constant<int, 0> {};
+template <typename Kernel>
+struct VariadicOutputs<Kernel, std::void_t<decltype(Kernel::kVariadicOutputs)>>
+    : std::integral_constant<int, Kernel::kVariadicOutputs> {};
+
 template <typename Kernel>
 struct Op : Ort::CustomOpBase<Op<Kernel>, KernelInstance<Kernel>, /*WithStatus=*/true> {
   Op() {
@@ -66,6 +76,11 @@ struct Op : Ort::CustomOpBase<Op<Kernel>, KernelInstance<Kernel>, /*WithStatus=*
 
   size_t GetOutputTypeCount() const { return std::size(Kernel::kOutputs); }
   ONNXTensorElementDataType GetOutputType(size_t i) const { return Kernel::kOutputs[i]; }
+  OrtCustomOpInputOutputCharacteristic GetOutputCharacteristic(size_t i) const {
+    const bool variadic = VariadicOutputs<Kernel>::value > 0 && i + 1 == std::size(Kernel::kOutputs);
+    return variadic ? INPUT_OUTPUT_VARIADIC : INPUT_OUTPUT_REQUIRED;
+  }
+  int GetVariadicOutputMinArity() const { return std::max(1, VariadicOutputs<Kernel>::value); }
 };
 
 }  // namespace sparse_lower

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/parallel.h"
 #include "common/status.h"
 
 namespace sparse_lower {
@@ -60,6 +61,29 @@ Groups BySorting(const int64_t* idx, int64_t count, int64_t targets) {
 
 Groups GroupByTarget(const int64_t* idx, int64_t count, int64_t targets) {
   return targets <= 4 * count + 1024 ? ByCounting(idx, count, targets) : BySorting(idx, count, targets);
+}
+
+std::optional<std::vector<int64_t>> AscendingRows(const Ort::KernelContext& ctx, const int64_t* idx, int64_t rows,
+                                                  int64_t width, int64_t targets) {
+  std::vector<int64_t> lengths(static_cast<size_t>(rows));
+  std::vector<char> ascending(static_cast<size_t>(rows));
+  ParallelFor(ctx, rows, Grain(width), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t* row = idx + r * width;
+      int64_t length = 0;
+      bool ordered = true;
+      for (int64_t i = 0; i < width; ++i) {
+        CheckEntry(r * width + i, row[i], targets);
+        if (row[i] < 0) continue;
+        ordered = ordered && length == i && (i == 0 || row[i] > row[i - 1]);
+        ++length;
+      }
+      lengths[r] = length;
+      ascending[r] = ordered;
+    }
+  });
+  if (std::find(ascending.begin(), ascending.end(), 0) != ascending.end()) return std::nullopt;
+  return lengths;
 }
 
 }  // namespace sparse_lower

@@ -1,6 +1,7 @@
 #include "fold/indexed_fold.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "common/attributes.h"
 #include "common/parallel.h"
@@ -9,6 +10,63 @@
 #include "fold/groups.h"
 
 namespace sparse_lower {
+namespace {
+
+// What Y starts from: zeros, input `init` of Y's shape, or `init` [C] on every row (a bias).
+class Start {
+ public:
+  Start(const Ort::KernelContext& ctx, const std::vector<int64_t>& y_shape) {
+    if (!HasInput(ctx, 3)) return;
+    const Input<float> init = ReadInput<float>(ctx, 3);
+    const std::vector<int64_t> row{y_shape.back()};
+    if (init.shape != y_shape && init.shape != row) {
+      Fail("init must have the shape of Y ", List(y_shape), " or [C] = ", List(row), ", got ", List(init.shape));
+    }
+    init_ = init.data;
+    per_row_ = init.shape == y_shape;
+  }
+
+  // Rows [begin, end) of Y [targets, C].
+  void Fill(float* y, int64_t begin, int64_t end, int64_t channels) const {
+    if (init_ == nullptr) {
+      std::fill(y + begin * channels, y + end * channels, 0.0f);
+    } else if (per_row_) {
+      std::copy(init_ + begin * channels, init_ + end * channels, y + begin * channels);
+    } else {
+      for (int64_t t = begin; t < end; ++t) std::copy_n(init_, channels, y + t * channels);
+    }
+  }
+
+ private:
+  const float* init_ = nullptr;
+  bool per_row_ = false;
+};
+
+// Y [targets, C] from idx rows that list ascending targets (see AscendingRows): each block of targets
+// starts its rows of Y, then adds, row of idx by row, the entries that fall in the block, found by binary
+// search. Every target still receives its entries in ascending p.
+void FoldAscendingRows(const Ort::KernelContext& ctx, const float* rows, const int64_t* idx,
+                       const std::vector<int64_t>& lengths, int64_t width, int64_t channels, int64_t targets,
+                       const Start& start, float* y) {
+  const auto count = static_cast<int64_t>(lengths.size());
+  int64_t entries = 0;
+  for (const int64_t length : lengths) entries += length;
+  const int64_t work = channels * std::max<int64_t>(1, entries / std::max<int64_t>(targets, 1)) + count;
+  ParallelFor(ctx, targets, Grain(work), [&](int64_t begin, int64_t end) {
+    start.Fill(y, begin, end, channels);
+    for (int64_t r = 0; r < count; ++r) {
+      const int64_t* row = idx + r * width;
+      const int64_t* stop = row + lengths[r];
+      for (const int64_t* p = std::lower_bound(row, stop, begin); p != stop && *p < end; ++p) {
+        const float* in = rows + (p - idx) * channels;
+        float* out = y + *p * channels;
+        for (int64_t c = 0; c < channels; ++c) out[c] += in[c];
+      }
+    }
+  });
+}
+
+}  // namespace
 
 IndexedFold::IndexedFold(const Ort::ConstKernelInfo& info) {
   const bool dense = Choice(info, "mode", {"rows", "dense"}) == 1;
@@ -34,7 +92,7 @@ void IndexedFold::Compute(const Ort::KernelContext& ctx) const {
   std::vector<int64_t> shape;
   int64_t targets = 0;
   if (grid_) {
-    if (HasInput(ctx, 2)) Fail("input 'like' is for mode 'rows'");
+    if (HasInput(ctx, 2) || HasInput(ctx, 3)) Fail("inputs 'like' and 'init' are for mode 'rows'");
     shape = {batch_size_, channels};
     shape.insert(shape.end(), grid_->extent.begin(), grid_->extent.end());
     targets = batch_size_ * grid_->volume;
@@ -46,9 +104,21 @@ void IndexedFold::Compute(const Ort::KernelContext& ctx) const {
     targets = like[0];
   }
   float* y = AllocateOutput<float>(ctx, 0, shape);
+  const int64_t width = idx.Rank() > 0 ? idx.shape.back() : 1;
   const int64_t volume = grid_ ? grid_->volume : 1;
-  const int64_t elements = targets * channels;
-  ParallelFor(ctx, elements, Grain(1), [&](int64_t begin, int64_t end) { std::fill(y + begin, y + end, 0.0f); });
+  if (grid_) {
+    const int64_t elements = targets * channels;
+    ParallelFor(ctx, elements, Grain(1), [&](int64_t begin, int64_t end) { std::fill(y + begin, y + end, 0.0f); });
+  } else {
+    const Start start(ctx, shape);
+    if (width > 0) {
+      if (const auto lengths = AscendingRows(ctx, idx.data, idx.Size() / width, width, targets)) {
+        FoldAscendingRows(ctx, rows.data, idx.data, *lengths, width, channels, targets, start, y);
+        return;
+      }
+    }
+    ParallelFor(ctx, targets, Grain(channels), [&](int64_t begin, int64_t end) { start.Fill(y, begin, end, channels); });
+  }
 
   const Groups groups = GroupByTarget(idx.data, idx.Size(), targets);
   const auto count = static_cast<int64_t>(groups.target.size());

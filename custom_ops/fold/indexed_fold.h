@@ -1,4 +1,4 @@
-// IndexedFold: Y starts at zero and receives rows[p] at idx[p] in ascending p (-1 skipped).
+// IndexedFold: Y starts at zero (or at input init) and receives rows[p] at idx[p] in ascending p (-1 skipped).
 #pragma once
 
 #include <optional>
@@ -8,12 +8,12 @@
 
 namespace sparse_lower {
 
-// mode "rows": Y [M, C] with M = like.shape[0] and idx holding rows of Y. mode "dense": Y
+// mode "rows": Y [M, C] with M = like.shape[0], idx holding rows of Y and optional init [M, C] or [C]. mode "dense": Y
 // [batch_size, C, *spatial_shape] with idx holding linear sites.
 class IndexedFold {
  public:
   static constexpr const char* kName = "IndexedFold";
-  static constexpr InputSpec kInputs[] = {{kFloat, false}, {kInt64, false}, {kAnyType, true}};
+  static constexpr InputSpec kInputs[] = {{kFloat, false}, {kInt64, false}, {kAnyType, true}, {kFloat, true}};
   static constexpr ONNXTensorElementDataType kOutputs[] = {kFloat};
 
   explicit IndexedFold(const Ort::ConstKernelInfo& info);

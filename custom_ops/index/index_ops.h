@@ -1,6 +1,8 @@
 // The index builders (docs/custom_ops.md, "Index builders"): coordinates in, index tables out.
 #pragma once
 
+#include <vector>
+
 #include "common/coords.h"
 #include "common/op.h"
 #include "index/geometry.h"
@@ -65,15 +67,23 @@ class TargetMap {
   MapGeometry geometry_;
 };
 
-// in_rows [K, P], out_rows [K, P]: an output-stationary nbr turned weight-stationary.
-struct Rulebook {
+// For each of `groups` groups of taps: in_rows [Kg, Pg], out_rows [Kg, Pg], taps [Kg]. An
+// output-stationary nbr turned weight-stationary, its taps grouped by pair count so that padding every
+// tap of a group to the group's largest count wastes little.
+class Rulebook {
+ public:
   static constexpr const char* kName = "Rulebook";
   static constexpr InputSpec kInputs[] = {{kInt64, false}};
-  static constexpr ONNXTensorElementDataType kOutputs[] = {kInt64, kInt64};
+  static constexpr ONNXTensorElementDataType kOutputs[] = {kInt64};
+  static constexpr int kVariadicOutputs = 3;
 
-  explicit Rulebook(const Ort::ConstKernelInfo&) {}
+  explicit Rulebook(const Ort::ConstKernelInfo& info);
   void Compute(const Ort::KernelContext& ctx) const;
-  static void InferShapes(const ShapeContext&) {}  // P is data-dependent
+  static void InferShapes(const ShapeContext&) {}  // every size is data-dependent
+
+ private:
+  int64_t groups_;
+  std::vector<int64_t> skip_taps_;
 };
 
 // sites [N]: linear sites of coordinates in a dense [batch_size, C, *spatial_shape] tensor.

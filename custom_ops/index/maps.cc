@@ -23,7 +23,7 @@ void InferNeighbourTable(const ShapeContext& ctx, size_t index) {
 void SubmanifoldMap::Compute(const Ort::KernelContext& ctx) const {
   const IndexedInput inputs = ReadIndexedInput(ctx, 0, geometry_);
   int64_t* nbr = AllocateOutput<int64_t>(ctx, 0, {inputs.coords.rows, geometry_.Taps()});
-  GatherNeighbours(ctx, geometry_, inputs.coords, inputs, nbr);
+  GatherNeighbours(ctx, geometry_, inputs.coords, &inputs.sites.row, inputs, nbr);
 }
 
 void SubmanifoldMap::InferShapes(const ShapeContext& ctx) { InferNeighbourTable(ctx, 0); }
@@ -36,16 +36,16 @@ void ReachedMap::Compute(const Ort::KernelContext& ctx) const {
   int64_t* out_coords = AllocateOutput<int64_t>(ctx, 0, {count, width});
   WriteCoords(ctx, sites, geometry_.Out(), out_coords);
   int64_t* nbr = AllocateOutput<int64_t>(ctx, 1, {count, geometry_.Taps()});
-  GatherNeighbours(ctx, geometry_, Coords{out_coords, count, width}, inputs, nbr);
+  GatherNeighbours(ctx, geometry_, Coords{out_coords, count, width}, nullptr, inputs, nbr);
 }
 
 void TargetMap::Compute(const Ort::KernelContext& ctx) const {
   const IndexedInput inputs = ReadIndexedInput(ctx, 0, geometry_);
   const Coords targets = ReadCoords(ctx, 1, "target_coords", geometry_.Dims());
   const std::vector<int64_t> sites = LinearSites(ctx, targets, geometry_.Out(), "target_coords", geometry_.MaxBatch());
-  IndexRows(sites, targets, "target_coords");  // refuses duplicated targets
+  const SortedSites sorted = SortSites(sites, targets, "target_coords");  // refuses duplicated targets
   int64_t* nbr = AllocateOutput<int64_t>(ctx, 0, {targets.rows, geometry_.Taps()});
-  GatherNeighbours(ctx, geometry_, targets, inputs, nbr);
+  GatherNeighbours(ctx, geometry_, targets, &sorted.row, inputs, nbr);
 }
 
 void TargetMap::InferShapes(const ShapeContext& ctx) { InferNeighbourTable(ctx, 1); }

@@ -30,7 +30,7 @@ std::vector<int64_t> SortedUnion(const Ort::KernelContext& ctx, std::vector<std:
 IndexedInput ReadIndexedInput(const Ort::KernelContext& ctx, size_t index, const MapGeometry& geometry) {
   const Coords coords = ReadCoords(ctx, index, "coords", geometry.Dims());
   const std::vector<int64_t> sites = LinearSites(ctx, coords, geometry.In(), "coords", geometry.MaxBatch());
-  return IndexedInput{coords, IndexRows(sites, coords, "coords")};
+  return IndexedInput{coords, SortSites(sites, coords, "coords")};
 }
 
 std::vector<int64_t> ReachedOutputs(const Ort::KernelContext& ctx, const MapGeometry& geometry, const Coords& inputs) {
@@ -52,19 +52,21 @@ std::vector<int64_t> ReachedOutputs(const Ort::KernelContext& ctx, const MapGeom
 }
 
 void GatherNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry, const Coords& outputs,
-                      const IndexedInput& inputs, int64_t* nbr) {
+                      const std::vector<int64_t>* ascending, const IndexedInput& inputs, int64_t* nbr) {
   const int64_t taps = geometry.Taps();
   const int64_t volume = geometry.In().volume;
   const bool dense = geometry.Dense();
   ParallelFor(ctx, outputs.rows, Grain(4 * taps), [&](int64_t begin, int64_t end) {
     std::vector<int64_t> scratch;
-    for (int64_t m = begin; m < end; ++m) {
+    std::vector<Cursor> cursors(static_cast<size_t>(taps), Cursor(inputs.sites));
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t m = ascending ? (*ascending)[i] : i;
       int64_t* row = nbr + m * taps;
       std::fill(row, row + taps, -1);
       const int64_t* c = outputs.Row(m);
       const int64_t base = c[0] * volume;
       geometry.ForEachInput(c + 1, scratch, [&](int64_t k, int64_t position) {
-        row[k] = dense ? base + position : inputs.rows.Find(base + position);
+        row[k] = dense ? base + position : cursors[k].Find(base + position);
       });
     }
   });

@@ -6,17 +6,17 @@
 #include <vector>
 
 #include "common/coords.h"
-#include "common/site_table.h"
+#include "common/sorted_sites.h"
 #include "index/geometry.h"
 #include "onnxruntime_cxx_api.h"
 
 namespace sparse_lower {
 
 // The coordinates an index builder reads, checked (in the grid, batch ≥ 0, no duplicates) and
-// indexed by linear site. Both sources check them; only "rows" looks rows up.
+// sorted by linear site. Both sources check them; only "rows" looks rows up.
 struct IndexedInput {
   Coords coords;
-  SiteTable rows;
+  SortedSites sites;
 };
 
 // Input `index` of the kernel as the input coordinates of `geometry`.
@@ -28,8 +28,10 @@ std::vector<int64_t> ReachedOutputs(const Ort::KernelContext& ctx, const MapGeom
 
 // nbr [M, taps] for the outputs at the rows of `outputs` (already checked against the output grid),
 // output by output: the input row each tap reads (a lookup), or for source "dense" its linear site
-// (arithmetic only), or -1. O(M·K): the size of nbr itself.
+// (arithmetic only), or -1. `ascending` lists the output rows in ascending site order, or is null when
+// the outputs are sorted: the lookups then ascend tap by tap (see SortedSites). O(M·K) for the
+// builders' sorted outputs: the size of nbr itself.
 void GatherNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry, const Coords& outputs,
-                      const IndexedInput& inputs, int64_t* nbr);
+                      const std::vector<int64_t>* ascending, const IndexedInput& inputs, int64_t* nbr);
 
 }  // namespace sparse_lower

@@ -1,18 +1,86 @@
-// Rulebook: for each tap k, the pairs (nbr[m, k], m) with nbr[m, k] ≥ 0 in ascending m, padded with -1.
+// Rulebook: the pairs (nbr[m, k], m) with nbr[m, k] ≥ 0 of every tap, in ascending m, the taps put in
+// groups of similar pair counts and each group padded with -1 to its largest count.
+//
+// Why groups: one batched MatMul per group multiplies Kg·Pg rows. A single group pads every tap to the
+// fullest one (a submanifold conv's centre tap has all M rows, while a real LiDAR frame fills 10–60 %
+// of the other taps), which wastes as much as the unfold does; a few groups sized from the actual counts
+// waste a few per cent.
 #include <algorithm>
+#include <limits>
+#include <numeric>
 
+#include "common/attributes.h"
 #include "common/parallel.h"
 #include "common/status.h"
 #include "common/tensor.h"
 #include "index/index_ops.h"
 
 namespace sparse_lower {
+namespace {
+
+constexpr int64_t kMaxGroups = 64;
+constexpr int64_t kMaxOptimalTaps = 1024;  // beyond, an O(groups · taps²) search would be slow
+
+// Where each group starts in `counts` (sorted descending, n > groups): the split into `groups` runs
+// minimising Σ run length · first count, the pairs the MatMuls process padding included. Exact by
+// dynamic programming up to kMaxOptimalTaps taps; beyond that, runs of equal length.
+std::vector<int64_t> RunStarts(const std::vector<int64_t>& counts, int64_t groups) {
+  const auto n = static_cast<int64_t>(counts.size());
+  std::vector<int64_t> starts(static_cast<size_t>(groups));
+  if (n > kMaxOptimalTaps) {
+    for (int64_t g = 0; g < groups; ++g) starts[g] = g * n / groups;
+    return starts;
+  }
+  // cost[j]: the least padded size of the first j taps in the groups so far; from[g][j]: where the
+  // last of g + 1 groups covering them starts.
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> cost(static_cast<size_t>(n + 1), kNone);
+  std::vector<std::vector<int64_t>> from(static_cast<size_t>(groups), std::vector<int64_t>(n + 1, 0));
+  for (int64_t j = 1; j <= n; ++j) cost[j] = j * counts[0];
+  for (int64_t g = 1; g < groups; ++g) {
+    std::vector<int64_t> next(static_cast<size_t>(n + 1), kNone);
+    for (int64_t j = g + 1; j <= n; ++j) {
+      for (int64_t i = g; i < j; ++i) {
+        if (cost[i] == kNone) continue;
+        const int64_t candidate = cost[i] + (j - i) * counts[i];
+        if (candidate < next[j]) {
+          next[j] = candidate;
+          from[g][j] = i;
+        }
+      }
+    }
+    cost = std::move(next);
+  }
+  for (int64_t g = groups - 1, end = n; g >= 0; --g) {
+    starts[g] = from[g][end];
+    end = starts[g];
+  }
+  return starts;
+}
+
+}  // namespace
+
+Rulebook::Rulebook(const Ort::ConstKernelInfo& info)
+    : groups_(IntAttribute(info, "groups").value_or(1)),
+      skip_taps_(IntsAttribute(info, "skip_taps").value_or(std::vector<int64_t>{})) {
+  if (groups_ < 1 || groups_ > kMaxGroups) Fail("attribute 'groups' = ", groups_, " must lie in [1, ", kMaxGroups, "]");
+  for (const int64_t k : skip_taps_) {
+    if (k < 0) Fail("attribute 'skip_taps' holds ", k, ": taps are ≥ 0");
+  }
+  if (static_cast<int64_t>(info.GetOutputCount()) != 3 * groups_) {
+    Fail("a rulebook of ", groups_, " groups has ", 3 * groups_, " outputs (in_rows, out_rows, taps per group), the node has ",
+         info.GetOutputCount());
+  }
+}
 
 void Rulebook::Compute(const Ort::KernelContext& ctx) const {
   const Input<int64_t> nbr = ReadInput<int64_t>(ctx, 0);
   if (nbr.Rank() != 2) Fail("nbr must have shape [M, K], got ", List(nbr.shape));
   const int64_t rows = nbr.shape[0];
   const int64_t taps = nbr.shape[1];
+  for (const int64_t k : skip_taps_) {
+    if (k >= taps) Fail("attribute 'skip_taps' holds ", k, ", but nbr has ", taps, " taps");
+  }
   const int64_t grain = Grain(taps);
   const int64_t blocks = BlockCount(rows, grain);
 
@@ -37,27 +105,68 @@ void Rulebook::Compute(const Ort::KernelContext& ctx) const {
       total[k] += count;
     }
   }
-  const int64_t pairs = taps > 0 ? *std::max_element(total.begin(), total.end()) : 0;
-  int64_t* in_rows = AllocateOutput<int64_t>(ctx, 0, {taps, pairs});
-  int64_t* out_rows = AllocateOutput<int64_t>(ctx, 1, {taps, pairs});
 
-  // Pass 2: place the pairs, then pad every tap to P.
+  // The taps with pairs, not skipped, fullest first (ties by tap); then the groups.
+  std::vector<bool> skipped(static_cast<size_t>(taps), false);
+  for (const int64_t k : skip_taps_) skipped[k] = true;
+  std::vector<int64_t> order;
+  for (int64_t k = 0; k < taps; ++k) {
+    if (total[k] > 0 && !skipped[k]) order.push_back(k);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return total[a] > total[b]; });
+  const auto used = static_cast<int64_t>(order.size());
+  const int64_t filled = std::min(groups_, used);  // the groups after these stay empty
+  std::vector<int64_t> counts(order.size());
+  std::transform(order.begin(), order.end(), counts.begin(), [&](int64_t k) { return total[k]; });
+  std::vector<int64_t> starts(static_cast<size_t>(filled));
+  if (filled == used) {
+    std::iota(starts.begin(), starts.end(), int64_t{0});
+  } else {
+    starts = RunStarts(counts, filled);
+  }
+
+  // Allocate each group's outputs; tap k goes to row `slot[k]` of group `group[k]` (taps ascending).
+  struct Placement {
+    int64_t* in_rows = nullptr;
+    int64_t* out_rows = nullptr;
+    int64_t pairs = 0;
+  };
+  std::vector<Placement> placement(static_cast<size_t>(taps));
+  for (int64_t g = 0; g < groups_; ++g) {
+    const int64_t begin = g < filled ? starts[g] : used;
+    const int64_t end = g + 1 < filled ? starts[g + 1] : used;
+    std::vector<int64_t> members(order.begin() + begin, order.begin() + end);
+    std::sort(members.begin(), members.end());
+    const int64_t width = members.empty() ? 0 : counts[begin];
+    const auto size = static_cast<int64_t>(members.size());
+    int64_t* in_rows = AllocateOutput<int64_t>(ctx, 3 * g, {size, width});
+    int64_t* out_rows = AllocateOutput<int64_t>(ctx, 3 * g + 1, {size, width});
+    std::copy(members.begin(), members.end(), AllocateOutput<int64_t>(ctx, 3 * g + 2, {size}));
+    for (int64_t a = 0; a < size; ++a) {
+      placement[members[a]] = Placement{in_rows + a * width, out_rows + a * width, width};
+    }
+  }
+
+  // Pass 2: place the pairs, then pad every tap to its group's width.
   ParallelBlocks(ctx, blocks, [&](int64_t block) {
     int64_t* position = next.data() + block * taps;
     for (int64_t m = block * grain; m < std::min(rows, (block + 1) * grain); ++m) {
       for (int64_t k = 0; k < taps; ++k) {
         const int64_t row = nbr.data[m * taps + k];
-        if (row < 0) continue;
-        const int64_t slot = k * pairs + position[k]++;
-        in_rows[slot] = row;
-        out_rows[slot] = m;
+        const Placement& place = placement[k];
+        if (row < 0 || place.in_rows == nullptr) continue;
+        const int64_t slot = position[k]++;
+        place.in_rows[slot] = row;
+        place.out_rows[slot] = m;
       }
     }
   });
-  ParallelFor(ctx, taps, Grain(pairs), [&](int64_t begin, int64_t end) {
+  ParallelFor(ctx, taps, 1, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
-      std::fill(in_rows + k * pairs + total[k], in_rows + (k + 1) * pairs, -1);
-      std::fill(out_rows + k * pairs + total[k], out_rows + (k + 1) * pairs, -1);
+      const Placement& place = placement[k];
+      if (place.in_rows == nullptr) continue;
+      std::fill(place.in_rows + total[k], place.in_rows + place.pairs, -1);
+      std::fill(place.out_rows + total[k], place.out_rows + place.pairs, -1);
     }
   });
 }

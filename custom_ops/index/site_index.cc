@@ -18,7 +18,7 @@ SiteIndex::SiteIndex(const Ort::ConstKernelInfo& info)
 void SiteIndex::Compute(const Ort::KernelContext& ctx) const {
   const Coords coords = ReadCoords(ctx, 0, "coords", grid_.Dims());
   const std::vector<int64_t> sites = LinearSites(ctx, coords, grid_, "coords", grid_.max_batch, batch_size_);
-  IndexRows(sites, coords, "coords");  // refuses duplicates
+  SortSites(sites, coords, "coords");  // refuses duplicates
   std::copy(sites.begin(), sites.end(), AllocateOutput<int64_t>(ctx, 0, {coords.rows}));
 }
 

@@ -1,0 +1,34 @@
+// The linear sites of a coordinate table in ascending order with the row of each: how every builder
+// finds a coordinate.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace sparse_lower {
+
+// Memory is O(rows), never O(grid volume): the grids are 41×1440×1440 per batch while a real frame has
+// ~80k active sites. Why sorted rather than hashed: the builders look sites up tap by tap for outputs
+// in ascending order, and for a fixed tap those sites ascend too (the tap's offset is the same for
+// every output, and each axis map is monotone). A Cursor per tap then mostly moves one step along one
+// array; random probes of a hash table took 3–4× longer on the real frame.
+struct SortedSites {
+  std::vector<int64_t> site;  // ascending, distinct
+  std::vector<int64_t> row;   // row[i]: the row of the coordinate table at site[i]
+};
+
+// Finds a sequence of sites, each search starting where the previous one ended: O(1) per lookup when the
+// sites ascend slowly, O(log N) at worst, and correct in any order.
+class Cursor {
+ public:
+  explicit Cursor(const SortedSites& sites) : sites_(&sites) {}
+
+  // The row at `site`, or -1 when it is not there.
+  int64_t Find(int64_t site);
+
+ private:
+  const SortedSites* sites_;
+  int64_t at_ = 0;  // the first position whose site is ≥ the last one looked up
+};
+
+}  // namespace sparse_lower
