@@ -2,8 +2,9 @@
 
 A `Case` is built lazily (`case.build()`), so that only one case's tensors are alive at a time. Its
 `Built` holds the section-3 source model with its feeds (what our systems lower), and what the other
-systems need: an spconv factory (single layers: plain spconv modules; networks: `SpconvEmitter`)
-and a dense-equivalent onnxruntime `Conv` / `ConvTranspose` layer (single layers only).
+systems need: an spconv factory (single layers: plain spconv modules; networks: `SpconvEmitter`),
+a MinkowskiEngine one (`bench.minkowski`) and a dense-equivalent onnxruntime `Conv` /
+`ConvTranspose` layer (single layers only).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from onnx import TensorProto, helper
 
 from ..models import CanonicalEmitter, SparseModelBuilder, sp_middle_resnet_fhd, sparse_unet
 from ..models.voxels import find_data, load_voxels
+from . import minkowski
 
 CENTERPOINT_FILE = "nuscenes_centerpoint_voxels.npz"
 BEVFUSION_FILE = "nuscenes_bevfusion_voxels.npz"
@@ -44,12 +46,14 @@ LAYERS = (LayerSpec("SubM 3^3 16->16", "subm", 16, 16), LayerSpec("SubM 3^3 64->
 
 @dataclass
 class Built:
-    """What the systems run. `spconv` is a callable returning a zero-argument run function (or raising
-    ImportError / a `Skip`); `dense` likewise returns `(onnx model, feeds)` or raises `Skip`."""
+    """What the systems run. `spconv` and `minkowski` are callables returning a zero-argument run
+    function (or raising ImportError / a `Skip`); `dense` likewise returns `(onnx model, feeds)` or
+    raises `Skip`."""
 
     source: onnx.ModelProto
     feeds: dict
     spconv: Callable
+    minkowski: Callable
     dense: Callable | None
     rows_in: int
     grid: tuple
@@ -253,6 +257,7 @@ def layer_case(spec: LayerSpec, data: Callable, name: str, group: str, budget) -
         dense_grid = in_grid
         return Built(source=source, feeds=feeds,
                      spconv=lambda: factory(features, coords, in_grid, fine),
+                     minkowski=lambda: minkowski.layer_runner(spec.kind, spec.cin, spec.cout, features, coords, fine),
                      dense=lambda: _dense_layer(spec, dense_grid, features, coords, *budget),
                      rows_in=len(coords), grid=tuple(in_grid), note=note)
 
@@ -283,8 +288,13 @@ def network_case(network: str, frame: str | None, name: str, random=None) -> Cas
                 return out[0][0].shape[0] if isinstance(out[0], tuple) else None
             return run
 
+        def minkowski_factory():
+            if network != "centerpoint":
+                raise Skip(f"no MinkowskiEngine version of the {network} network")
+            return minkowski.centerpoint_runner(features, coords)
+
         return Built(source=source, feeds={"features": features, "coords": coords}, spconv=spconv_factory,
-                     dense=None, rows_in=len(coords), grid=tuple(grid), note=note)
+                     minkowski=minkowski_factory, dense=None, rows_in=len(coords), grid=tuple(grid), note=note)
 
     return Case(name, "network", build, f"{network} network")
 

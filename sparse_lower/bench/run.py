@@ -20,8 +20,8 @@ import numpy as np
 
 from ..report import render
 from .cases import Skip, all_cases, select
-from .spconv_support import minkowski_reason
-from .systems import THREADS, default_systems, gemm_peak_gflops
+from .memory import peak_rss_mb
+from .systems import default_systems, gemm_peak_gflops
 
 
 def _median_ms(samples: list[float]) -> float:
@@ -34,7 +34,10 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def run_case(case, systems, repeat: int, log=print) -> dict:
+MEMORY_SYSTEMS = ("ours-gpu-auto", "ours-gpu-auto-2threads", "spconv-2.3.8")  # measured on network cases
+
+
+def run_case(case, systems, repeat: int, log=print, quick: bool = False) -> dict:
     record = {"case": case.name, "group": case.group, "description": case.description, "systems": {}}
     try:
         built = case.build()
@@ -84,6 +87,11 @@ def run_case(case, systems, repeat: int, log=print) -> dict:
     record["rows_out"] = rows.pop() if len(rows) == 1 else sorted(rows) or None
     del prepared, built
     gc.collect()
+    if case.group == "network":
+        for name in MEMORY_SYSTEMS:
+            entry = record["systems"].get(name, {})
+            if "median_ms" in entry:
+                entry["peak_rss_mb"] = peak_rss_mb(case.name, name, quick)
     return record
 
 
@@ -117,16 +125,18 @@ def markdown(result: dict) -> str:
                 cell += f" (idx {entry['table_ms']:,.1f})"
             if "gflops" in entry and name != "ort-dense":
                 cell += f" · {100 * entry['gflops'] / peak:.1f}%"
+            if isinstance(entry.get("peak_rss_mb"), float):
+                cell += f" · {entry['peak_rss_mb'] / 1024:.2f} GiB"
             cells.append(cell)
         lines.append("| " + " | ".join(cells) + " |")
-    text = [f"Median ms of {result['repeat']} runs after a warm-up, 1 thread each, one process "
-            f"({result['machine']}); (idx …) = the index tables alone; · % = useful GFLOP/s "
-            f"(2·pairs·Cin·Cout) as a fraction of the measured single-core GEMM peak "
-            f"{peak:.1f} GFLOP/s (onnxruntime MatMul 2048³). ort-dense = dense Conv of the whole grid "
-            f"(densify not timed; it computes every site, not only the useful pairs).", "", *lines, ""]
+    text = [f"Median ms of {result['repeat']} runs after a warm-up, 1 thread each except "
+            f"ours-gpu-auto-2threads and minkowski (2), one process ({result['machine']}); (idx …) = the index tables "
+            f"alone; · % = useful GFLOP/s (2·pairs·Cin·Cout) as a fraction of the measured single-core "
+            f"GEMM peak {peak:.1f} GFLOP/s (onnxruntime MatMul 2048³); · GiB = peak resident memory of a "
+            f"fresh process running the network once (networks only). ort-dense = dense Conv of the "
+            f"whole grid (densify not timed; it computes every site, not only the useful pairs).",
+            "", *lines, ""]
     text += [f"[{n}] {t}" for t, n in notes.items()]
-    if result.get("other_systems"):
-        text += [""] + [f"* {name}: {why}" for name, why in result["other_systems"].items()]
     return "\n".join(text) + "\n"
 
 
@@ -182,18 +192,13 @@ def run(out="bench_results", quick: bool = False, cases: str | None = None, repe
     log("measuring the single-core GEMM peak…")
     peak = gemm_peak_gflops(512 if quick else 2048, 3 if quick else 5)
     log(f"  {peak:.1f} GFLOP/s")
-    result = {"machine": f"{platform.machine()}, {platform.processor() or platform.system()}, "
-                         f"threads per system {THREADS}",
+    result = {"machine": f"{platform.machine()}, {platform.processor() or platform.system()}",
               "repeat": repeat, "quick": quick, "gemm_peak_gflops": peak,
-              "systems": [s.name for s in systems], "other_systems": {}, "cases": []}
-    reason = minkowski_reason()
-    result["other_systems"]["MinkowskiEngine"] = ("skipped: " + reason) if reason else \
-        "installed, but the suite has no runner for it yet"
-    log(f"MinkowskiEngine: {result['other_systems']['MinkowskiEngine']}")
+              "systems": [s.name for s in systems], "cases": []}
     for case in selected:
         log(f"{case.name}")
         start = time.perf_counter()
-        record = run_case(case, systems, repeat, log)
+        record = run_case(case, systems, repeat, log, quick)
         record["case_s"] = round(time.perf_counter() - start, 1)
         result["cases"].append(record)
         for name, entry in record.get("systems", {}).items():

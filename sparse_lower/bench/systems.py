@@ -1,8 +1,10 @@
 """One runner per system. `prepare(built)` returns a `Prepared` (a zero-argument `run`, optionally a
 `table` run timing the index tables alone) or raises `Skip` / ImportError with the reason.
 
-All onnxruntime sessions use one intra-op thread, as spconv's CPU kernels must (see
-`sparse_lower.export.spconv_inference`), so every system runs on one core.
+Every system runs on one core (one intra-op thread), as spconv's CPU kernels must (see
+`sparse_lower.export.spconv_inference`), except `ours-gpu-auto-2threads`: the same model on the
+machine's two cores, which is how a user runs it, and MinkowskiEngine, which the performance issue
+runs on 2 threads (see `bench.minkowski`).
 """
 
 from __future__ import annotations
@@ -92,21 +94,22 @@ class Prepared:
 
 
 class Ours:
-    def __init__(self, name: str, target: str, nna_max_rows: int | None = None, **options):
+    def __init__(self, name: str, target: str, nna_max_rows: int | None = None, threads: int = THREADS, **options):
         self.name, self.target, self.options, self.nna_max_rows = name, target, options, nna_max_rows
+        self.threads = threads
 
     def prepare(self, built: Built) -> Prepared:
         if self.target == "nna" and self.nna_max_rows is not None and built.rows_in > self.nna_max_rows:
             raise Skip(f"nna skipped above {self.nna_max_rows:,} input rows (has {built.rows_in:,}); "
                        "--nna-max-rows raises it")
         lowered = lower(built.source, target=self.target, **self.options)
-        session = create_session(lowered, sess_options=session_options())
+        session = create_session(lowered, sess_options=session_options(self.threads))
         feeds = dict(built.feeds)
         first = session.run(None, feeds)
         sparse_out = [o for o in first if o.ndim == 2 and o.dtype == np.int64]
         tables_model = index_only(lowered)
         table_inputs = {v.name for v in tables_model.graph.input}
-        table_session = create_session(tables_model, sess_options=session_options())
+        table_session = create_session(tables_model, sess_options=session_options(self.threads))
         table_feeds = {k: v for k, v in feeds.items() if k in table_inputs}
         flops = pairs = None
         if self.target == "gpu" and self.options.get("strategy") == "unfold":
@@ -125,6 +128,15 @@ class Spconv:
         return Prepared(run=run, rows_out=rows if isinstance(rows, int) else None)
 
 
+class Minkowski:
+    name = "minkowski-0.5.4"
+
+    def prepare(self, built: Built) -> Prepared:
+        run = built.minkowski()
+        rows = run()
+        return Prepared(run=run, note=f"{rows:,} rows out (its strided convs place outputs at floor(i/s)·s)")
+
+
 class DenseOrt:
     name = "ort-dense"
 
@@ -141,11 +153,12 @@ class DenseOrt:
 
 def default_systems(nna_max_rows: int | None = 50_000) -> list:
     return [Ours("ours-gpu-auto", "gpu", strategy="auto"),
+            Ours("ours-gpu-auto-2threads", "gpu", threads=2, strategy="auto"),
             Ours("ours-gpu-unfold", "gpu", strategy="unfold"),
             Ours("ours-gpu-rulebook", "gpu", strategy="rulebook"),
             Ours("ours-nna-gather", "nna", nna_max_rows, combine="gather"),
             Ours("ours-nna-scatter", "nna", nna_max_rows, combine="scatter"),
-            Spconv(), DenseOrt()]
+            Spconv(), Minkowski(), DenseOrt()]
 
 
 def gemm_peak_gflops(size: int = 2048, repeat: int = 5) -> float:
