@@ -78,17 +78,4 @@ MapGeometry::MapGeometry(const Ort::ConstKernelInfo& info, MapKind kind) {
   dense_ = Choice(info, "source", {"rows", "dense"}) == 1;
 }
 
-std::vector<int64_t> MapGeometry::TapShifts() const {
-  const size_t n = axes_.size();
-  std::vector<int64_t> shifts(static_cast<size_t>(taps_) * n);
-  for (int64_t k = 0; k < taps_; ++k) {
-    int64_t rest = k;  // row-major: the last dimension varies fastest
-    for (size_t d = n; d-- > 0;) {
-      shifts[k * n + d] = rest % axes_[d].kernel * axes_[d].dilation - axes_[d].pad;
-      rest /= axes_[d].kernel;
-    }
-  }
-  return shifts;
-}
-
 }  // namespace sparse_lower

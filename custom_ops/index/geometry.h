@@ -44,14 +44,6 @@ class MapGeometry {
   bool Dense() const { return dense_; }  // source = "dense": nbr holds linear sites, not rows
   const Grid& In() const { return in_; }
   const Grid& Out() const { return out_; }
-  bool Transposed() const { return axes_.front().transposed; }
-  const Axis& Along(size_t d) const { return axes_[d]; }
-
-  // [taps, D]: for a convolution (not transposed), tap k of output o reads i_d = o_d·s_d + shift[k, d]
-  // with shift = k_d·d_d − p_d. The input's site is then the output's anchor Σ o_d·s_d·stride_d plus a
-  // per-tap constant, so a tap's sites ascend with the outputs'.
-  std::vector<int64_t> TapShifts() const;
-
   // The largest batch for which linear sites of both grids fit in int64.
   int64_t MaxBatch() const { return std::min(in_.max_batch, out_.max_batch); }
 
