@@ -1,8 +1,8 @@
 """Peak resident memory of one system running one case, measured in a fresh process.
 
 Peak RSS is a high-water mark per process, so systems that share the timing process cannot be told
-apart; each measurement therefore runs `python -m sparse_lower.bench.memory CASE SYSTEM` in a child
-process that builds the case, prepares the system (lowering, session, warm-up run) and runs it once
+apart; each measurement therefore runs `main(CASE, SYSTEM)` in a child process (importing this very
+package, whatever the working directory holds) that builds the case, prepares the system (lowering, session, warm-up run) and runs it once
 more. The peak includes the interpreter, the libraries the system imports (torch for spconv) and
 the case's own data, which is what a deployment pays.
 """
@@ -10,9 +10,11 @@ the case's own data, which is what a deployment pays.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from .cases import all_cases
@@ -21,8 +23,11 @@ from .systems import default_systems
 
 def peak_rss_mb(case_name: str, system_name: str, quick: bool = False) -> float | str:
     """The child's peak RSS in MiB, or why there is none."""
-    command = [sys.executable, "-m", __name__, case_name, system_name] + (["--quick"] if quick else [])
-    child = subprocess.run(command, capture_output=True, text=True, check=False)
+    command = [sys.executable, "-c", f"from {__name__} import main; raise SystemExit(main())", case_name,
+               system_name] + (["--quick"] if quick else [])
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    child = subprocess.run(command, capture_output=True, text=True, check=False, cwd=tempfile.gettempdir(), env=env)
     if child.returncode != 0:
         return "failed: " + (child.stderr.strip().splitlines() or ["no output"])[-1]
     return json.loads(child.stdout.strip().splitlines()[-1])["peak_rss_mb"]
@@ -48,6 +53,3 @@ def main(argv=None) -> int:
     print(json.dumps({"peak_rss_mb": round(_peak_mb(), 1)}))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
