@@ -14,7 +14,7 @@ class Bench:
     thread, ours (gpu auto) and MinkowskiEngine 0.5.4 (when installed: tools/bench/install_minkowski.sh)
     on two, and onnxruntime's dense Conv; medians after a warm-up, index tables timed separately,
     useful GFLOP/s against the measured single-core GEMM peak, peak memory of the network runs. The
-    full suite takes about 15 minutes.
+    full suite takes several minutes.
 
     example: sparse-lower bench --quick --out /tmp/bench
     """
