@@ -15,7 +15,7 @@ Two strategies, same numbers:
   first fold starts from it; otherwise the first fold starts from the bias.
 
 Why groups: real LiDAR neighbourhoods fill 10–90 % of a tap's rows, very unevenly across taps. One
-batch padded to the fullest tap (or the unfold's K full taps) multiplies 1.5–3.6× the existing pairs on
+batch padded to the fullest tap (or the unfold's K full taps) multiplies 1.6–3.6× the existing pairs on
 the nuScenes frames; four groups sized at run time from the actual counts multiply 1.03–1.04×
 (`sparse-lower bench`: the rulebook is then 1.3–7× faster than the unfold on every real layer, and
 more groups only add nodes).
