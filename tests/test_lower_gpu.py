@@ -148,6 +148,29 @@ def test_inverse_deconv_restores_the_forward_coords(rng):
     np.testing.assert_allclose(outputs["up"], expected["up"], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("strategy", ["auto", "unfold"])
+def test_deconv_onto_its_own_coords_is_not_a_submanifold_conv(rng, strategy):
+    """Targets that are the input coords tensor itself, stride 1, no pads: the centre tap reads row
+    o + 1, not row o, so only a SubmanifoldConv may take its centre tap as a plain MatMul."""
+    S = (6, 7, 8)
+    node = helper.make_node("SparseDeconv", ["features", "coords", "W", "", "coords"], ["out", "out_coords"],
+                            domain="sparse", kernel_shape=[3, 3, 3], spatial_shape=list(S))
+    graph = helper.make_graph(
+        [node], "deconv_onto_itself",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", 4]),
+         helper.make_tensor_value_info("coords", TensorProto.INT64, ["N", 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 5]),
+         helper.make_tensor_value_info("out_coords", TensorProto.INT64, ["N", 4])],
+        [numpy_helper.from_array(rng.standard_normal((4, 5, 3, 3, 3)).astype(np.float32), "W")])
+    model = helper.make_model(graph, opset_imports=OPSET_IMPORTS, ir_version=IR_VERSION)
+    features, coords = random_sparse(rng, 2, 4, S, density=0.4)
+    feeds = {"features": features, "coords": coords}
+    outputs = run_lowered(model, feeds, strategy=strategy)
+    expected = reference.run(model, feeds)
+    np.testing.assert_array_equal(outputs["out_coords"], coords)
+    np.testing.assert_allclose(outputs["out"], expected["out"], rtol=1e-4, atol=1e-5)
+
+
 def test_float16_features_are_computed_in_float32(rng):
     model, _ = sparse_node_model("SubmanifoldConv", {"kernel_shape": [3, 3], "spatial_shape": [8, 8]}, 3, 4, 2,
                                  True, False, rng)

@@ -45,7 +45,7 @@ class GpuCompute:
         gather = _Gather(ctx, base, source, [] if dense else [coords],
                          {"spatial_shape": list(geometry.spatial_shape)} if dense else {})
         if self.strategy == "rulebook":
-            _rulebook(ctx, base, geometry, gather, dense, coords, nbr, out_coords, matrix, bias, out_features)
+            _rulebook(ctx, base, geometry, gather, dense, nbr, out_coords, matrix, bias, out_features)
         else:
             _unfold(ctx, base, gather, nbr, matrix, bias, out_features)
 
@@ -72,14 +72,15 @@ def _unfold(ctx: LoweringContext, base: str, gather: _Gather, nbr: gs.Tensor, ma
 
 
 def _rulebook(ctx: LoweringContext, base: str, geometry: ConvGeometry, gather: _Gather, dense: bool,
-              coords: gs.Tensor, nbr: gs.Tensor, out_coords: gs.Tensor, matrix: np.ndarray, bias: np.ndarray | None,
+              nbr: gs.Tensor, out_coords: gs.Tensor, matrix: np.ndarray, bias: np.ndarray | None,
               out_features: gs.Variable) -> None:
     taps = geometry.volume
     cin, cout = matrix.shape[0] // taps, matrix.shape[1]
     weights = matrix.reshape(taps, cin, cout)
     # What the first fold starts from: the centre tap's rows, the bias, or zeros.
     start = None if bias is None else ctx.constant(f"{base}/B", bias.astype(np.float32))
-    skip = [(taps - 1) // 2] if out_coords is coords and not dense else []  # submanifold: the centre tap reads row m
+    submanifold_rows = geometry.op_type == "SubmanifoldConv" and not dense
+    skip = [(taps - 1) // 2] if submanifold_rows else []  # the centre tap of output row m reads row m
     groups = min(RULEBOOK_GROUPS, taps - len(skip))
     if skip:
         product = [gather.source, ctx.constant(f"{base}/W_centre", weights[skip[0]])]
