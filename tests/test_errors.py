@@ -103,9 +103,12 @@ def run_fails(session, feeds, *fragments):
         assert fragment in message, message
 
 
-@pytest.mark.parametrize("op_type", ["SubmanifoldConv", "SparseConv", "SparseDeconv"])
-def test_run_time_coords_outside_the_grid_or_duplicated_fail_clearly(op_type, rng):
-    attrs = SUBM if op_type == "SubmanifoldConv" else {"kernel_shape": [2, 2], "strides": [2, 2], "spatial_shape": [8, 8]}
+STRIDED = {"kernel_shape": [2, 2], "strides": [2, 2], "spatial_shape": [8, 8]}
+
+
+@pytest.mark.parametrize("op_type, attrs", [("SubmanifoldConv", SUBM), ("SubmanifoldConv", {**SUBM, "kernel_shape": [1, 1]}),
+                                            ("SparseConv", STRIDED), ("SparseDeconv", STRIDED)])
+def test_run_time_coords_outside_the_grid_or_duplicated_fail_clearly(op_type, attrs, rng):
     session = lowered_session(model_with(op_type, attrs))
     features, coords = random_sparse(rng, 2, 3, (8, 8), count=10)
     builder = {"SubmanifoldConv": "SubmanifoldMap", "SparseConv": "StridedMap", "SparseDeconv": "TransposedMap"}[op_type]

@@ -75,19 +75,20 @@ def _rulebook(ctx: LoweringContext, base: str, geometry: ConvGeometry, gather: _
               nbr: gs.Tensor, out_coords: gs.Tensor, matrix: np.ndarray, bias: np.ndarray | None,
               out_features: gs.Variable) -> None:
     taps = geometry.volume
+    submanifold_rows = geometry.op_type == "SubmanifoldConv" and not dense
+    skip = [(taps - 1) // 2] if submanifold_rows else []  # the centre tap of output row m reads row m
+    groups = min(RULEBOOK_GROUPS, taps - len(skip))
+    if groups == 0:  # a 1×1 submanifold conv: its table only checks the coords, which the unfold keeps
+        _unfold(ctx, base, gather, nbr, matrix, bias, out_features)
+        return
     cin, cout = matrix.shape[0] // taps, matrix.shape[1]
     weights = matrix.reshape(taps, cin, cout)
     # What the first fold starts from: the centre tap's rows, the bias, or zeros.
     start = None if bias is None else ctx.constant(f"{base}/B", bias.astype(np.float32))
-    submanifold_rows = geometry.op_type == "SubmanifoldConv" and not dense
-    skip = [(taps - 1) // 2] if submanifold_rows else []  # the centre tap of output row m reads row m
-    groups = min(RULEBOOK_GROUPS, taps - len(skip))
     if skip:
         product = [gather.source, ctx.constant(f"{base}/W_centre", weights[skip[0]])]
         (start,) = ctx.standard("MatMul" if start is None else "Gemm", base, product + ([] if start is None else [start]),
-                                [out_features if groups == 0 else ("centre", FLOAT, [None, cout])])
-    if groups == 0:  # a 1×1 submanifold conv is its centre tap
-        return
+                                [("centre", FLOAT, [None, cout])])
     specs = [spec for g in range(groups) for spec in (
         (f"in_rows{g}", INT64, [None, None]), (f"out_rows{g}", INT64, [None, None]), (f"taps{g}", INT64, [None]))]
     tables = ctx.table("Rulebook", base, [nbr], specs, {"groups": groups, **({"skip_taps": skip} if skip else {})})
