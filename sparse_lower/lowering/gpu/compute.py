@@ -12,7 +12,8 @@ Two strategies, same numbers:
   contribution and `IndexedFold` accumulates them into the output rows in a fixed order, each group's
   fold starting from the previous one's result. A submanifold conv's centre tap reads every row itself,
   so it is a plain `MatMul` (`Gemm` with the bias) of the input rows, outside the rulebook, and the
-  first fold starts from it; otherwise the first fold starts from the bias.
+  first fold starts from it; otherwise the first fold starts from the bias. A 1×1 submanifold conv,
+  all centre, takes the unfold: its neighbour table is then what checks the coords.
 
 Why groups: real LiDAR neighbourhoods fill 10–90 % of a tap's rows, very unevenly across taps. One
 batch padded to the fullest tap (or the unfold's K full taps) multiplies 1.6–3.6× the existing pairs on
