@@ -11,7 +11,7 @@ namespace sparse_lower {
 // ~80k active sites. Why sorted rather than hashed: the builders look sites up tap by tap for outputs
 // in ascending order, and for a fixed tap those sites ascend too (the tap's offset is the same for
 // every output, and each axis map is monotone). A Cursor per tap then mostly moves one step along one
-// array; random probes of a hash table took 3–4× longer on the real frame.
+// array instead of probing a hash table at random (SubmanifoldMap on the sorted real frame: 30 → 25 ms).
 struct SortedSites {
   std::vector<int64_t> site;  // ascending, distinct
   std::vector<int64_t> row;   // row[i]: the row of the coordinate table at site[i]

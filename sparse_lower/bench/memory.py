@@ -2,8 +2,8 @@
 
 Peak RSS is a high-water mark per process, so systems that share the timing process cannot be told
 apart; each measurement therefore runs `main(CASE, SYSTEM)` in a child process (importing this very
-package, whatever the working directory holds) that builds the case, prepares the system (lowering, session, warm-up run) and runs it once
-more. The peak includes the interpreter, the libraries the system imports (torch for spconv) and
+package, whatever the working directory holds) that builds the case, prepares the system (lowering,
+session, warm-up run) and runs it once more. The peak includes the interpreter, the libraries the system imports (torch for spconv) and
 the case's own data, which is what a deployment pays.
 """
 
@@ -52,4 +52,3 @@ def main(argv=None) -> int:
     prepared.run()
     print(json.dumps({"peak_rss_mb": round(_peak_mb(), 1)}))
     return 0
-

@@ -50,6 +50,7 @@ def layer_runner(kind: str, cin: int, cout: int, features: np.ndarray, coords: n
     """A zero-argument run function for one layer (`kind`: subm / strided / transposed / inverse)
     returning the output row count."""
     import MinkowskiEngine as ME
+    import torch
 
     ndim = coords.shape[1] - 1
     if kind in ("subm", "strided"):
@@ -64,8 +65,6 @@ def layer_runner(kind: str, cin: int, cout: int, features: np.ndarray, coords: n
     module = ME.MinkowskiConvolutionTranspose(cin, cout, 3, stride=2, bias=False, dimension=ndim)
     with _inference(forward):
         down = forward(_tensor(np.zeros((len(fine_coords), cout), np.float32), fine_coords))
-    import torch
-
     coarse = ME.SparseTensor(torch.randn(len(down.F), cin), coordinate_map_key=down.coordinate_map_key,
                              coordinate_manager=down.coordinate_manager)
     return lambda: _run(module, lambda: coarse)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+
 def spconv_emitter():
     """The `SpconvEmitter` class (importing torch and spconv: ImportError names what is missing)."""
     from ..models.spconv_emitter import SpconvEmitter
