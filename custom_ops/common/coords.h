@@ -29,7 +29,9 @@ struct Grid {
   std::string name;
 };
 
-// The grid of attribute spatial_shape (1 to 3 extents), or nothing when the node has none.
+constexpr size_t kMaxDims = 3;  // spatial dimensions of a grid: 1 to 3
+
+// The grid of attribute spatial_shape (1 to kMaxDims extents), or nothing when the node has none.
 std::optional<Grid> SpatialShape(const Ort::ConstKernelInfo& info);
 
 // A coordinate input, its shape checked.

@@ -17,17 +17,17 @@ struct SortedSites {
   std::vector<int64_t> row;   // row[i]: the row of the coordinate table at site[i]
 };
 
-// Finds a sequence of sites, each search starting where the previous one ended: O(1) per lookup when the
-// sites ascend slowly, O(log N) at worst, and correct in any order.
+// Finds a sequence of sites in an ascending, distinct list, each search starting where the previous one
+// ended: O(1) per lookup when the sites ascend slowly, O(log N) at worst, and correct in any order.
 class Cursor {
  public:
-  explicit Cursor(const SortedSites& sites) : sites_(&sites) {}
+  explicit Cursor(const std::vector<int64_t>& sites) : sites_(&sites) {}
 
-  // The row at `site`, or -1 when it is not there.
+  // The position of `site` in the list, or -1 when it is not there.
   int64_t Find(int64_t site);
 
  private:
-  const SortedSites* sites_;
+  const std::vector<int64_t>* sites_;
   int64_t at_ = 0;  // the first position whose site is ≥ the last one looked up
 };
 

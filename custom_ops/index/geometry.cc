@@ -65,15 +65,8 @@ MapGeometry::MapGeometry(const Ort::ConstKernelInfo& info, MapKind kind) {
     partial_count_ += static_cast<size_t>(k);
   }
   // Taps in row-major order of the kernel (the ONNX weight order): the last dimension varies fastest.
-  tap_slots_.resize(static_cast<size_t>(taps_) * n);
-  for (int64_t k = 0; k < taps_; ++k) {
-    int64_t rest = k;
-    size_t offset = partial_count_;
-    for (size_t d = n; d-- > 0;) {
-      offset -= static_cast<size_t>(kernel[d]);
-      tap_slots_[k * n + d] = static_cast<int64_t>(offset) + rest % kernel[d];
-      rest /= kernel[d];
-    }
+  for (size_t d = n, stride = 1; d-- > 0; stride *= static_cast<size_t>(kernel[d])) {
+    tap_stride_[d] = static_cast<int64_t>(stride);
   }
   dense_ = Choice(info, "source", {"rows", "dense"}) == 1;
 }

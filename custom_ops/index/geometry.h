@@ -62,27 +62,38 @@ class MapGeometry {
   }
 
  private:
-  // Per dimension and tap index, the coordinate times the grid stride (or -1), then every tap as the
-  // sum over dimensions: O(ΣK + D·ΠK) per point instead of O(D·ΠK) divisions.
+  // Per dimension, the taps that stay inside the grid as (tap index part, coordinate · grid stride),
+  // then every combination of them in row-major order: O(ΣK + hits) per point, so a strided conv's
+  // walk from its inputs skips the taps that do not divide evenly instead of testing all ΠK of them.
+  // Grids of fewer than kMaxDims dimensions walk leading dimensions of one (0, 0) part.
   template <typename F>
   void Walk(const int64_t* point, bool to_input, std::vector<int64_t>& scratch, F& f) const {
     const Grid& grid = to_input ? in_ : out_;
-    scratch.resize(partial_count_);
-    int64_t* partial = scratch.data();
-    for (size_t d = 0; d < axes_.size(); ++d) {
-      const Axis& axis = axes_[d];
+    const size_t skipped = kMaxDims - axes_.size();
+    scratch.resize(2 * (partial_count_ + skipped));
+    const int64_t* first[kMaxDims + 1];
+    int64_t* part = scratch.data();
+    for (size_t d = 0; d < kMaxDims; ++d) {
+      first[d] = part;
+      if (d < skipped) {
+        *part++ = 0;
+        *part++ = 0;
+        continue;
+      }
+      const Axis& axis = axes_[d - skipped];
       for (int64_t k = 0; k < axis.kernel; ++k) {
-        const int64_t c = to_input ? axis.InputOf(point[d], k) : axis.OutputOf(point[d], k);
-        *partial++ = c < 0 ? -1 : c * grid.stride[d];
+        const int64_t c = to_input ? axis.InputOf(point[d - skipped], k) : axis.OutputOf(point[d - skipped], k);
+        if (c < 0) continue;
+        *part++ = k * tap_stride_[d - skipped];
+        *part++ = c * grid.stride[d - skipped];
       }
     }
-    const int64_t* slot = tap_slots_.data();
-    const size_t dims = axes_.size();
-    for (int64_t k = 0; k < taps_; ++k, slot += dims) {
-      int64_t position = 0;
-      size_t d = 0;
-      for (; d < dims && scratch[slot[d]] >= 0; ++d) position += scratch[slot[d]];
-      if (d == dims) f(k, position);
+    first[kMaxDims] = part;
+    static_assert(kMaxDims == 3, "one loop per dimension");
+    for (const int64_t* a = first[0]; a < first[1]; a += 2) {
+      for (const int64_t* b = first[1]; b < first[2]; b += 2) {
+        for (const int64_t* c = first[2]; c < first[3]; c += 2) f(a[0] + b[0] + c[0], a[1] + b[1] + c[1]);
+      }
     }
   }
 
@@ -90,8 +101,8 @@ class MapGeometry {
   Grid in_;
   Grid out_;
   int64_t taps_ = 1;
-  size_t partial_count_ = 0;        // ΣK
-  std::vector<int64_t> tap_slots_;  // [taps, D]: where tap k's index along d sits in the partials
+  size_t partial_count_ = 0;      // ΣK
+  int64_t tap_stride_[kMaxDims];  // tap index = Σ k_d · tap_stride_[d]: row-major, the ONNX weight order
   bool dense_ = false;
 };
 

@@ -33,22 +33,59 @@ IndexedInput ReadIndexedInput(const Ort::KernelContext& ctx, size_t index, const
   return IndexedInput{coords, SortSites(sites, coords, "coords")};
 }
 
-std::vector<int64_t> ReachedOutputs(const Ort::KernelContext& ctx, const MapGeometry& geometry, const Coords& inputs) {
-  const int64_t grain = Grain(4 * geometry.Taps());
-  std::vector<std::vector<int64_t>> runs(static_cast<size_t>(BlockCount(inputs.rows, grain)));
+ReachedOutputs ReachOutputs(const Ort::KernelContext& ctx, const MapGeometry& geometry, const IndexedInput& inputs) {
+  const int64_t taps = geometry.Taps();
+  const auto count = static_cast<int64_t>(inputs.sites.site.size());
+  const int64_t grain = Grain(4 * taps);
+  const int64_t blocks = BlockCount(count, grain);
+  // Per block of inputs in ascending site order, per tap: the output sites reached and the inputs' rows.
+  std::vector<std::vector<std::vector<int64_t>>> block_sites(blocks), block_rows(blocks);
   const int64_t volume = geometry.Out().volume;
-  ParallelBlocks(ctx, static_cast<int64_t>(runs.size()), [&](int64_t block) {
-    std::vector<int64_t>& run = runs[block];
+  ParallelBlocks(ctx, blocks, [&](int64_t block) {
+    auto& sites = block_sites[block];
+    auto& rows = block_rows[block];
+    sites.resize(static_cast<size_t>(taps));
+    rows.resize(static_cast<size_t>(taps));
     std::vector<int64_t> scratch;
-    for (int64_t r = block * grain; r < std::min(inputs.rows, (block + 1) * grain); ++r) {
-      const int64_t* c = inputs.Row(r);
+    for (int64_t j = block * grain; j < std::min(count, (block + 1) * grain); ++j) {
+      const int64_t row = inputs.sites.row[j];
+      const int64_t* c = inputs.coords.Row(row);
       const int64_t base = c[0] * volume;
-      geometry.ForEachOutput(c + 1, scratch, [&](int64_t, int64_t position) { run.push_back(base + position); });
+      geometry.ForEachOutput(c + 1, scratch, [&](int64_t k, int64_t position) {
+        sites[k].push_back(base + position);
+        rows[k].push_back(row);
+      });
     }
-    std::sort(run.begin(), run.end());
-    run.erase(std::unique(run.begin(), run.end()), run.end());
   });
-  return SortedUnion(ctx, std::move(runs));
+  ReachedOutputs reached;
+  reached.tap_sites.resize(static_cast<size_t>(taps));
+  reached.tap_rows.resize(static_cast<size_t>(taps));
+  ParallelBlocks(ctx, taps, [&](int64_t k) {
+    for (int64_t block = 0; block < blocks; ++block) {
+      reached.tap_sites[k].insert(reached.tap_sites[k].end(), block_sites[block][k].begin(), block_sites[block][k].end());
+      reached.tap_rows[k].insert(reached.tap_rows[k].end(), block_rows[block][k].begin(), block_rows[block][k].end());
+    }
+  });
+  reached.sites = SortedUnion(ctx, reached.tap_sites);
+  return reached;
+}
+
+void ScatterNeighbours(const Ort::KernelContext& ctx, const ReachedOutputs& reached, int64_t* nbr) {
+  const auto taps = static_cast<int64_t>(reached.tap_sites.size());
+  const auto count = static_cast<int64_t>(reached.sites.size());
+  // By blocks of outputs, so that the writes of every tap stay in the block's rows of nbr (in cache).
+  ParallelFor(ctx, count, Grain(4 * taps), [&](int64_t begin, int64_t end) {
+    std::fill(nbr + begin * taps, nbr + end * taps, -1);
+    for (int64_t k = 0; k < taps; ++k) {
+      const std::vector<int64_t>& sites = reached.tap_sites[k];
+      Cursor cursor(reached.sites);
+      const int64_t last = reached.sites[end - 1];
+      for (auto at = std::lower_bound(sites.begin(), sites.end(), reached.sites[begin]); at != sites.end() && *at <= last;
+           ++at) {
+        nbr[cursor.Find(*at) * taps + k] = reached.tap_rows[k][at - sites.begin()];
+      }
+    }
+  });
 }
 
 void GatherNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry, const Coords& outputs,
@@ -58,7 +95,7 @@ void GatherNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry
   const bool dense = geometry.Dense();
   ParallelFor(ctx, outputs.rows, Grain(4 * taps), [&](int64_t begin, int64_t end) {
     std::vector<int64_t> scratch;
-    std::vector<Cursor> cursors(static_cast<size_t>(taps), Cursor(inputs.sites));
+    std::vector<Cursor> cursors(static_cast<size_t>(taps), Cursor(inputs.sites.site));
     for (int64_t i = begin; i < end; ++i) {
       const int64_t m = ascending ? (*ascending)[i] : i;
       int64_t* row = nbr + m * taps;
@@ -66,7 +103,12 @@ void GatherNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry
       const int64_t* c = outputs.Row(m);
       const int64_t base = c[0] * volume;
       geometry.ForEachInput(c + 1, scratch, [&](int64_t k, int64_t position) {
-        row[k] = dense ? base + position : cursors[k].Find(base + position);
+        if (dense) {
+          row[k] = base + position;
+        } else {
+          const int64_t at = cursors[k].Find(base + position);
+          row[k] = at < 0 ? -1 : inputs.sites.row[at];
+        }
       });
     }
   });
