@@ -66,7 +66,7 @@ def example_inputs(model: onnx.ModelProto, rng: np.random.Generator, active: int
             feeds[value.name] = rng.standard_normal((rows, shape[1] or 1)).astype(dtype)
         elif None in shape:
             raise SparseLowerError(f"input '{value.name}' has a symbolic shape {shape} that cannot be guessed",
-                                   fix="give inputs with --inputs FILE.npz")
+                                   fix="give inputs with --inputs FILE.npz, or skip the check with --no-verify")
         else:
             data = rng.standard_normal(shape).astype(dtype)
             if len(shape) >= 3:  # a dense grid: keep about 10 % of the sites active

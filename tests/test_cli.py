@@ -1,4 +1,4 @@
-"""The command line end to end: convert (with --verify), inspect, demo and the help texts."""
+"""The command line end to end: convert (verifying by default), inspect, demo and the help texts."""
 
 from __future__ import annotations
 
@@ -34,6 +34,20 @@ def test_convert_verify(model_path, tmp_path, capsys, strategy):
     assert "verify: ok" in text
     assert not [n for n in onnx.load(out).graph.node if n.domain == "sparse"]
     assert (tmp_path / "dump" / "02_lower-gpu.onnx").exists()
+
+
+def test_convert_verifies_by_default_and_no_verify_skips_it(model_path, tmp_path, capsys):
+    assert main(["convert", str(model_path), "-o", str(tmp_path / "a.onnx")]) == 0
+    assert "verify: ok" in capsys.readouterr().out
+    assert main(["convert", str(model_path), "-o", str(tmp_path / "b.onnx"), "--no-verify"]) == 0
+    assert "verify" not in capsys.readouterr().out
+
+
+def test_default_verification_fits_the_capacity(model_path, tmp_path, capsys):
+    # 500 random sites would overflow 200 rows: the default verification draws at most --max-active.
+    assert main(["convert", str(model_path), "-o", str(tmp_path / "nna.onnx"), "--target", "nna",
+                 "--max-active", "200"]) == 0
+    assert "verify: ok" in capsys.readouterr().out
 
 
 def test_convert_refusal_is_an_error_message_not_a_traceback(tmp_path, capsys):
@@ -72,7 +86,7 @@ def test_demo_check_on_the_synthetic_fallback_frame(capsys, tmp_path, monkeypatc
 def test_help_is_the_subcommand_docstring():
     result = subprocess.run([sys.executable, "-m", "sparse_lower.cli.main", "convert", "--help"],
                             capture_output=True, text=True, check=True, cwd="/")
-    assert "--verify runs the NumPy reference" in result.stdout
+    assert "Then, unless --no-verify, it checks OUT" in result.stdout
 
 
 @pytest.mark.parametrize("combine", ["gather", "scatter", "matmul"])

@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..models.voxels import find_data
 from .cases import all_cases
 from .systems import default_systems
 
@@ -27,6 +28,9 @@ def peak_rss_mb(case_name: str, system_name: str, quick: bool = False) -> float 
                system_name] + (["--quick"] if quick else [])
     package_root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    data = find_data()  # found from this process's cwd; the child runs elsewhere
+    if data is not None:
+        env["SPARSE_LOWER_DATA"] = str(data.resolve().parent)
     child = subprocess.run(command, capture_output=True, text=True, check=False, cwd=tempfile.gettempdir(), env=env)
     if child.returncode != 0:
         return "failed: " + (child.stderr.strip().splitlines() or ["no output"])[-1]

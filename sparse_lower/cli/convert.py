@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import onnx
+import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
 from ..api import load, lower
 from ..importers import SECTION3, detect_format, format_title, import_model
@@ -11,6 +14,8 @@ from ..lowering import COMBINES, STRATEGIES, TARGETS
 from ..verify import compare, example_inputs
 from ..report import render
 from .table import before_after
+
+DEFAULT_ACTIVE = 500
 
 
 class Convert:
@@ -28,11 +33,13 @@ class Convert:
     (python -c "import sparse_lower; print(sparse_lower.get_library_path())"); split it per device
     with `sparse-lower partition`.
 
-    --verify runs the NumPy reference on IN and onnxruntime on OUT with random inputs (or --inputs)
-    and prints the largest error per output; the exit status is 1 when an output differs by more
-    than --tolerance (relative to the output's largest magnitude).
+    Then, unless --no-verify, it checks OUT: the NumPy reference runs on IN and onnxruntime on OUT with
+    random inputs (--active sites per sparse input; by default 500, halved until the network fits
+    --max-active) or the inputs of --inputs, and the largest error per output is printed; the exit
+    status is 1 when an output differs by more than --tolerance (relative to the output's largest
+    magnitude).
 
-    example: sparse-lower convert model.onnx -o model.gpu.onnx --target gpu --verify
+    example: sparse-lower convert model.onnx -o model.gpu.onnx --target gpu
     """
 
     name = "convert"
@@ -49,9 +56,11 @@ class Convert:
         parser.add_argument("--max-active", type=int, help="nna row capacity (static shapes)")
         parser.add_argument("--fuse-taps", action="store_true", help="nna: one Conv with K*Cout outputs")
         parser.add_argument("--dump-dir", help="write the model after every pass into this folder")
-        parser.add_argument("--verify", action="store_true", help="compare reference and lowered model")
-        parser.add_argument("--inputs", help=".npz of inputs for --verify (default: random)")
-        parser.add_argument("--active", type=int, default=500, help="active sites per random input")
+        parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                            help="compare the reference and the lowered model (default: on)")
+        parser.add_argument("--inputs", help=".npz of inputs for the verification (default: random)")
+        parser.add_argument("--active", type=int,
+                            help=f"active sites per random input (default {DEFAULT_ACTIVE}, at most --max-active)")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--tolerance", type=float, default=1e-4)
 
@@ -68,12 +77,29 @@ class Convert:
         print(f"wrote {args.output}")
         if not args.verify:
             return 0
-        feeds = (dict(np.load(args.inputs)) if args.inputs
-                 else example_inputs(source, np.random.default_rng(args.seed), active=args.active))
-        differences = compare(source, lowered, feeds)
+        differences = self._differences(args, source, lowered)
         print(render(["output", "max abs error", "max rel error", "shape"],
                      [[d.output, f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", "ok" if d.shape_ok else "MISMATCH"]
                       for d in differences]))
         failed = [d.output for d in differences if not d.shape_ok or d.max_rel > args.tolerance]
         print(f"verify: {'FAILED for ' + ', '.join(failed) if failed else 'ok'}")
         return 1 if failed else 0
+
+    @staticmethod
+    def _differences(args, source, lowered):
+        """Compare on the given inputs, or on random ones. Random inputs that overflow --max-active
+        somewhere in the network (a strided or transposed conv can have more output than input rows)
+        are drawn again with half the sites, so that the default check fits any capacity; sizes the user
+        chose (--active, --inputs) are kept and the refusal is theirs to see."""
+        if args.inputs:
+            return compare(source, lowered, dict(np.load(args.inputs)))
+        active = args.active or min(DEFAULT_ACTIVE, args.max_active or DEFAULT_ACTIVE)
+        while True:
+            feeds = example_inputs(source, np.random.default_rng(args.seed), active=active)
+            try:
+                return compare(source, lowered, feeds)
+            except ort_state.InvalidArgument as error:
+                if args.active or active == 1 or "(max_active)" not in str(error):
+                    raise
+                active //= 2
+                print(f"verify: the random inputs overflow --max-active {args.max_active}; drawing {active} sites")

@@ -34,8 +34,10 @@ class SparseModelBuilder:
         self.initializers.append(numpy_helper.from_array(value, name))
         return name
 
-    def conv(self, op_type: str, cout: int, kernel_shape, spatial_shape, bias: bool = True, **attrs) -> "SparseModelBuilder":
-        """Append a SubmanifoldConv / SparseConv / SparseDeconv layer."""
+    def conv(self, op_type: str, cout: int, kernel_shape, spatial_shape, bias: bool = True,
+             target_coords: str | None = None, **attrs) -> "SparseModelBuilder":
+        """Append a SubmanifoldConv / SparseConv / SparseDeconv layer (`target_coords`: the name of an
+        earlier coords tensor, making a SparseDeconv an inverse conv onto those sites)."""
         index = len(self.nodes)
         name = f"{op_type.lower()}{index}"
         kernel = list(kernel_shape)
@@ -44,6 +46,8 @@ class SparseModelBuilder:
         inputs = [self.features, self.coords, self._weights(f"{name}.W", shape, self.channels * taps)]
         if bias:
             inputs.append(self._weights(f"{name}.B", (cout,), 1))
+        if target_coords is not None:
+            inputs += ([] if bias else [""]) + [target_coords]  # target_coords is the fifth input
         outputs = [f"{name}.features", f"{name}.coords"]
         self.nodes.append(helper.make_node(op_type, inputs, outputs, name=name, domain=SOURCE_DOMAIN,
                                            kernel_shape=kernel, spatial_shape=list(spatial_shape), **attrs))
@@ -53,6 +57,14 @@ class SparseModelBuilder:
     def relu(self) -> "SparseModelBuilder":
         output = f"relu{len(self.nodes)}"
         self.nodes.append(helper.make_node("Relu", [self.features], [output], name=output))
+        self.features = output
+        return self
+
+    def add(self, features: str) -> "SparseModelBuilder":
+        """Add `features` (an earlier tensor on the same coords, same channels) to the current ones: a
+        residual connection."""
+        output = f"add{len(self.nodes)}"
+        self.nodes.append(helper.make_node("Add", [self.features, features], [output], name=output))
         self.features = output
         return self
 
