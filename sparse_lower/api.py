@@ -32,7 +32,9 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     * target "nna": the index tables from the custom ops, the compute in standard ops only: one 1×1
       Conv per kernel tap on `[1, C, 1, N]` (`fuse_taps`: one Conv with K·Cout outputs) and a
       `combine` method ("gather", "scatter", "matmul"). `max_active` fixes the row capacity so that
-      the compute part has static shapes; more active rows than that is a run-time error.
+      the compute part has static shapes; more active rows than that is a run-time error. NaN/Inf
+      features propagate as in a dense conv, except with "matmul": its 0/1 scatter matrices turn one
+      non-finite value into NaN in every output of the layer (0·NaN = NaN).
     * target "hybrid": the first sparse layer of each branch on the gpu path, the rest on the nna path.
 
     `dump_dir` receives the model after every pass; `check_each_pass` runs the ONNX checker and shape

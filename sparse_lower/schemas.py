@@ -32,8 +32,15 @@ _KNOWN_ATTRS = {
 }
 
 
+# Every source-op attribute is an int or a list of ints. The ONNX type is checked, not only the value:
+# a FLOATS kernel_shape [3.5, 3.0] would otherwise be truncated to [3, 3], a STRING "3,3" read as its
+# bytes, and an empty list or a TENSOR would crash the graph editing later.
+_INT_ATTRS = {"group", "batch_size"}
+
+
 def attributes(node: onnx.NodeProto) -> dict:
-    """The node's attributes as Python values, refusing names the op does not define."""
+    """The node's attributes as Python values, refusing names the op does not define and values that
+    are not of the ONNX attribute type the op defines (INT, or a non-empty INTS)."""
     known = _KNOWN_ATTRS[node.op_type]
     values = {}
     for attr in node.attribute:
@@ -43,6 +50,15 @@ def attributes(node: onnx.NodeProto) -> dict:
                 node.name,
                 f"remove it; {node.op_type} takes {sorted(known) or 'no attributes'}",
             )
+        single = attr.name in _INT_ATTRS
+        expected = onnx.AttributeProto.INT if single else onnx.AttributeProto.INTS
+        kind = onnx.AttributeProto.AttributeType.Name
+        if attr.type != expected:
+            raise SparseLowerError(f"attribute '{attr.name}' is of type {kind(attr.type)}, expected {kind(expected)}",
+                                   node.name, f"write {attr.name} as {'an int' if single else 'a list of ints'}")
+        if not single and not attr.ints:
+            raise SparseLowerError(f"attribute '{attr.name}' is an empty list", node.name,
+                                   f"give {attr.name} one value per spatial dimension, or leave it out")
         values[attr.name] = helper.get_attribute_value(attr)
     return values
 
@@ -156,6 +172,19 @@ def _check_geometry(node, g: ConvGeometry, group) -> None:
         raise SparseLowerError(
             f"the output extent {list(out)} has a dimension below 1 (input extent {list(g.spatial_shape)})",
             name, "reduce the kernel, pads or dilation, or enlarge spatial_shape")
+    _check_sites(node, "spatial_shape", g.spatial_shape)
+    _check_sites(node, "output extent", out)
+
+
+_MAX_SITES = 2**63 - 1
+
+
+def _check_sites(node, role: str, extent) -> None:
+    """The custom ops number the sites of a grid in int64; a larger grid is refused here, at compile
+    time, rather than when onnxruntime first builds the kernels."""
+    if prod(extent) > _MAX_SITES:
+        raise SparseLowerError(f"the {role} {list(extent)} has {prod(extent)} sites, more than int64 can number",
+                               node.name, "use a grid of at most 2**63 - 1 sites")
 
 
 @dataclass(frozen=True)
@@ -173,6 +202,7 @@ def to_dense_attributes(node: onnx.NodeProto) -> DenseBoundary:
     shape = _ints(node, values, "spatial_shape", len(values["spatial_shape"]), None)
     if not 1 <= len(shape) <= 3 or any(v < 1 for v in shape):
         raise SparseLowerError(f"spatial_shape={list(shape)} is invalid", node.name, "give 1 to 3 extents >= 1")
+    _check_sites(node, "spatial_shape", shape)
     batch = values.get("batch_size")
     if not isinstance(batch, int) or batch < 1:
         raise SparseLowerError("attribute 'batch_size' (int >= 1) is required", node.name, "set batch_size")

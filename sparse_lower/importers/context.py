@@ -139,6 +139,11 @@ class Translation:
         none), `sparse` v1, and every sparse graph output accompanied by its coords (their rows are
         meaningless without them)."""
         outputs = list(self.source.graph.output)
+        for value in outputs:  # onnx.checker requires a shape on every graph output
+            if not value.type.tensor_type.HasField("shape"):
+                raise SparseLowerError(f"graph output '{value.name}' declares no shape",
+                                       fix="declare its shape ([N, C] for sparse features; unknown dims may be "
+                                           "symbolic)")
         for value in self.source.graph.output:
             if value.name in self.sparse:
                 x = self.sparse[value.name]

@@ -47,6 +47,10 @@ _DEFAULTS = {"stride": 1, "dilation": 1, "padding": 0, "output_padding": 0, "sub
              "output_shape": None, "spatial_shape": None, "batch_size": None}
 _PER_DIM = ("input_spatial_shape", "kernel_size", "stride", "dilation", "padding", "output_padding")
 _LISTS = (onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS, onnx.AttributeProto.STRINGS)
+_PLAIN = (onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING, *_LISTS)
+# The least value of each per-dimension attribute, checked in spconv's names before the weight is read
+# (a zero kernel_size would otherwise be reported as a weight of the wrong shape).
+_LEAST = {"input_spatial_shape": 1, "kernel_size": 1, "stride": 1, "dilation": 1, "padding": 0, "output_padding": 0}
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,10 @@ def _read(node: onnx.NodeProto, where: str) -> dict:
         if attr.name not in _DEFAULTS and attr.name not in _REQUIRED:
             raise SparseLowerError(f"SparseConvolution has no attribute '{attr.name}' that sparse_lower knows",
                                    where, f"remove it; known: {', '.join(sorted((*_REQUIRED, *_DEFAULTS)))}")
+        if attr.type not in _PLAIN:  # a tensor or graph would otherwise reach the messages as a protobuf dump
+            raise SparseLowerError(f"attribute '{attr.name}' is of type "
+                                   f"{onnx.AttributeProto.AttributeType.Name(attr.type)}", where,
+                                   f"write {attr.name} as spconv's exporter does (an int, ints or a string)")
         values[attr.name] = _value(attr)
     missing = [name for name in _REQUIRED if name not in {a.name for a in node.attribute}]
     if missing:
@@ -171,6 +179,10 @@ def parse_layer(node: onnx.NodeProto, where: str) -> SpconvLayer:
         raise SparseLowerError(f"ndim={ndim} is not supported", where, "use 1, 2 or 3 spatial dimensions")
     _check_scalars(where, values)
     dims = {name: _per_dim(where, name, values[name], ndim) for name in _PER_DIM}
+    for name, least in _LEAST.items():
+        if min(dims[name]) < least:
+            raise SparseLowerError(f"attribute '{name}'={list(dims[name])} has a value below {least}", where,
+                                   f"use values >= {least}")
     optional = {name: None if values[name] is None else _per_dim(where, name, values[name], ndim)
                 for name in ("output_spatial_shape", "spatial_shape")}
     if optional["spatial_shape"] not in (None, dims["input_spatial_shape"]):

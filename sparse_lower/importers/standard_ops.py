@@ -51,7 +51,8 @@ def parse_scatter_dense(node: onnx.NodeProto, where: str) -> ScatterDense:
         raise SparseLowerError(f"ScatterDense has no attribute {', '.join(sorted(unknown))} that sparse_lower "
                                f"knows", where, "remove it; known: format, input_spatial_shape, output_shape")
     for name in ("input_spatial_shape", "output_shape"):
-        if not isinstance(values.get(name), list) or not values[name]:
+        value = values.get(name)
+        if not isinstance(value, list) or not value or not all(isinstance(v, int) for v in value):
             raise SparseLowerError(f"attribute '{name}' is missing or not a list of ints", where,
                                    f"write {name} as a list of ints")
     grid, shape = tuple(values["input_spatial_shape"]), tuple(values["output_shape"])

@@ -46,11 +46,18 @@ def replace_uses(graph: gs.Graph, old: gs.Tensor, new: gs.Tensor) -> None:
 
 def declare(tensor: gs.Tensor, dtype, shape: list) -> None:
     """Give a tensor the type the lowering knows it has, where the model left it undeclared (a graph
-    input or output declared without a shape would otherwise make the lowered model invalid ONNX)."""
+    input or output declared without a shape would otherwise make the lowered model invalid ONNX).
+
+    A symbolic dimension the lowering knows (features [N, "C"] of a conv with Cin = 3) becomes that
+    number, so that onnxruntime refuses a feed of another width by the input's name, before a MatMul or
+    Reshape deep inside the lowered graph fails on it."""
     if tensor.dtype is None:
         tensor.dtype = dtype
     if tensor.shape is None:
         tensor.shape = shape
+    elif len(tensor.shape) == len(shape):
+        tensor.shape = [known if isinstance(known, int) and not isinstance(dim, int) else dim
+                        for dim, known in zip(tensor.shape, shape)]
 
 
 def detach(node: gs.Node) -> None:

@@ -26,8 +26,8 @@ def source_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
 
 
 class LowerSparse:
-    """requires: validated source nodes; a default-domain opset the emitted ops exist in (a model
-    importing none gets opset 17). ensures: no `sparse` node is left; the model imports the
+    """requires: validated source nodes; a default-domain opset the emitted ops exist in and onnx knows
+    (a model importing none gets opset 17). ensures: no `sparse` node is left; the model imports the
     `sparse_lower` domain."""
 
     def __init__(self, target: str, options: Options):
@@ -41,6 +41,11 @@ class LowerSparse:
             raise SparseLowerError(
                 f"the model imports ONNX opset {opset}; the {self.target} lowering emits opset-"
                 f"{MIN_OPSET[self.target]} ops", fix="convert the model with onnx.version_converter first")
+        newest = onnx.defs.onnx_opset_version()
+        if opset is not None and opset > newest:  # the ops emitted at that opset have no known schema
+            raise SparseLowerError(f"the model imports ONNX opset {opset}, newer than the newest that onnx "
+                                   f"{onnx.__version__} knows ({newest})",
+                                   fix=f"export the model at opset {newest} or older")
 
     def call(self, model: onnx.ModelProto) -> onnx.ModelProto:
         graph = gs.import_onnx(model)

@@ -11,7 +11,11 @@ columns `[1, Cout, 1, M]`:
   per tap so that no index repeats within one op (onnxruntime's scatter-add races on repeated
   indices); inputs that feed no output through tap k go to a dump column that is sliced off;
 * `matmul`: `MatMul` of `P_k` with the transposed scatter matrix `S_kᵀ [N, M]` and `Add` (patent
-  method 1, O(K·M·N) memory, refused at run time above `ScatterMatrices`' `max_bytes`).
+  method 1, O(K·M·N) memory, refused at run time above `ScatterMatrices`' `max_bytes`). Known limit:
+  the product multiplies every partial by the zeros of `S_k` too, and 0·NaN = 0·Inf = NaN, so one
+  non-finite feature makes every output of the layer NaN where a dense conv has NaN/Inf only in its
+  receptive field. No op of the accelerator's table selects without multiplying, so this method cannot
+  avoid it; `gather` and `scatter` propagate NaN/Inf exactly like the dense conv.
 
 The index tables the combine reads are computed outside the accelerator, from the same neighbour
 tables the gpu target uses, by the custom-op index builders and int64 standard ops.

@@ -1,5 +1,7 @@
 """ToDense(features, coords) → SiteIndex(coords) → IndexedFold in dense mode: the rows are written
-straight into the zero-initialised dense output, with nothing dense materialised before it."""
+straight into the zero-initialised dense output, with nothing dense materialised before it. Features
+that no sparse layer computed (the user's feeds) pass PairRows first, which refuses rows that do not
+pair with the coords in the user's terms."""
 
 from __future__ import annotations
 
@@ -28,6 +30,9 @@ class ToDenseRule:
         declare(output, FLOAT, [boundary.batch_size, features.shape[1] if features.shape else None,
                                 *boundary.spatial_shape])
         detach(node)
+        if not ctx.after_a_sparse_layer(features):  # the user's feeds: check that they pair with the coords
+            (features,) = ctx.table("PairRows", features.name, [features, coords],
+                                    [("paired", FLOAT, features.shape)], {})
         grid = {"spatial_shape": list(boundary.spatial_shape), "batch_size": boundary.batch_size}
         (sites,) = ctx.table("SiteIndex", base, [coords], [("sites", INT64, [None])], grid)
         ctx.add("IndexedFold", base, [features, sites], [output], {"mode": "dense", **grid})
