@@ -36,7 +36,9 @@ IndexedInput ReadIndexedInput(const Ort::KernelContext& ctx, size_t index, const
 ReachedOutputs ReachOutputs(const Ort::KernelContext& ctx, const MapGeometry& geometry, const IndexedInput& inputs) {
   const int64_t taps = geometry.Taps();
   const auto count = static_cast<int64_t>(inputs.sites.site.size());
-  const int64_t grain = Grain(4 * taps);
+  // Blocks of at least 4096 inputs: each holds 2·K lists, which for a large kernel would otherwise
+  // cost more than the pairs they hold.
+  const int64_t grain = std::max<int64_t>(Grain(4 * taps), 4096);
   const int64_t blocks = BlockCount(count, grain);
   // Per block of inputs in ascending site order, per tap: the output sites reached and the inputs' rows.
   std::vector<std::vector<std::vector<int64_t>>> block_sites(blocks), block_rows(blocks);

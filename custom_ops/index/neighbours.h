@@ -29,7 +29,7 @@ struct ReachedOutputs {
   std::vector<int64_t> sites;
   // Per tap k, the output site of every input that reaches one through k, and that input's row. Taken
   // in ascending input order, the sites of one tap ascend too (each axis map is strictly monotone), so a
-  // Cursor finds their rows in `sites` in O(1) steps mostly.
+  // Cursor finds their positions in `sites` (the output rows) in O(1) steps mostly.
   std::vector<std::vector<int64_t>> tap_sites;
   std::vector<std::vector<int64_t>> tap_rows;
 };
