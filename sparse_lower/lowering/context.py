@@ -83,18 +83,10 @@ class LoweringContext:
               domain: str = CUSTOM_DOMAIN) -> list[gs.Variable]:
         """A node shared with every earlier request for the same op, inputs and attributes (index
         builders, casts): computed once however many layers read it."""
-        key = self._key(op, inputs, attrs, domain)
+        key = (domain, op, tuple(t.name for t in inputs), tuple(sorted((k, str(v)) for k, v in attrs.items())))
         if key not in self._shared:
             self._shared[key] = self.add(op, base, inputs, outputs, attrs, domain)
         return self._shared[key]
-
-    def shared(self, op: str, inputs: list, attrs: dict, domain: str = CUSTOM_DOMAIN) -> list[gs.Variable] | None:
-        """The outputs of an earlier `table` request for the same op, inputs and attributes, or None."""
-        return self._shared.get(self._key(op, inputs, attrs, domain))
-
-    @staticmethod
-    def _key(op: str, inputs: list, attrs: dict, domain: str) -> tuple:
-        return domain, op, tuple(t.name for t in inputs), tuple(sorted((k, str(v)) for k, v in attrs.items()))
 
     def constant(self, base: str, value: np.ndarray) -> gs.Constant:
         return gs.Constant(self.fresh(base), np.array(value, order="C"))  # keeps 0-d scalars 0-d

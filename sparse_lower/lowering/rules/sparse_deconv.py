@@ -1,12 +1,11 @@
-"""SparseDeconv → TransposedMap, or when `target_coords` is given (the outputs are then exactly the
-targets, in their order) the inverted map of the forward conv it undoes, else TargetMap; the weights
-in the transposed layout."""
+"""SparseDeconv → TransposedMap, or TargetMap when `target_coords` is given (the outputs are then
+exactly the targets, in their order); the weights in the transposed layout."""
 
 from __future__ import annotations
 
 from ..graph import optional_input
 from .conv_rule import ConvRule
-from ..tables import forward_inverse_map, target_map, transposed_map
+from ..tables import target_map, transposed_map
 from ..weights import deconv_matrix
 
 
@@ -17,8 +16,7 @@ class SparseDeconvRule(ConvRule):
         targets = optional_input(node, 4)
         if targets is None:
             return transposed_map(ctx, base, geometry, coords, source)
-        nbr = forward_inverse_map(ctx, base, geometry, coords, targets, source)
-        return targets, nbr if nbr is not None else target_map(ctx, base, geometry, coords, targets, source)
+        return targets, target_map(ctx, base, geometry, coords, targets, source)
 
     def matrix(self, weights):
         return deconv_matrix(weights)
