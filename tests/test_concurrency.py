@@ -19,6 +19,7 @@ import pytest
 import sparse_lower
 from oracle import random_sparse
 from sparse_lower.models import SparseModelBuilder
+from test_lower_gpu import session
 
 GRID = (12, 24, 24)
 LOWERINGS = {
@@ -46,14 +47,6 @@ def network() -> onnx.ModelProto:
 def inputs(seed: int, count: int = 1500) -> dict:
     features, coords = random_sparse(np.random.default_rng(seed), 2, 4, GRID, count=count)
     return {"features": features, "coords": coords}
-
-
-def session(lowered, threads: int = 1, **settings) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    for name, value in settings.items():
-        setattr(options, name, value)
-    return sparse_lower.create_session(lowered, sess_options=options)
 
 
 def assert_same_bits(actual: list, expected: list) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -18,19 +19,23 @@ from sparse_lower.models import SparseModelBuilder, centerpoint_head_stack
 from sparse_lower.models.voxels import load_voxels
 
 
-def run_lowered(model, feeds, threads=1, **options):
-    lowered = sparse_lower.lower(model, target="gpu", check_each_pass=True, **options)
-    session = sparse_lower.create_session(lowered, sess_options=_options(threads))
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds)))
-
-
-def _options(threads):
-    import onnxruntime as ort
-
+def session(model, threads=1, **settings) -> ort.InferenceSession:
+    """A session of a lowered model on `threads` intra-op threads, with any other SessionOptions
+    attributes in `settings`."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
-    return options
+    for name, value in settings.items():
+        setattr(options, name, value)
+    return sparse_lower.create_session(model, sess_options=options)
+
+
+def run_lowered(model, feeds, threads=1, target="gpu", **options) -> dict:
+    """Lower `model` for `target` (every pass checked), run it, and return its outputs by name, in the
+    order of the graph outputs."""
+    lowered = sparse_lower.lower(model, target=target, check_each_pass=True, **options)
+    lowered_session = session(lowered, threads)
+    names = [o.name for o in lowered_session.get_outputs()]
+    return dict(zip(names, lowered_session.run(names, feeds)))
 
 
 @pytest.mark.parametrize("strategy", ["unfold", "rulebook"])

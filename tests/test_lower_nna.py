@@ -17,15 +17,9 @@ from oracle import (IR_VERSION, OPSET_IMPORTS, assert_matches_oracle, densify, r
                     random_sparse, sparse_node_model)
 from sparse_lower import reference
 from sparse_lower.models import SparseModelBuilder, centerpoint_head_stack
-from test_lower_gpu import chain_model
+from test_lower_gpu import chain_model, session
 
 COMBINES = ("gather", "scatter", "matmul")
-
-
-def session(model, threads=1):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    return sparse_lower.create_session(model, sess_options=options)
 
 
 @pytest.mark.parametrize("capacity", [False, True])

@@ -18,16 +18,15 @@ from dataclasses import dataclass
 from math import prod
 
 import numpy as np
-import onnxruntime as ort
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-import sparse_lower
 from oracle import densify
 from sparse_lower import reference
 from sparse_lower.models import SparseModelBuilder
 from sparse_lower.schemas import ConvGeometry
+from test_lower_gpu import run_lowered
 
 settings.register_profile("ci", max_examples=150, derandomize=True, deadline=None, database=None,
                           suppress_health_check=[HealthCheck.too_slow])
@@ -193,12 +192,8 @@ def _dense_boundaries(model, feeds, batch, grid, out_grid, out_channels):
 
 def assert_lowered_matches_reference(graph: Graph, target: str, **options) -> None:
     expected = reference.run(graph.model, graph.feeds)
-    lowered = sparse_lower.lower(graph.model, target=target, check_each_pass=True, **options)
-    session_options = ort.SessionOptions()
-    session_options.intra_op_num_threads = 2
-    session = sparse_lower.create_session(lowered, sess_options=session_options)
-    assert [o.name for o in session.get_outputs()] == list(expected), "outputs dropped or reordered"
-    got = dict(zip(expected, session.run(list(expected), graph.feeds)))
+    got = run_lowered(graph.model, graph.feeds, threads=2, target=target, **options)
+    assert list(got) == list(expected), "outputs dropped or reordered"
     for name, want in expected.items():
         have = got[name]
         assert have.dtype == want.dtype and have.shape == want.shape, (name, have.shape, want.shape)

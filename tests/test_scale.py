@@ -12,13 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
-import sparse_lower
 from oracle import random_sparse
 from sparse_lower import reference
 from sparse_lower.models import SparseModelBuilder
+from test_lower_gpu import run_lowered
 
 HUGE_GRID = (4096, 4096, 4096)  # × batch 8: linear sites up to 8·4096³ ≈ 5.5e11, far past 2^31 and 2^32
 HUGE_BATCH = 8
@@ -48,17 +47,9 @@ def down_up_network(grid: tuple, cin: int = 4) -> onnx.ModelProto:
     return builder.build()
 
 
-def run_lowered(model, feeds: dict, target: str) -> dict:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    session = sparse_lower.create_session(sparse_lower.lower(model, target=target), sess_options=options)
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds)))
-
-
 def assert_matches_reference(model, feeds: dict, target: str) -> None:
     expected = reference.run(model, feeds)
-    got = run_lowered(model, feeds, target)
+    got = run_lowered(model, feeds, threads=2, target=target)
     for name, want in expected.items():
         if want.dtype == np.int64:
             np.testing.assert_array_equal(got[name], want)
@@ -85,7 +76,7 @@ def million_voxel_case() -> tuple:
 def _peak_of_one_run(case: str, target: str) -> float:
     """(In the child) build, lower and run the case once; the process's peak resident MiB."""
     model, feeds = {"huge": huge_grid_case, "million": million_voxel_case}[case]()
-    run_lowered(model, feeds, target)
+    run_lowered(model, feeds, threads=2, target=target)
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
@@ -122,11 +113,11 @@ def test_batch_16_equals_16_single_frames():
     grid = (10, 24, 24)
     model = down_up_network(grid)
     features, coords = random_sparse(np.random.default_rng(3), 16, 4, grid, density=0.05)
-    batched = run_lowered(model, {"features": features, "coords": coords}, "gpu")
+    batched = run_lowered(model, {"features": features, "coords": coords}, threads=2)
     assert_matches_reference(model, {"features": features, "coords": coords}, "gpu")
     for item in range(16):
         rows = coords[:, 0] == item
-        alone = run_lowered(model, {"features": features[rows], "coords": coords[rows]}, "gpu")
+        alone = run_lowered(model, {"features": features[rows], "coords": coords[rows]}, threads=2)
         mine = batched[model.graph.output[1].name][:, 0] == item
         for name, value in alone.items():
             np.testing.assert_allclose(batched[name][mine], value, rtol=1e-5, atol=1e-5)

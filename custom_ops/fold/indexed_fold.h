@@ -8,8 +8,8 @@
 
 namespace sparse_lower {
 
-// mode "rows": Y [M, C] with M = like.shape[0], idx holding rows of Y and optional init [M, C] or [C]. mode "dense": Y
-// [batch_size, C, *spatial_shape] with idx holding linear sites.
+// mode "rows": Y [M, C] with M = like.shape[0], idx holding rows of Y and optional init [M, C] or [C].
+// mode "dense": Y [batch_size, C, *spatial_shape] with idx holding linear sites.
 class IndexedFold {
  public:
   static constexpr const char* kName = "IndexedFold";

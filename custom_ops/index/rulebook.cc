@@ -124,7 +124,7 @@ void Rulebook::Compute(const Ort::KernelContext& ctx) const {
     starts = RunStarts(counts, filled);
   }
 
-  // Allocate each group's outputs; tap k goes to row `slot[k]` of group `group[k]` (taps ascending).
+  // Allocate each group's outputs; each member tap's rows, in ascending tap order, are its placement.
   struct Placement {
     int64_t* in_rows = nullptr;
     int64_t* out_rows = nullptr;

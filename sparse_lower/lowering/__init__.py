@@ -16,32 +16,31 @@ TARGETS = ("gpu", "nna", "hybrid")
 STRATEGIES = ("auto", "unfold", "rulebook")
 
 
-def _gpu_policy(strategy: str):
-    """The gpu compute form of each conv. `auto` is the rulebook for every conv (measured by `sparse-lower
-    bench`): its tap groups are sized at run time from the actual pair counts, so it multiplies
-    1.03–1.04× the existing pairs where the unfold multiplies K per output (1.6–3.6× on the real
-    frames, up to 8× for strided and transposed convs); it was as fast or 1.3–7× faster on every real,
-    random and 2D layer of the benchmark, 16 channels included."""
-    compute = GpuCompute("rulebook" if strategy == "auto" else strategy)
-    return lambda node: compute
+def _gpu_compute(strategy: str) -> GpuCompute:
+    """The gpu compute form. `auto` is the rulebook for every conv (measured by `sparse-lower bench`):
+    its tap groups are sized at run time from the actual pair counts, so it multiplies 1.03–1.04× the
+    existing pairs where the unfold multiplies K per output (1.6–3.6× on the real frames, up to 8× for
+    strided and transposed convs); it was as fast or 1.3–7× faster on every real, random and 2D layer
+    of the benchmark, 16 channels included."""
+    return GpuCompute("rulebook" if strategy == "auto" else strategy)
 
 
 def _policy(target: str, options: Options):
     """Which compute form each conv gets. hybrid: the patent's sequence — the first sparse layer of
     every branch on the gpu path (it may read the dense input directly), the following layers on the
     nna path."""
-    gpu = _gpu_policy(options.strategy)
+    gpu = _gpu_compute(options.strategy)
     nna = NnaCompute(options.combine, options.max_active, options.fuse_taps)
     if target == "gpu":
-        return lambda node, ctx: gpu(node)
+        return lambda node, ctx: gpu
     if target == "nna":
         return lambda node, ctx: nna
-    return lambda node, ctx: nna if ctx.after_a_sparse_layer(node.inputs[0]) else gpu(node)
+    return lambda node, ctx: nna if ctx.after_a_sparse_layer(node.inputs[0]) else gpu
 
 
 def rules(target: str, options: Options) -> list:
     """The rules of `target`, in the order they are tried on a node. The boundary ops always take
-    the custom ops: an accelerator cannot hash coordinates."""
+    the custom ops: an accelerator cannot look coordinates up."""
     choose = _policy(target, options)
     return [ToSparseRule(), SubmanifoldConvRule(choose), SparseConvRule(choose), SparseDeconvRule(choose),
             ToDenseRule()]
