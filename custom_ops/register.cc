@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/op.h"
+#include "conv/indexed_conv.h"
 #include "fold/indexed_fold.h"
 #include "index/index_ops.h"
 #include "index/nna_tables.h"
@@ -49,6 +50,7 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     static const Op<SiteIndex> site_index;
     static const Op<IndexedUnfold> indexed_unfold;
     static const Op<IndexedFold> indexed_fold;
+    static const Op<IndexedConv> indexed_conv;
     static const Op<InverseMap> inverse_map;
     static const Op<ScatterMatrices> scatter_matrices;
     static const Op<CapacityPads> capacity_pads;
@@ -56,7 +58,7 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     Ort::CustomOpDomain domain(kDomain);
     for (const OrtCustomOp* op : std::initializer_list<const OrtCustomOp*>{
              &active_sites, &submanifold_map, &strided_map, &transposed_map, &target_map, &rulebook, &site_index,
-             &indexed_unfold, &indexed_fold, &inverse_map, &scatter_matrices, &capacity_pads,
+             &indexed_unfold, &indexed_fold, &indexed_conv, &inverse_map, &scatter_matrices, &capacity_pads,
              &pair_rows}) {
       domain.Add(op);
     }

@@ -27,8 +27,9 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     `create_session`.
 
     * target "gpu": index-builder custom ops → IndexedUnfold → MatMul (→ IndexedFold); `strategy`
-      picks the compute form ("unfold", "rulebook"; "auto": the rulebook, which won every
-      benchmark case).
+      picks the compute form ("unfold", "rulebook", "fused": the three in one `IndexedConv`;
+      "auto": fused, which won every benchmark case, with the rulebook for a conv reading a dense
+      input).
     * target "nna": the index tables from the custom ops, the compute in standard ops only: one 1×1
       Conv per kernel tap on `[1, C, 1, N]` (`fuse_taps`: one Conv with K·Cout outputs) and a
       `combine` method ("gather", "scatter", "matmul"). `max_active` fixes the row capacity so that

@@ -381,6 +381,27 @@ def test_indexed_fold_dense_sparse_targets():
     assert_same(y, ref.indexed_fold(rows, idx, "dense", batch_size=2, spatial_shape=spatial_shape))
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_indexed_conv(seed):
+    """The fused conv against the float64 reference, to float32 rounding: its sums run in another order.
+    Up to 700 output rows (several row blocks) and channel counts that need every column tile."""
+    rng = np.random.default_rng(seed)
+    n = 0 if seed % 10 == 3 else int(rng.integers(1, 200))
+    m = 0 if seed % 10 == 7 else int(rng.integers(1, 700))
+    taps, cin, cout = int(rng.integers(1, 28)), int(rng.integers(0, 40)), int(rng.integers(0, 70))
+    x = rng.standard_normal((n, cin)).astype(np.float32)
+    inputs = {"X": x, "idx": random_index(rng, n, (m, taps)),
+              "W": rng.standard_normal((taps, cin, cout)).astype(np.float32)}
+    if seed % 2:
+        inputs["B"] = rng.standard_normal(cout).astype(np.float32)
+        if seed % 4 == 1:  # the features/coords pairing check
+            inputs["coords"] = random_coords(rng, [256], 1, n)
+    (y,) = run("IndexedConv", inputs, 1, threads=int(rng.choice([1, 2, 8])))
+    expected = ref.indexed_conv(x, inputs["idx"], inputs["W"], inputs.get("B"))
+    assert y.dtype == np.float32 and y.shape == expected.shape == (m, cout)
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5 * max(cin, 1))
+
+
 # ----------------------------------------------------------------------------------------------------
 # Thread-count independence: inputs large enough to be split into many blocks
 
@@ -408,6 +429,8 @@ def _large_cases():
         "ActiveSites": ({"X": dense}, 2, {}),
         "IndexedUnfold": ({"X": x, "idx": nbr}, 1, {}),
         "IndexedFold": ({"rows": x[in_rows.clip(0)], "idx": out_rows, "like": x, "init": x[0]}, 1, {"mode": "rows"}),
+        "IndexedConv": ({"X": x, "idx": nbr, "W": rng.standard_normal((27, 16, 24)).astype(np.float32),
+                         "B": rng.standard_normal(24).astype(np.float32)}, 1, {}),
         "InverseMap": ({"nbr": nbr, "like": x}, 1, {}),
         "ScatterMatrices": ({"nbr": ref.submanifold_map(small, [3, 3, 3], [8, 16, 16]), "like": small}, 1, {}),
         "CapacityPads": ({"x": x}, 1, {"capacity": 40000}),
@@ -455,14 +478,18 @@ def _broken_tables() -> dict:
     nbr[read[-1], 5] = nbr[read[0], 5]  # tap 5: an input read twice
     nbr[3, 20] = len(inputs["like"])  # tap 20, an earlier row: out of range
     duplicate = rf"InverseMap: output rows {read[0]} and {read[-1]} both read input row {nbr[read[0], 5]} through tap 5"
+    conv = dict(LARGE["IndexedConv"][0])
+    conv["idx"] = conv["idx"].copy()
+    conv["idx"][[3000, 3], [5, 20]] = [-2, len(conv["X"])]  # the lower row block is reported
     small = dict(LARGE["ScatterMatrices"][0])
     small["nbr"] = small["nbr"].copy()
     small["nbr"][[400, 7], [4, 19]] = -3
     return {"InverseMap": ({**inputs, "nbr": nbr}, duplicate),
+            "IndexedConv": (conv, rf"IndexedConv: idx value {len(conv['X'])} \(row 3, tap 20\) is outside"),
             "ScatterMatrices": (small, r"ScatterMatrices: nbr\[400, 4\] = -3 is neither -1 nor a row of like")}
 
 
-@pytest.mark.parametrize("op_type", ["InverseMap", "ScatterMatrices"])
+@pytest.mark.parametrize("op_type", ["IndexedConv", "InverseMap", "ScatterMatrices"])
 def test_errors_do_not_depend_on_thread_count(op_type):
     inputs, message = _broken_tables()[op_type]
     for threads in (1, 2, 8):
@@ -488,6 +515,7 @@ def test_inferred_output_shapes():
     assert shapes("IndexedFold", {"rows": rows, "idx": idx[..., 0]}, 1, mode="dense", batch_size=2,
                   spatial_shape=[3, 4]) == [[2, 16, 3, 4]]
     nbr = np.zeros((5, 27), np.int64)
+    assert shapes("IndexedConv", {"X": x, "idx": nbr, "W": np.zeros((27, 16, 8), np.float32)}, 1) == [[5, 8]]
     assert shapes("InverseMap", {"nbr": nbr, "like": x}, 1) == [[27, 7]]
     assert shapes("ScatterMatrices", {"nbr": nbr, "like": x}, 1) == [[27, 5, 7]]
     assert shapes("CapacityPads", {"x": rows}, 1, capacity=8) == [[6]]
@@ -598,6 +626,34 @@ ERRORS = {
     "inverse map like of rank 0": (
         "InverseMap", {"nbr": np.zeros((2, 3), np.int64), "like": np.array(3, np.int64)}, 1, {},
         r"InverseMap: like must have shape \[N, ...\], got a scalar"),
+    "conv index out of range": (
+        "IndexedConv", {"X": np.zeros((3, 2), np.float32), "idx": np.array([[0, 3]], np.int64),
+                        "W": np.zeros((2, 2, 4), np.float32)}, 1, {},
+        r"IndexedConv: idx value 3 \(row 0, tap 1\) is outside \[0, 3\), the rows of X; only -1 marks a missing input"),
+    "conv index below -1": (
+        "IndexedConv", {"X": np.zeros((3, 2), np.float32), "idx": np.array([[-5, 0]], np.int64),
+                        "W": np.zeros((2, 2, 4), np.float32)}, 1, {},
+        r"IndexedConv: idx value -5 \(row 0, tap 0\) is outside"),
+    "conv weights of another shape": (
+        "IndexedConv", {"X": np.zeros((3, 2), np.float32), "idx": np.array([[0, 1]], np.int64),
+                        "W": np.zeros((2, 3, 4), np.float32)}, 1, {},
+        r"IndexedConv: W must have shape \[K, Cin, Cout\] = \[2, 2, Cout\], got \[2, 3, 4\]"),
+    "conv bias of another width": (
+        "IndexedConv", {"X": np.zeros((3, 2), np.float32), "idx": np.array([[0, 1]], np.int64),
+                        "W": np.zeros((2, 2, 4), np.float32), "B": np.zeros(3, np.float32)}, 1, {},
+        r"IndexedConv: B must have shape \[Cout\] = \[4\], got \[3\]"),
+    "conv features unpaired with coords": (
+        "IndexedConv", {"X": np.zeros((2, 2), np.float32), "idx": np.array([[0, 1]], np.int64),
+                        "W": np.zeros((2, 2, 4), np.float32), "B": np.zeros(4, np.float32), "coords": GOOD}, 1, {},
+        r"IndexedConv: X has 2 rows but coords has 3: features and coords must pair row by row"),
+    "conv of dense features": (
+        "IndexedConv", {"X": np.zeros((1, 2, 4, 4), np.float32), "idx": np.array([[0]], np.int64),
+                        "W": np.zeros((1, 2, 4), np.float32)}, 1, {},
+        r"IndexedConv: X must be rows \[N, Cin\], got shape \[1, 2, 4, 4\]"),
+    "conv table of rank 3": (
+        "IndexedConv", {"X": np.zeros((3, 2), np.float32), "idx": np.zeros((1, 1, 2), np.int64),
+                        "W": np.zeros((2, 2, 4), np.float32)}, 1, {},
+        r"IndexedConv: idx must be a table \[M, K\], got shape \[1, 1, 2\]"),
     "scatter matrices index out of range": (
         "ScatterMatrices", {"nbr": np.array([[0, 4]], np.int64), "like": np.zeros((4, 1), np.float32)}, 1, {},
         r"ScatterMatrices: nbr\[0, 1\] = 4 is neither -1 nor a row of like, in \[0, 4\)"),

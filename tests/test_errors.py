@@ -126,7 +126,7 @@ def test_run_time_coords_outside_the_grid_or_duplicated_fail_clearly(op_type, at
 def test_feature_rows_must_match_the_coords(rng):
     session = lowered_session(model_with())
     features, coords = random_sparse(rng, 1, 3, (8, 8), count=10)
-    run_fails(session, {"features": features[:7], "coords": coords}, "IndexedUnfold")
+    run_fails(session, {"features": features[:7], "coords": coords}, "IndexedConv", "features and coords must pair row by row")
 
 
 def test_target_coords_outside_the_output_grid_fail_clearly(rng):

@@ -649,6 +649,7 @@ NON_FINITE_OPS = {
 COMPUTE_FORMS = [
     pytest.param("gpu", {"strategy": "unfold"}, id="gpu-unfold"),
     pytest.param("gpu", {"strategy": "rulebook"}, id="gpu-rulebook"),
+    pytest.param("gpu", {"strategy": "fused"}, id="gpu-fused"),
     pytest.param("nna", {"combine": "gather"}, id="nna-gather"),
     pytest.param("nna", {"combine": "scatter"}, id="nna-scatter"),
     pytest.param("nna", {"combine": "gather", "fuse_taps": True, "max_active": 200}, id="nna-fused-capacity"),

@@ -38,7 +38,7 @@ def run_lowered(model, feeds, threads=1, target="gpu", **options) -> dict:
     return dict(zip(names, lowered_session.run(names, feeds)))
 
 
-@pytest.mark.parametrize("strategy", ["unfold", "rulebook"])
+@pytest.mark.parametrize("strategy", ["unfold", "rulebook", "fused"])
 @pytest.mark.parametrize("seed", range(300))
 def test_random_config_matches_dense_oracle(seed, strategy):
     rng = np.random.default_rng(seed)
@@ -52,7 +52,7 @@ def test_random_config_matches_dense_oracle(seed, strategy):
     np.testing.assert_allclose(outputs["out_features"], expected["out_features"], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("strategy", ["unfold", "rulebook"])
+@pytest.mark.parametrize("strategy", ["unfold", "rulebook", "fused"])
 def test_results_do_not_depend_on_the_thread_count(strategy):
     rng = np.random.default_rng(7)
     builder = SparseModelBuilder(3, 8, rng)
@@ -96,7 +96,7 @@ def chain_model(S=(6, 8), batch=2):
     return helper.make_model(graph, opset_imports=OPSET_IMPORTS, ir_version=IR_VERSION)
 
 
-@pytest.mark.parametrize("strategy", ["unfold", "rulebook"])
+@pytest.mark.parametrize("strategy", ["unfold", "rulebook", "fused"])
 def test_dense_boundaries_and_shared_tables(rng, strategy):
     model = chain_model()
     X = densify(*random_sparse(rng, 2, 2, (6, 8), density=0.3), 2, (6, 8))
@@ -153,7 +153,7 @@ def test_inverse_deconv_restores_the_forward_coords(rng):
     np.testing.assert_allclose(outputs["up"], expected["up"], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("strategy", ["auto", "unfold"])
+@pytest.mark.parametrize("strategy", ["rulebook", "fused", "unfold"])
 def test_deconv_onto_its_own_coords_is_not_a_submanifold_conv(rng, strategy):
     """Targets that are the input coords tensor itself, stride 1, no pads: the centre tap reads row
     o + 1, not row o, so only a SubmanifoldConv may take its centre tap as a plain MatMul."""

@@ -77,7 +77,7 @@ def test_multi_layer_stack_matches_the_reference(target, combine, max_active, rn
     np.testing.assert_allclose(got["f"], expected["sparseconv4.features"], rtol=1e-4, atol=1e-5)
     ops = Counter(n.op_type for n in lowered.graph.node)
     if target == "hybrid":
-        assert ops["Rulebook"] == 1 and ops["Conv"] == 2 * 27, "first layer on the gpu path, the rest nna"
+        assert ops["IndexedConv"] == 1 and ops["Conv"] == 2 * 27, "first layer on the gpu path, the rest nna"
     if max_active:  # padded rows flow through the ReLUs: only the model output is sliced back
         nna_layers = 2 if target == "hybrid" else 3
         assert ops["Slice"] == 1 + (nna_layers if combine == "scatter" else 0)  # + each scatter's dump column

@@ -210,7 +210,7 @@ def lowered_stack(strategy="unfold"):
     return sparse_lower.lower(builder.build(), target="gpu", strategy=strategy)
 
 
-@pytest.mark.parametrize("strategy", ["unfold", "rulebook"])
+@pytest.mark.parametrize("strategy", ["unfold", "rulebook", "fused"])
 @pytest.mark.parametrize("static_shapes", [True, False])
 def test_gpu_lowered_models_run_exactly_like_the_whole_model(rng, strategy, static_shapes):
     model = lowered_stack(strategy)

@@ -204,7 +204,7 @@ def assert_lowered_matches_reference(graph: Graph, target: str, **options) -> No
             np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5 * scale, err_msg=name)
 
 
-@given(graph=sparse_graphs(), strategy=st.sampled_from(["auto", "unfold", "rulebook"]))
+@given(graph=sparse_graphs(), strategy=st.sampled_from(["auto", "unfold", "rulebook", "fused"]))
 def test_gpu_target_matches_the_reference(graph, strategy):
     assert_lowered_matches_reference(graph, "gpu", strategy=strategy)
 

@@ -23,7 +23,9 @@ class Convert:
 
     Reads IN (section-3 source ops of DESIGN.md, or the NVIDIA Lidar_AI_Solution / AIMET sparse-conv
     ONNX, imported first), rewrites every sparse node and writes OUT.
-      gpu     index-builder custom ops -> IndexedUnfold -> MatMul (-> IndexedFold)
+      gpu     index-builder custom ops -> IndexedUnfold -> MatMul (-> IndexedFold); --strategy:
+              unfold, rulebook, fused (the three in one IndexedConv) or auto (fused; the rulebook
+              for a conv reading a dense input)
       nna     index tables from the custom ops; the compute in standard ops only: one 1x1 Conv per
               kernel tap on [1, C, 1, N] (--fuse-taps: one Conv with K*Cout outputs) and a combine
               method: gather (default), scatter or matmul (scatter matrices, O(K*N^2) memory).

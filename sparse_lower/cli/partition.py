@@ -19,7 +19,7 @@ class Partition:
            Gather, ScatterND, Reshape, Transpose, Concat, Slice, Pad, ...) on float tensors of static
            shape; no hash tables, no index (int64) arithmetic, no custom ops;
       gpu  every standard ONNX op and the sparse_lower custom ops (index builders, IndexedUnfold,
-           IndexedFold);
+           IndexedFold, IndexedConv);
       cpu  the same as gpu: the fallback.
     Unlowered `sparse` source ops run nowhere: lower the model first (sparse-lower convert).
     Segments are runs of one device in a topological order, merged while no cycle forms, so they

@@ -1,4 +1,4 @@
-"""The gpu target's compute form: IndexedUnfold → MatMul (→ IndexedFold)."""
+"""The gpu target's compute form: IndexedUnfold → MatMul (→ IndexedFold), or all three in IndexedConv."""
 
 from .compute import GpuCompute
 

@@ -1,6 +1,6 @@
 """The gpu compute form of a sparse conv, once its index table exists.
 
-Two strategies, same numbers:
+Three strategies, same numbers:
 
 * `unfold` (output-stationary, the patent's GPU method): `IndexedUnfold` gathers, for every output
   row, the K input rows its taps read into one `[M, K·Cin]` row (zeros for missing neighbours), and
@@ -14,6 +14,10 @@ Two strategies, same numbers:
   so it is a plain `MatMul` (`Gemm` with the bias) of the input rows, outside the rulebook, and the
   first fold starts from it; otherwise the first fold starts from the bias. A 1×1 submanifold conv,
   all centre, takes the unfold: its neighbour table is then what checks the coords.
+* `fused`: one `IndexedConv` reads the neighbour table, the input rows and the `[K, Cin, Cout]` weights
+  and writes the output rows: the rulebook's gather, products and fold in one op, block of output rows
+  by block, with no `[pairs, C]` matrix in memory and no padding of tap groups. A conv reading the
+  dense input of a `ToSparse` keeps the rulebook, whose `IndexedUnfold` gathers from the dense tensor.
 
 Why groups: real LiDAR neighbourhoods fill 10–90 % of a tap's rows, very unevenly across taps. One
 batch padded to the fullest tap (or the unfold's K full taps) multiplies 1.6–3.6× the existing pairs on
@@ -45,7 +49,9 @@ class GpuCompute:
         """Emit the strategy's nodes computing `out_features` (bias included)."""
         gather = _Gather(ctx, base, source, [] if dense else [coords],
                          {"spatial_shape": list(geometry.spatial_shape)} if dense else {})
-        if self.strategy == "rulebook":
+        if self.strategy == "fused" and not dense:
+            _fused(ctx, base, geometry, source, coords, nbr, matrix, bias, out_features)
+        elif self.strategy in ("rulebook", "fused"):
             _rulebook(ctx, base, geometry, gather, dense, nbr, out_coords, matrix, bias, out_features)
         else:
             _unfold(ctx, base, gather, nbr, matrix, bias, out_features)
@@ -70,6 +76,14 @@ def _unfold(ctx: LoweringContext, base: str, gather: _Gather, nbr: gs.Tensor, ma
     (rows,) = ctx.standard("MatMul", base, [cols, ctx.constant(f"{base}/W", matrix)], [rows_out])
     if bias is not None:
         ctx.standard("Add", base, [rows, ctx.constant(f"{base}/B", bias.astype(np.float32))], [out_features])
+
+
+def _fused(ctx: LoweringContext, base: str, geometry: ConvGeometry, source: gs.Tensor, coords: gs.Tensor,
+           nbr: gs.Tensor, matrix: np.ndarray, bias: np.ndarray | None, out_features: gs.Variable) -> None:
+    taps = geometry.volume
+    weights = ctx.constant(f"{base}/W", matrix.reshape(taps, matrix.shape[0] // taps, matrix.shape[1]))
+    bias_input = gs.Variable.empty() if bias is None else ctx.constant(f"{base}/B", bias.astype(np.float32))
+    ctx.add("IndexedConv", base, [source, nbr, weights, bias_input, coords], [out_features])
 
 
 def _rulebook(ctx: LoweringContext, base: str, geometry: ConvGeometry, gather: _Gather, dense: bool,

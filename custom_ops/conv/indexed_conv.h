@@ -1,0 +1,28 @@
+// IndexedConv: Y[m] = B + Σ_k X[idx[m, k]] · W[k], the whole sparse conv over an index table in one op.
+#pragma once
+
+#include "common/op.h"
+
+namespace sparse_lower {
+
+// X [N, Cin] rows, idx [M, K] (-1: no input through tap k), W [K, Cin, Cout], optional bias B [Cout],
+// optional coords [N, 1+D] (the features/coords pairing check, as in IndexedUnfold). Y [M, Cout].
+//
+// IndexedUnfold → MatMul → IndexedFold with the gather, the products and the fold fused: output rows
+// are taken in blocks that stay in cache, and within a block, tap by tap, the rows that have an input
+// through the tap are multiplied straight from X into Y (conv/row_gemm.h). Nothing of size pairs × C
+// goes through memory, and a missing neighbour costs nothing. Each row of Y receives its taps in
+// ascending k, so results do not depend on the thread count.
+class IndexedConv {
+ public:
+  static constexpr const char* kName = "IndexedConv";
+  static constexpr InputSpec kInputs[] = {
+      {kFloat, false}, {kInt64, false}, {kFloat, false}, {kFloat, true}, {kInt64, true}};
+  static constexpr ONNXTensorElementDataType kOutputs[] = {kFloat};
+
+  explicit IndexedConv(const Ort::ConstKernelInfo&) {}
+  void Compute(const Ort::KernelContext& ctx) const;
+  static void InferShapes(const ShapeContext& ctx);
+};
+
+}  // namespace sparse_lower
