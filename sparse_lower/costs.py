@@ -3,8 +3,8 @@ equations), so a user can see what a target and combine method cost before runni
 
 With N active input sites, M output sites, K taps, Cin → Cout channels:
 
-* gpu: M·K·Cin·Cout, the unfold's; an upper bound for the default rulebook, which multiplies the
-  pairs that exist (about 1.04× them, a number known only at run time);
+* gpu: M·K·Cin·Cout, the unfold's; an upper bound for the default `IndexedConv`, which multiplies
+  only the pairs that exist (the rulebook about 1.04× them), a number known only at run time;
 * nna, all methods: the 1×1 convs, K·N·Cin·Cout, plus the combine:
   method 1, `matmul`: K·M·N·Cout (the scatter-matrix products; the patent's K·N²·Cout for M = N);
   method 2, `scatter`: K·N·Cout additions; `gather`: K·M·Cout additions;

@@ -10,7 +10,7 @@ class Bench:
     2^3 s2 32->16, inverse 3^3 32->16) on the real CenterPoint frame and on uniform random voxels
     (0.1 %, 1 %, 10 % of 41x400x352, capped at 120k voxels), SubM 3x3 16->16 on 1000x1000 images at
     90 % and 99 % sparsity, and the CenterPoint backbone and the sparse UNet on both real frames.
-    Systems: ours (gpu auto / unfold / rulebook, nna gather / scatter) and spconv 2.3.8 on one
+    Systems: ours (gpu auto = fused / unfold / rulebook, nna gather / scatter) and spconv 2.3.8 on one
     thread, ours (gpu auto) and MinkowskiEngine 0.5.4 (when installed: tools/bench/install_minkowski.sh)
     on two, and onnxruntime's dense Conv; medians after a warm-up, index tables timed separately,
     useful GFLOP/s against the measured single-core GEMM peak, peak memory of the network runs. The
