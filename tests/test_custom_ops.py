@@ -7,6 +7,11 @@ on invalid inputs, which must raise an error naming the op and the problem.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -400,6 +405,18 @@ def test_indexed_conv(seed):
     expected = ref.indexed_conv(x, inputs["idx"], inputs["W"], inputs.get("B"))
     assert y.dtype == np.float32 and y.shape == expected.shape == (m, cout)
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5 * max(cin, 1))
+
+
+def test_indexed_conv_portable_kernels():
+    """The loops that run where AVX2/FMA is missing (aarch64, old x86), forced on this CPU by
+    SPARSE_LOWER_PORTABLE_KERNELS in a fresh process: the library reads it once, at first use."""
+    script = (
+        "import sys; sys.path[:0] = sys.argv[1:]\n"
+        "import test_custom_ops as t\n"
+        "for seed in t.SEEDS: t.test_indexed_conv(seed)\n"
+    )
+    env = {**os.environ, "SPARSE_LOWER_PORTABLE_KERNELS": "1"}
+    subprocess.run([sys.executable, "-c", script, str(Path(__file__).parent)], env=env, check=True)
 
 
 # ----------------------------------------------------------------------------------------------------

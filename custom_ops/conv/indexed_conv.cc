@@ -30,7 +30,9 @@ Shapes CheckShapes(const Ort::KernelContext& ctx, const Input<float>& x, const I
   const Shapes shapes{x.shape[0], x.shape[1], idx.shape[0], idx.shape[1], w.shape[2]};
   if (HasInput(ctx, 3)) {
     const std::vector<int64_t> bias = InputShape(ctx, 3);
-    if (bias != std::vector<int64_t>{shapes.cout}) Fail("B must have shape [Cout] = [", shapes.cout, "], got ", List(bias));
+    if (bias != std::vector<int64_t>{shapes.cout}) {
+      Fail("B must have shape [Cout] = [", shapes.cout, "], got ", List(bias));
+    }
   }
   if (HasInput(ctx, 4)) {
     const std::vector<int64_t> coords = InputShape(ctx, 4);

@@ -1,5 +1,7 @@
 #include "conv/row_gemm.h"
 
+#include <cstdlib>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -40,8 +42,9 @@ void PortableRows(const float* const* a, float* const* y, int64_t n, int64_t cin
 // with the weight row. Always inlined: inside its caller GCC keeps the 12 accumulators in registers, while
 // as a function of its own (GCC 12) it stores them to the stack at every step, at 40 % of the speed.
 template <int kRows, int kVectors>
-__attribute__((target("avx2,fma"), always_inline)) inline void VectorTile(const float* const* a, float* const* y, int64_t cin,
-                                                    const float* w, int64_t cout, int64_t o) {
+__attribute__((target("avx2,fma"), always_inline)) inline void VectorTile(const float* const* a, float* const* y,
+                                                                         int64_t cin, const float* w, int64_t cout,
+                                                                         int64_t o) {
   static_assert(kVectors == 1 || kVectors == 2, "a tile is 8 or 16 columns wide");
   __m256 acc[kRows][2];
   for (int i = 0; i < kRows; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
@@ -95,8 +98,11 @@ __attribute__((target("avx2,fma"))) void VectorRows(const float* const* a, float
   }
 }
 
+// SPARSE_LOWER_PORTABLE_KERNELS=1 takes the portable loops on any CPU: how the tests reach them on a
+// machine with AVX2, and a way to rule the vector tiles out when results look wrong.
 bool HasVectorUnits() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool has = std::getenv("SPARSE_LOWER_PORTABLE_KERNELS") == nullptr &&
+                          __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;
 }
 #endif

@@ -19,11 +19,11 @@ Three strategies, same numbers:
   by block, with no `[pairs, C]` matrix in memory and no padding of tap groups. A conv reading the
   dense input of a `ToSparse` keeps the rulebook, whose `IndexedUnfold` gathers from the dense tensor.
 
-Why groups: real LiDAR neighbourhoods fill 10–90 % of a tap's rows, very unevenly across taps. One
-batch padded to the fullest tap (or the unfold's K full taps) multiplies 1.6–3.6× the existing pairs on
-the nuScenes frames; four groups sized at run time from the actual counts multiply 1.03–1.04×
-(`sparse-lower bench`: the rulebook is then 1.3–7× faster than the unfold on every real layer, and
-more groups only add nodes).
+Why the rulebook's groups: real LiDAR neighbourhoods fill 10–90 % of a tap's rows, very unevenly
+across taps. One batch padded to the fullest tap (or the unfold's K full taps) multiplies 1.6–3.6× the
+existing pairs on the nuScenes frames; four groups sized at run time from the actual counts multiply
+1.03–1.04× (`sparse-lower bench`: the rulebook is then 1.3–7× faster than the unfold on every real
+layer, and more groups only add nodes).
 """
 
 from __future__ import annotations
