@@ -410,13 +410,11 @@ def test_indexed_conv(seed):
 def test_indexed_conv_portable_kernels():
     """The loops that run where AVX2/FMA is missing (aarch64, old x86), forced on this CPU by
     SPARSE_LOWER_PORTABLE_KERNELS in a fresh process: the library reads it once, at first use."""
-    script = (
-        "import sys; sys.path[:0] = sys.argv[1:]\n"
-        "import test_custom_ops as t\n"
-        "for seed in t.SEEDS: t.test_indexed_conv(seed)\n"
-    )
+    script = "import test_custom_ops as t\nfor seed in t.SEEDS: t.test_indexed_conv(seed)\n"
     env = {**os.environ, "SPARSE_LOWER_PORTABLE_KERNELS": "1"}
-    subprocess.run([sys.executable, "-c", script, str(Path(__file__).parent)], env=env, check=True)
+    # Run from tests/: from the repository root, `import sparse_lower` would find the source tree,
+    # which holds no built library, instead of the installed package.
+    subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent, env=env, check=True)
 
 
 # ----------------------------------------------------------------------------------------------------
