@@ -70,6 +70,15 @@ std::optional<Grid> SpatialShape(const Ort::ConstKernelInfo& info) {
   return Grid(*std::move(extent), "grid");
 }
 
+void CheckCoordsPairing(const Ort::KernelContext& ctx, size_t index, int64_t rows) {
+  if (!HasInput(ctx, index)) return;
+  const std::vector<int64_t> coords = InputShape(ctx, index);
+  if (coords.size() != 2) Fail("coords must have shape [N, 1 + D], got ", List(coords));
+  if (coords[0] != rows) {
+    Fail("X has ", rows, " rows but coords has ", coords[0], ": features and coords must pair row by row");
+  }
+}
+
 Coords ReadCoords(const Ort::KernelContext& ctx, size_t index, const char* name, size_t dims) {
   const Input<int64_t> input = ReadInput<int64_t>(ctx, index);
   const auto width = static_cast<int64_t>(1 + dims);

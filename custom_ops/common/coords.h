@@ -43,6 +43,10 @@ struct Coords {
   int64_t width;  // 1 + D
 };
 
+// When optional input `index` (coords [N, 1 + D]) is given, checks that the `rows` rows of feature input X
+// pair with it row by row: a gather from X is only right for the coords its table was built from.
+void CheckCoordsPairing(const Ort::KernelContext& ctx, size_t index, int64_t rows);
+
 // Input `index`, which must be [N, 1 + dims]. `name` is what messages call it.
 Coords ReadCoords(const Ort::KernelContext& ctx, size_t index, const char* name, size_t dims);
 

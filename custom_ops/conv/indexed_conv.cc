@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/coords.h"
 #include "common/parallel.h"
 #include "common/status.h"
 #include "common/tensor.h"
@@ -34,13 +35,7 @@ Shapes CheckShapes(const Ort::KernelContext& ctx, const Input<float>& x, const I
       Fail("B must have shape [Cout] = [", shapes.cout, "], got ", List(bias));
     }
   }
-  if (HasInput(ctx, 4)) {
-    const std::vector<int64_t> coords = InputShape(ctx, 4);
-    if (coords.size() != 2) Fail("coords must have shape [N, 1 + D], got ", List(coords));
-    if (coords[0] != shapes.inputs) {
-      Fail("X has ", shapes.inputs, " rows but coords has ", coords[0], ": features and coords must pair row by row");
-    }
-  }
+  CheckCoordsPairing(ctx, 4, shapes.inputs);
   return shapes;
 }
 

@@ -22,13 +22,7 @@ int64_t SpatialVolume(const Input<float>& x) {
 int64_t CheckInputs(const Ort::KernelContext& ctx, const Input<float>& x, const std::optional<Grid>& grid) {
   if (x.Rank() == 2) {
     if (grid) Fail("attribute 'spatial_shape' is for a dense X [B, C, *S], but X has shape ", List(x.shape));
-    if (HasInput(ctx, 2)) {
-      const std::vector<int64_t> coords = InputShape(ctx, 2);
-      if (coords.size() != 2) Fail("coords must have shape [N, 1 + D], got ", List(coords));
-      if (coords[0] != x.shape[0]) {
-        Fail("X has ", x.shape[0], " rows but coords has ", coords[0], ": features and coords must pair row by row");
-      }
-    }
+    CheckCoordsPairing(ctx, 2, x.shape[0]);
     return x.shape[0];
   }
   if (x.Rank() < 3) Fail("X must be rows [N, C] or dense [B, C, *S], got shape ", List(x.shape));
