@@ -540,6 +540,13 @@ def test_inferred_output_shapes():
 # Refusals: each names the op and the problem, and nothing crashes
 
 GRID = {"kernel_shape": [3, 3], "spatial_shape": [4, 4]}
+
+
+def conv_inputs(**changed) -> dict:
+    """Valid IndexedConv inputs (X [3, 2], idx [1, 2], W [2, 2, 4]) with some of them replaced."""
+    valid = {"X": np.zeros((3, 2), np.float32), "idx": np.array([[0, 1]], np.int64), "W": np.zeros((2, 2, 4), np.float32)}
+    return {**valid, **changed}
+
 GOOD = np.array([[0, 1, 1], [0, 2, 3], [1, 0, 0]], np.int64)
 ERRORS = {
     "out-of-grid coordinate": (
@@ -642,32 +649,26 @@ ERRORS = {
         "InverseMap", {"nbr": np.zeros((2, 3), np.int64), "like": np.array(3, np.int64)}, 1, {},
         r"InverseMap: like must have shape \[N, ...\], got a scalar"),
     "conv index out of range": (
-        "IndexedConv", {"X": np.zeros((3, 2), np.float32), "idx": np.array([[0, 3]], np.int64),
-                        "W": np.zeros((2, 2, 4), np.float32)}, 1, {},
+        "IndexedConv", conv_inputs(idx=np.array([[0, 3]], np.int64)), 1, {},
         r"IndexedConv: idx value 3 \(row 0, tap 1\) is outside \[0, 3\), the rows of X; only -1 marks a missing input"),
     "conv index below -1": (
-        "IndexedConv", {"X": np.zeros((3, 2), np.float32), "idx": np.array([[-5, 0]], np.int64),
-                        "W": np.zeros((2, 2, 4), np.float32)}, 1, {},
+        "IndexedConv", conv_inputs(idx=np.array([[-5, 0]], np.int64)), 1, {},
         r"IndexedConv: idx value -5 \(row 0, tap 0\) is outside"),
     "conv weights of another shape": (
-        "IndexedConv", {"X": np.zeros((3, 2), np.float32), "idx": np.array([[0, 1]], np.int64),
-                        "W": np.zeros((2, 3, 4), np.float32)}, 1, {},
+        "IndexedConv", conv_inputs(W=np.zeros((2, 3, 4), np.float32)), 1, {},
         r"IndexedConv: W must have shape \[K, Cin, Cout\] = \[2, 2, Cout\], got \[2, 3, 4\]"),
     "conv bias of another width": (
-        "IndexedConv", {"X": np.zeros((3, 2), np.float32), "idx": np.array([[0, 1]], np.int64),
-                        "W": np.zeros((2, 2, 4), np.float32), "B": np.zeros(3, np.float32)}, 1, {},
+        "IndexedConv", conv_inputs(B=np.zeros(3, np.float32)), 1, {},
         r"IndexedConv: B must have shape \[Cout\] = \[4\], got \[3\]"),
     "conv features unpaired with coords": (
-        "IndexedConv", {"X": np.zeros((2, 2), np.float32), "idx": np.array([[0, 1]], np.int64),
-                        "W": np.zeros((2, 2, 4), np.float32), "B": np.zeros(4, np.float32), "coords": GOOD}, 1, {},
+        "IndexedConv", conv_inputs(X=np.zeros((2, 2), np.float32), B=np.zeros(4, np.float32), coords=GOOD), 1, {},
         r"IndexedConv: X has 2 rows but coords has 3: features and coords must pair row by row"),
     "conv of dense features": (
-        "IndexedConv", {"X": np.zeros((1, 2, 4, 4), np.float32), "idx": np.array([[0]], np.int64),
-                        "W": np.zeros((1, 2, 4), np.float32)}, 1, {},
+        "IndexedConv", conv_inputs(X=np.zeros((1, 2, 4, 4), np.float32), idx=np.array([[0]], np.int64),
+                                   W=np.zeros((1, 2, 4), np.float32)), 1, {},
         r"IndexedConv: X must be rows \[N, Cin\], got shape \[1, 2, 4, 4\]"),
     "conv table of rank 3": (
-        "IndexedConv", {"X": np.zeros((3, 2), np.float32), "idx": np.zeros((1, 1, 2), np.int64),
-                        "W": np.zeros((2, 2, 4), np.float32)}, 1, {},
+        "IndexedConv", conv_inputs(idx=np.zeros((1, 1, 2), np.int64)), 1, {},
         r"IndexedConv: idx must be a table \[M, K\], got shape \[1, 1, 2\]"),
     "scatter matrices index out of range": (
         "ScatterMatrices", {"nbr": np.array([[0, 4]], np.int64), "like": np.zeros((4, 1), np.float32)}, 1, {},
