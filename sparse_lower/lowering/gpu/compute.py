@@ -47,11 +47,12 @@ class GpuCompute:
              coords: gs.Tensor, nbr: gs.Tensor, out_coords: gs.Tensor, matrix: np.ndarray,
              bias: np.ndarray | None, out_features: gs.Variable) -> None:
         """Emit the strategy's nodes computing `out_features` (bias included)."""
-        gather = _Gather(ctx, base, source, [] if dense else [coords],
-                         {"spatial_shape": list(geometry.spatial_shape)} if dense else {})
         if self.strategy == "fused" and not dense:
             _fused(ctx, base, geometry, source, coords, nbr, matrix, bias, out_features)
-        elif self.strategy in ("rulebook", "fused"):
+            return
+        gather = _Gather(ctx, base, source, [] if dense else [coords],
+                         {"spatial_shape": list(geometry.spatial_shape)} if dense else {})
+        if self.strategy in ("rulebook", "fused"):
             _rulebook(ctx, base, geometry, gather, dense, nbr, out_coords, matrix, bias, out_features)
         else:
             _unfold(ctx, base, gather, nbr, matrix, bias, out_features)
