@@ -16,3 +16,8 @@ class SparseLowerError(ValueError):
         if fix:
             text += f" (fix: {fix})"
         super().__init__(text)
+
+
+class SparseLowerWarning(UserWarning):
+    """Something sparse_lower did differently from what a model declares, and why; the result is still
+    what the model's own runtime computes (for example a stale attribute that runtime ignores)."""

@@ -49,9 +49,12 @@ def random_coords(rng: np.random.Generator, count: int, batch: int, grid) -> np.
 
 def example_inputs(model: onnx.ModelProto, rng: np.random.Generator, active: int = 500,
                    batch: int = 2) -> dict[str, np.ndarray]:
-    """Random inputs for every graph input: unique coords inside each declared grid, features with the
-    declared channels, dense inputs about 10 % active."""
+    """Random inputs for every graph input: unique coords inside each declared grid (in at most `batch`
+    batches, and no more than any ToDense holds), features with the declared channels, dense inputs
+    about 10 % active."""
     roles = _input_roles(model)
+    batch = min([batch, *(to_dense_attributes(n).batch_size for n in model.graph.node
+                          if n.domain == SOURCE_DOMAIN and n.op_type == "ToDense")])
     initializers = {t.name for t in model.graph.initializer}
     feeds: dict[str, np.ndarray] = {}
     pending = [v for v in model.graph.input if v.name not in initializers]

@@ -64,7 +64,7 @@ def import_model(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
     if key == SECTION3:
         return model
     fmt = next(fmt for fmt in FORMATS if fmt.key == key)
-    return translate(to_float32(model), fmt)
+    return translate(*to_float32(model), fmt=fmt)
 
 
 __all__ = ["FORMATS", "SECTION3", "detect_format", "format_title", "import_model"]

@@ -1,67 +1,104 @@
-"""Qualcomm AIMET / QNN: spconv's attributes on `spconv::SparseConvolution(indices, features, W[, B])`.
+"""Qualcomm AIMET's spconv export (aimet_torch `_base/nn/modules/_spconv.py`), read by QNN's converter.
 
-The coordinates are in the graph, as an int32 input `indices [N, 1 + D]` (batch first, then the spatial
-dimensions in the order of `input_spatial_shape`). The imported model keeps that input under its own
-name and makes it int64 (DESIGN.md §2 coords; a caller holding int32 indices casts them once, outside
-the model), so that its inputs are exactly the section-3 pair the rest of sparse_lower expects.
+What AIMET's exporter writes (torch.onnx, opsets ("", 16) and ("spconv", 1)):
 
-The indices input of a later node must be the coordinates its features sit on (the second output of
-the conv that produced them, where the conv has one) or the network's input indices (an exporter that
-passes those to every layer leaves each layer's own coordinates implied, as NVIDIA's engine does);
-anything else contradicts the graph and is refused. Every conv's output is sparse features.
+* `SparseTensorWrapper(indices, features)` is traced as the identity: the graph inputs are the int32
+  `indices [N, 4]` (batch, then the spatial axes) and the float32 `features [N, C]`;
+* the first `CustomSparseConv3DLayer` becomes `spconv::SparseConvolution(indices, features, W, B)`;
+  every later one `spconv::SparseConvolution(x, W, B)`, x the previous layer's output, which the
+  exporter declares dense NCDHW (during tracing PyTorch runs a dense Conv3d in the layer's place);
+  the bias is always there (zeros for a layer built without one); weights are KRSC;
+* each layer wraps a regular `spconv.SparseConv3d`; attributes whose value is 0, False or empty are
+  not written, so `subm=0`, `transposed=0` and `inverse=0` never appear, while lists always are;
+  `rulebook` is "subm0" or "subm1" from the subm flag, not an indice key; the first layer's
+  `input_spatial_shape` is the per-column maximum + 1 of the traced indices;
+* `spconv::ScatterDense(x)` (format "xyz", the identity in PyTorch) closes the chain.
+
+The import reads the chain as the sparse network it wraps: SparseConv3d after SparseConv3d on the
+sparse rows, then spconv's `.dense()`. A missing `subm` is AIMET's 0, a regular conv, and `rulebook`
+("subm0"/"subm1") confirms it; QNN's converter reads a missing `subm` as 1, which for a conv of stride
+1 is a submanifold conv (another network), so that case is noted. A strided conv cannot be
+submanifold, so there the writer's reading is the only one. The indices input keeps its name and
+becomes int64 (a caller holding int32 indices casts them once, outside the model).
 """
 
 from __future__ import annotations
+
+import re
 
 import onnx
 from onnx import TensorProto
 
 from ..errors import SparseLowerError
 from .context import SparseTensor, Translation
-from .translate import STANDARD_DOMAINS, Operands, Reader, input_channels
+from .spconv_layers import flag
+from .translate import Operands, Reader, input_channels, input_grid
 
 DOMAIN = "spconv"
+_RULEBOOK_SUBM = re.compile(r"subm([01])")
 
 
 class AimetFormat:
     key = "aimet"
     title = "Qualcomm AIMET/QNN (spconv domain)"
+    engine = "QNN"
     domains = (DOMAIN,)
+    reads_coords_order = False  # AIMET writes format "xyz" whatever the axes are
+    rulebook_is_key = False  # AIMET writes "subm<flag>" there
 
     def is_conv(self, node: onnx.NodeProto) -> bool:
         return node.op_type == "SparseConvolution" and node.domain == DOMAIN
 
     def is_scatter_dense(self, node: onnx.NodeProto) -> bool:
-        return node.op_type == "ScatterDense" and node.domain in (DOMAIN, *STANDARD_DOMAINS)
+        return node.op_type == "ScatterDense" and node.domain == DOMAIN
 
-    def operands(self, node: onnx.NodeProto, where: str) -> Operands:
+    def operands(self, node: onnx.NodeProto, where: str, t: Translation) -> Operands:
         inputs = list(node.input)
         if self.is_scatter_dense(node):
-            if len(inputs) not in (1, 2) or len(node.output) != 1:
-                raise SparseLowerError(f"ScatterDense takes (indices?, features) and one output, got "
-                                       f"{len(inputs)} inputs", where, "export the node as AIMET does")
-            return Operands(inputs[-1], indices=inputs[0] if len(inputs) == 2 else None)
-        if len(inputs) not in (3, 4) or len(node.output) not in (1, 2):
-            raise SparseLowerError(f"SparseConvolution takes (indices, features, W, B?) and 1 or 2 outputs, got "
-                                   f"{len(inputs)} inputs and {len(node.output)} outputs", where,
+            if len(inputs) != 1 or len(node.output) != 1:
+                raise SparseLowerError(f"ScatterDense takes (x) and one output, got {len(inputs)} inputs and "
+                                       f"{len(node.output)} outputs", where, "export the node as AIMET does")
+            return Operands(inputs[0])
+        if not 2 <= len(inputs) <= 4 or len(node.output) != 1:
+            raise SparseLowerError(f"SparseConvolution takes (indices, features, W, B) or (x, W, B) and one output, "
+                                   f"got {len(inputs)} inputs and {len(node.output)} outputs", where,
                                    "export the node as AIMET does")
-        return Operands(inputs[1], inputs[2], inputs[3] if len(inputs) == 4 and inputs[3] else None, inputs[0])
+        if len(inputs) == 4 or (len(inputs) == 3 and inputs[1] not in t.constants):
+            return Operands(inputs[1], inputs[2], inputs[3] if len(inputs) == 4 and inputs[3] else None, inputs[0])
+        return Operands(inputs[0], inputs[1], inputs[2] if len(inputs) == 3 and inputs[2] else None)
 
-    def indices_output(self, node: onnx.NodeProto, where: str) -> str | None:
-        return node.output[1] if len(node.output) == 2 and node.output[1] else None
+    def subm(self, present: dict, stride: tuple[int, ...], where: str, t: Translation) -> bool:
+        """AIMET leaves subm=0 out and writes `rulebook` "subm<flag>"; QNN reads a missing subm as 1."""
+        rulebook = _RULEBOOK_SUBM.fullmatch(str(present.get("rulebook", "")))
+        said = bool(int(rulebook.group(1))) if rulebook else None
+        if "subm" in present:
+            subm = flag(where, "subm", present["subm"])
+            if said is not None and said != subm:
+                raise SparseLowerError(f"subm={int(subm)} contradicts rulebook='{present['rulebook']}', which AIMET "
+                                       f"writes from the same flag", where, "export the layer again")
+            return subm
+        if said:
+            raise SparseLowerError("rulebook='subm1' says the layer is submanifold, but subm is not written, which "
+                                   "AIMET's exporter does only for subm=0", where, "write subm=1, or export again")
+        if all(s == 1 for s in stride):
+            t.note(where, "subm is not written: read as AIMET writes it, 0 (a regular SparseConv3d, which "
+                          "AIMET's layer wraps); QNN's converter reads a missing subm as 1 and would run a "
+                          "submanifold conv here")
+        return False
 
     def declare_inputs(self, t: Translation, readers: dict[str, Reader]) -> None:
         graph_inputs = {v.name: position for position, v in enumerate(t.inputs)}
+        rows = "N" if len(readers) == 1 else None
         for name, reader in readers.items():
             indices = reader.operands.indices
             if indices not in graph_inputs:
                 raise SparseLowerError(f"the features '{name}' are a graph input but their indices "
                                        f"{f'{indices!r} are' if indices else 'are'} not", reader.where,
                                        "give the indices of the sparse input as a graph input")
-            value = t.inputs[graph_inputs[indices]]
-            _make_int64_coords(value, len(reader.spatial_shape), reader.where)
-            x = SparseTensor(indices, reader.spatial_shape, input_channels(t, name, reader), root=indices)
-            t.add_sparse_input(name, indices, x)
+            grid = input_grid(reader, name)
+            _make_int64_coords(t.inputs[graph_inputs[indices]], len(grid), reader.where)
+            x = SparseTensor(indices, grid, input_channels(t, name), root=indices)
+            t.add_sparse_input(name, indices, x, rows or f"N_{name}")
 
 
 def _make_int64_coords(value: onnx.ValueInfoProto, ndim: int, where: str) -> None:

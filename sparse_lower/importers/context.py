@@ -9,15 +9,19 @@ sparse tensors can check that their rows line up.
 
 from __future__ import annotations
 
+import json
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..errors import SparseLowerError
+from ..errors import SparseLowerError, SparseLowerWarning
 from ..names import UniqueNames
 from ..schemas import SOURCE_DOMAIN
+
+METADATA_KEY = "sparse_lower.import"  # what the import did, as JSON in the imported model's metadata
 
 
 @dataclass(frozen=True)
@@ -41,11 +45,17 @@ def label(node: onnx.NodeProto, index: int) -> str:
 
 
 class Translation:
-    """The graph being built from a source graph, node by node, in the source's (topological) order."""
+    """The graph being built from a source graph, node by node, in the source's (topological) order,
+    and what the import has to say about it (`note`, `quantization`, `coords_columns`), which `finish`
+    writes into the imported model's metadata."""
 
-    def __init__(self, source: onnx.ModelProto):
+    def __init__(self, source: onnx.ModelProto, key: str, title: str, widened: list[str]):
         graph = source.graph
         self.source = source
+        self.key, self.title, self.widened = key, title, widened
+        self.notes: list[str] = []
+        self.quantization: dict[str, dict] = {}  # node -> its int8 attributes (INT8 exports)
+        self.coords_columns: dict[str, list[str]] = {}  # coords input -> what its columns hold
         # Old exporters also list initializers as inputs; the weights are re-laid out under new names.
         self.inputs = [v for v in graph.input if v.name not in {t.name for t in graph.initializer}]
         self.nodes: list[onnx.NodeProto] = []
@@ -75,6 +85,22 @@ class Translation:
             name, counter = f"{stem}_{counter}", counter + 1
         self._node_names_used.add(name)
         return name
+
+    # -- what the import reports ------------------------------------------------------------------------
+
+    def note(self, where: str, message: str) -> None:
+        """Something imported differently from what the source declares (a stale attribute, an ambiguity
+        between a format's writer and reader): warned now, and kept in the model's metadata."""
+        text = f"node '{where}': {message}" if where else message
+        self.notes.append(text)
+        warnings.warn(text, SparseLowerWarning, stacklevel=2)
+
+    def name_coords_axes(self, coords: str, order: str) -> None:
+        """Name the spatial columns of a coords input by the letters a format declares (e.g. "zyx")."""
+        columns = self.coords_columns[coords]
+        if len(order) == len(columns) - 1:
+            self.coords_columns[coords] = ["batch", *(f"{letter} {column[column.index('('):]}"
+                                                      for letter, column in zip(order, columns[1:]))]
 
     # -- reading the source ---------------------------------------------------------------------------
 
@@ -129,10 +155,18 @@ class Translation:
         self.constants[name] = value
         return name
 
-    def add_sparse_input(self, features: str, coords: str, x: SparseTensor) -> None:
+    def add_sparse_input(self, features: str, coords: str, x: SparseTensor, rows: str) -> None:
+        """Register a graph input pair. Their row count becomes the symbol `rows`: exporters declare the
+        row count of the frame they traced, and every other frame has another."""
         self.sparse[features] = x
+        self.coords_columns[coords] = ["batch", *(f"d{axis} (extent {extent})"
+                                                  for axis, extent in enumerate(x.spatial_shape))]
         self.available.update((features, coords))
         self._tensor_names.add(coords)
+        for value in self.inputs:
+            if value.name in (features, coords) and value.type.tensor_type.shape.dim:
+                value.type.tensor_type.shape.dim[0].Clear()
+                value.type.tensor_type.shape.dim[0].dim_param = rows
 
     def finish(self, source_domains: tuple[str, ...], default_opset: int) -> onnx.ModelProto:
         """The translated model: the source's opset for the standard ops (`default_opset` where it declares
@@ -147,21 +181,37 @@ class Translation:
         for value in self.source.graph.output:
             if value.name in self.sparse:
                 x = self.sparse[value.name]
+                rows = f"{value.name}_rows"
+                value.CopyFrom(helper.make_tensor_value_info(value.name, value.type.tensor_type.elem_type,
+                                                             [rows, x.channels]))
                 name = self.fresh(f"{value.name}_coords")
                 self.emit("Identity", [x.coords], [name], f"{value.name}_coords")
-                outputs.append(helper.make_tensor_value_info(name, TensorProto.INT64, [None, 1 + x.ndim]))
+                outputs.append(helper.make_tensor_value_info(name, TensorProto.INT64, [rows, 1 + x.ndim]))
         nodes = _live(self.nodes, {o.name for o in outputs})
         used = {i for n in nodes for i in n.input} | {o.name for o in outputs}
         graph = helper.make_graph(nodes, self.source.graph.name or "imported", self.inputs, outputs,
                                   [t for name, t in self.initializers.items() if name in used])
         opsets = [o for o in self.source.opset_import if o.domain not in (*source_domains, SOURCE_DOMAIN)]
-        if not any(o.domain in ("", "ai.onnx") for o in opsets):
+        if not any(o.domain == "" for o in opsets):
             opsets.append(helper.make_opsetid("", default_opset))
         opsets.append(helper.make_opsetid(SOURCE_DOMAIN, 1))
         model = helper.make_model(graph, opset_imports=opsets)
         model.producer_name = self.source.producer_name
         model.producer_version = self.source.producer_version
+        model.doc_string = self.source.doc_string
+        helper.set_model_props(model, {**{p.key: p.value for p in self.source.metadata_props},
+                                       METADATA_KEY: json.dumps(self.report())})
         return model
+
+    def report(self) -> dict:
+        """What the import did, for the imported model's metadata."""
+        report = {"format": self.key, "title": self.title, "float16_to_float32": self.widened,
+                  "coords": self.coords_columns, "notes": self.notes}
+        if self.quantization:
+            report["quantization"] = {"computed_as": "float32 from the stored weights; the ranges below are "
+                                                     "the source's int8 calibration, kept here unused",
+                                      "nodes": self.quantization}
+        return report
 
 
 def _live(nodes: list[onnx.NodeProto], wanted: set[str]) -> list[onnx.NodeProto]:

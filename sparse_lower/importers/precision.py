@@ -18,10 +18,12 @@ def _tensor32(tensor: onnx.TensorProto) -> onnx.TensorProto:
     return numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float32), tensor.name)
 
 
-def _value32(value: onnx.ValueInfoProto) -> None:
+def _value32(value: onnx.ValueInfoProto) -> bool:
     tensor_type = value.type.tensor_type
-    if tensor_type.elem_type == TensorProto.FLOAT16:
-        tensor_type.elem_type = TensorProto.FLOAT
+    if tensor_type.elem_type != TensorProto.FLOAT16:
+        return False
+    tensor_type.elem_type = TensorProto.FLOAT
+    return True
 
 
 def _node32(node: onnx.NodeProto) -> None:
@@ -32,8 +34,9 @@ def _node32(node: onnx.NodeProto) -> None:
             attr.i = TensorProto.FLOAT
 
 
-def to_float32(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of `model` whose float16 initializers, constants, casts and declared types are float32.
+def to_float32(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """A copy of `model` whose float16 initializers, constants, casts and declared types are float32,
+    and the names of the graph inputs and outputs that were float16 (the imported model says so).
 
     Subgraphs (If/Loop bodies) are left as they are: none of the formats imported here has any.
     """
@@ -42,8 +45,9 @@ def to_float32(model: onnx.ModelProto) -> onnx.ModelProto:
     converted = [_tensor32(t) for t in graph.initializer]
     del graph.initializer[:]
     graph.initializer.extend(converted)
-    for value in [*graph.input, *graph.output, *graph.value_info]:
+    widened = [value.name for value in [*graph.input, *graph.output] if _value32(value)]
+    for value in graph.value_info:
         _value32(value)
     for node in graph.node:
         _node32(node)
-    return model
+    return model, widened

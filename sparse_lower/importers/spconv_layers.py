@@ -1,7 +1,7 @@
-"""One spconv `SparseConvolution` node (NVIDIA or AIMET attributes) → one section-3 node.
+"""One spconv `SparseConvolution` node (NVIDIA, AIMET) → one section-3 node.
 
-Both formats serialise an spconv 2.x module with the same attribute names, so this module is the one
-place that knows spconv's semantics (DESIGN.md §6) and maps them onto DESIGN.md §3:
+Both formats serialise an spconv module with the same attribute names, so this module is the one
+place that knows spconv's semantics and maps them onto the section-3 ops:
 
 * `subm=1` → `SubmanifoldConv`: spconv's submanifold conv is centred and ignores `padding`, so no
   pads are written;
@@ -17,14 +17,22 @@ place that knows spconv's semantics (DESIGN.md §6) and maps them onto DESIGN.md
 Weights are spconv 2.x KRSC `[Cout, *K, Cin]`; section 3 wants `[Cout, Cin, *K]` for convs and
 `[Cin, Cout, *K]` for deconvs (the transposed tap matrix, same tap index).
 
-Every declared attribute that section 3 can recompute (channels, kernel, output extent, feature
-shapes) is checked against what the graph implies, so a contradictory file is refused rather than
-silently computing something else.
+What the layer is comes from what the engines read, not from the descriptive attributes their
+exporters add. NVIDIA's libspconv (`parser/onnx-parser.cpp`) reads the weight, bias, kernel_size,
+stride, padding, dilation, subm, inverse, activation, rulebook, output_bound and the int8 attributes,
+and ignores ndim, the spatial shapes, the channel counts, transposed, output_padding, groups and the
+feature shapes; it takes the input grid at run time and derives every later grid from the layers. So
+here too: the channels and the number of dimensions come from the weight, each layer's input grid
+from the layer before it (the first conv's `input_spatial_shape` is the network's input grid), and a
+descriptive attribute that contradicts them is stale: it is reported (`SparseLowerWarning`, and the
+imported model's metadata) and not used. `transposed`, which libspconv ignores, still makes a
+transposed conv here: that is what the exported spconv module computes, and it is reported too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -33,29 +41,32 @@ from onnx import helper
 from ..errors import SparseLowerError
 from ..schemas import SOURCE_DOMAIN, conv_geometry
 
+Note = Callable[[str, str], None]  # (node label, message): what the translation reports and records
+
 _ACTIVATIONS = {"None": None, "ReLU": "Relu", "Sigmoid": "Sigmoid", "LeakyReLU": "LeakyRelu"}
 LEAKY_RELU_ALPHA = 0.01  # torch.nn.LeakyReLU's default: spconv modules are torch modules
-_FLOAT_PRECISIONS = ("fp16", "fp32", "float16", "float32")
-# What defines the layer is required. The rest has spconv's defaults: AIMET's exporter drops every
-# attribute whose value is falsy (subm=0, transposed=0, inverse=0), and only NVIDIA's writes the output
-# extent and feature shapes, which are checked where present. `spatial_shape` and `batch_size` are
-# AIMET's names for the input grid (checked) and the traced batch (unused).
-_REQUIRED = ("ndim", "input_spatial_shape", "in_channels", "out_channels", "kernel_size")
+PRECISIONS = ("int8", "fp16", "fp32", "float16", "float32")
+# The INT8 (PTQ/QAT) export's attributes: the engine's quantisation scales. The import computes in
+# float32 from the given weights and keeps these in the model's metadata.
+QUANTIZATION = ("input_dynamic_range", "weight_dynamic_ranges", "precision", "output_precision")
 _DEFAULTS = {"stride": 1, "dilation": 1, "padding": 0, "output_padding": 0, "subm": 0, "transposed": 0,
-             "inverse": 0, "groups": 1, "rulebook": "", "activation": "None", "precision": "fp16",
-             "output_precision": "fp16", "output_spatial_shape": None, "output_bound": None, "input_shape": None,
-             "output_shape": None, "spatial_shape": None, "batch_size": None}
-_PER_DIM = ("input_spatial_shape", "kernel_size", "stride", "dilation", "padding", "output_padding")
+             "inverse": 0, "groups": 1, "rulebook": "", "activation": "None"}
+# Descriptive attributes: what the exporter saw while tracing. Checked against what the graph implies,
+# reported when stale, never used.
+_DESCRIPTIVE = ("ndim", "input_spatial_shape", "output_spatial_shape", "in_channels", "out_channels",
+                "input_shape", "output_shape", "spatial_shape", "batch_size", "output_bound")
+_ENGINE_ONLY = ("fixed_launch_points",)  # libspconv launch tuning
+_KNOWN = ("kernel_size", *_DEFAULTS, *_DESCRIPTIVE, *QUANTIZATION, *_ENGINE_ONLY)
+_PER_DIM = ("kernel_size", "stride", "dilation", "padding", "output_padding")
 _LISTS = (onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS, onnx.AttributeProto.STRINGS)
 _PLAIN = (onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING, *_LISTS)
-# The least value of each per-dimension attribute, checked in spconv's names before the weight is read
-# (a zero kernel_size would otherwise be reported as a weight of the wrong shape).
-_LEAST = {"input_spatial_shape": 1, "kernel_size": 1, "stride": 1, "dilation": 1, "padding": 0, "output_padding": 0}
+# The least value of each per-dimension attribute.
+_LEAST = {"kernel_size": 1, "stride": 1, "dilation": 1, "padding": 0, "output_padding": 0}
 
 
 @dataclass(frozen=True)
 class SpconvLayer:
-    """The validated attributes of one SparseConvolution node."""
+    """The validated meaning of one SparseConvolution node."""
 
     label: str
     kind: str  # "subm", "conv", "deconv" or "inverse"
@@ -66,25 +77,33 @@ class SpconvLayer:
     padding: tuple[int, ...]
     dilation: tuple[int, ...]
     output_padding: tuple[int, ...]
-    input_spatial_shape: tuple[int, ...]
-    output_spatial_shape: tuple[int, ...] | None  # as declared (checked against the computed extent)
+    input_spatial_shape: tuple[int, ...]  # the grid of its input, from the layer before
+    declared_output_spatial_shape: tuple[int, ...] | None  # compared with the computed extent
     rulebook: str | None
     activation: str | None  # the ONNX op type
-    feature_shapes: tuple[tuple[int, ...] | None, tuple[int, ...] | None]
+    quantization: dict = field(default_factory=dict)  # the int8 attributes the node carries
 
     @property
     def ndim(self) -> int:
         return len(self.kernel_size)
 
 
-def _value(attr: onnx.AttributeProto):
-    """An attribute as a Python int, float, str or list (strings decoded)."""
-    value = helper.get_attribute_value(attr)
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, (int, float, str)):
-        return value
-    return [v.decode() if isinstance(v, bytes) else v for v in value] if attr.type in _LISTS else value
+def attribute_values(node: onnx.NodeProto, where: str) -> dict:
+    """The node's attributes as Python ints, floats, strs or lists (strings decoded); a tensor or graph
+    attribute is refused (it would otherwise reach the messages as a protobuf dump)."""
+    values = {}
+    for attr in node.attribute:
+        if attr.type not in _PLAIN:
+            raise SparseLowerError(f"attribute '{attr.name}' is of type "
+                                   f"{onnx.AttributeProto.AttributeType.Name(attr.type)}", where,
+                                   f"write {attr.name} as the exporter does (an int, ints, a float or a string)")
+        value = helper.get_attribute_value(attr)
+        if isinstance(value, bytes):
+            value = value.decode()
+        elif attr.type in _LISTS:
+            value = [v.decode() if isinstance(v, bytes) else v for v in value]
+        values[attr.name] = value
+    return values
 
 
 def _int(where, name, value) -> int:
@@ -93,24 +112,37 @@ def _int(where, name, value) -> int:
     return value
 
 
-def _flag(where, name, value) -> bool:
+def flag(where, name, value) -> bool:
     if _int(where, name, value) not in (0, 1):
         raise SparseLowerError(f"attribute '{name}'={value} is not 0 or 1", where, f"write {name} as 0 or 1")
     return bool(value)
 
 
-def _per_dim(where, name, value, ndim) -> tuple[int, ...]:
+def per_dim(where, name, value, ndim) -> tuple[int, ...]:
     """spconv writes per-dimension lists; a single int (or a list of one) is broadcast like spconv does."""
-    values = [value] if isinstance(value, int) else value
+    values = [value] if isinstance(value, int) and not isinstance(value, bool) else value
     if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
         raise SparseLowerError(f"attribute '{name}'={value!r} is not a list of ints", where,
                                f"write {name} as {ndim} ints")
     if len(values) == 1:
         values = values * ndim
     if len(values) != ndim:
-        raise SparseLowerError(f"attribute '{name}' has {len(values)} values but ndim={ndim}", where,
+        raise SparseLowerError(f"attribute '{name}' has {len(values)} values but the layer is {ndim}-D", where,
                                f"write {ndim} values (one per spatial dimension)")
     return tuple(values)
+
+
+def declared_grid(node: onnx.NodeProto, where: str) -> tuple[int, ...] | None:
+    """The `input_spatial_shape` a conv declares, if any: the network's input grid when the conv reads
+    the network's input (no engine derives it: libspconv takes it at run time)."""
+    value = attribute_values(node, where).get("input_spatial_shape")
+    if value is None:
+        return None
+    if isinstance(value, int) or not isinstance(value, list) or not 1 <= len(value) <= 3 \
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+        raise SparseLowerError(f"attribute 'input_spatial_shape'={value!r} is not a grid", where,
+                               "write the input grid as 1 to 3 extents >= 1")
+    return tuple(value)
 
 
 def _activation(where, value) -> str | None:
@@ -122,117 +154,110 @@ def _activation(where, value) -> str | None:
     return by_lower_name[value.lower()]
 
 
-def _kind(where, values) -> str:
-    subm = _flag(where, "subm", values["subm"])
-    transposed = _flag(where, "transposed", values["transposed"])
-    inverse = _flag(where, "inverse", values["inverse"])
+def _kind(where, subm: bool, values, note: Note, engine: str) -> str:
+    transposed = flag(where, "transposed", values["transposed"])
+    inverse = flag(where, "inverse", values["inverse"])
     if subm and (transposed or inverse):
         raise SparseLowerError("subm=1 contradicts transposed/inverse=1", where,
                                "a submanifold conv is neither transposed nor inverse: clear one of them")
     if inverse:  # spconv's forward checks `inverse` before `transposed`
         return "inverse"
+    if transposed:
+        note(where, f"transposed=1: imported as spconv's SparseConvTranspose, which the exported module "
+                    f"computes; {engine} ignores `transposed` and would run a regular sparse conv")
     return "subm" if subm else "deconv" if transposed else "conv"
 
 
-def _read(node: onnx.NodeProto, where: str) -> dict:
-    """The node's attribute values over the defaults; unknown names and missing required ones refused."""
-    values = dict(_DEFAULTS)
-    for attr in node.attribute:
-        if attr.name not in _DEFAULTS and attr.name not in _REQUIRED:
-            raise SparseLowerError(f"SparseConvolution has no attribute '{attr.name}' that sparse_lower knows",
-                                   where, f"remove it; known: {', '.join(sorted((*_REQUIRED, *_DEFAULTS)))}")
-        if attr.type not in _PLAIN:  # a tensor or graph would otherwise reach the messages as a protobuf dump
-            raise SparseLowerError(f"attribute '{attr.name}' is of type "
-                                   f"{onnx.AttributeProto.AttributeType.Name(attr.type)}", where,
-                                   f"write {attr.name} as spconv's exporter does (an int, ints or a string)")
-        values[attr.name] = _value(attr)
-    missing = [name for name in _REQUIRED if name not in {a.name for a in node.attribute}]
-    if missing:
-        raise SparseLowerError(f"attribute(s) {', '.join(missing)} missing", where,
-                               "export the model with all the attributes spconv's exporter writes")
-    return values
+def quantization(where: str, values: dict) -> dict:
+    """The INT8 export's attributes of a node, checked: the ranges are non-negative numbers, the
+    precisions one of PRECISIONS."""
+    found = {}
+    for name in QUANTIZATION:
+        value = values.get(name)
+        if value is None:
+            continue
+        if name.endswith("precision"):
+            if not isinstance(value, str) or value.lower() not in PRECISIONS:
+                raise SparseLowerError(f"attribute '{name}'={value!r} is not a precision", where,
+                                       f"write one of {', '.join(PRECISIONS)}")
+        else:
+            numbers = value if isinstance(value, list) else [value]
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in numbers):
+                raise SparseLowerError(f"attribute '{name}'={value!r} is not a dynamic range (numbers >= 0)",
+                                       where, f"write {name} as the calibrated amax")
+        found[name] = value
+    return found
 
 
-def _check_scalars(where: str, values: dict) -> None:
-    """The attributes that only have to hold an accepted value."""
-    groups = _int(where, "groups", values["groups"])
-    if groups != 1:
-        raise SparseLowerError(f"groups={groups} is not supported", where, "use groups=1 (split the layer per group)")
-    for name in ("precision", "output_precision"):
-        if not isinstance(values[name], str) or values[name].lower() not in _FLOAT_PRECISIONS:
-            raise SparseLowerError(f"attribute '{name}'={values[name]!r}: only float layers are imported", where,
-                                   "export the float model (int8 layers need quantisation scales that "
-                                   "section 3 does not carry)")
-    if not isinstance(values["rulebook"], str):
-        raise SparseLowerError(f"attribute 'rulebook'={values['rulebook']!r} is not a string", where,
-                               "write the spconv indice_key as a string")
-    for name in ("output_bound", "batch_size"):  # a capacity for the engine's buffers, the traced batch: unused
-        if values[name] is not None:
-            _int(where, name, values[name])
+SubmReader = Callable[[dict, tuple[int, ...], str], bool]  # (attributes present, stride, node label) -> subm
 
 
-def parse_layer(node: onnx.NodeProto, where: str) -> SpconvLayer:
-    """The attributes of a SparseConvolution node, parsed and checked for consistency with each other."""
-    values = _read(node, where)
-    ndim = _int(where, "ndim", values["ndim"])
-    if not 1 <= ndim <= 3:
-        raise SparseLowerError(f"ndim={ndim} is not supported", where, "use 1, 2 or 3 spatial dimensions")
-    _check_scalars(where, values)
-    dims = {name: _per_dim(where, name, values[name], ndim) for name in _PER_DIM}
+def parse_layer(node: onnx.NodeProto, where: str, weight_shape: tuple[int, ...], grid: tuple[int, ...],
+                subm: SubmReader, note: Note, engine: str, rulebook_is_key: bool = True) -> SpconvLayer:
+    """The meaning of a SparseConvolution node with weight of `weight_shape` on an input of `grid`.
+
+    `subm` reads the submanifold flag the way the format's exporter writes it (AIMET's leaves a false
+    flag out); `engine` names the runtime the format is written for, in the notes; `rulebook_is_key`
+    says whether `rulebook` is spconv's indice_key (NVIDIA) or says something else (AIMET: the flag)."""
+    present = attribute_values(node, where)
+    for name in sorted(set(present) - set(_KNOWN)):
+        note(where, f"attribute '{name}' is not one spconv's exporters write; ignored")
+    if "kernel_size" not in present:
+        raise SparseLowerError("attribute 'kernel_size' missing", where, "write the kernel size, one per dimension")
+    if len(weight_shape) != 2 + len(grid):
+        raise SparseLowerError(f"weight of shape {list(weight_shape)} on a {len(grid)}-D input", where,
+                               f"give the weight as spconv 2.x KRSC [Cout, {', '.join('k' * len(grid))}, Cin]")
+    ndim, cout, cin = len(grid), weight_shape[0], weight_shape[-1]
+    values = {**_DEFAULTS, **present}
+    dims = {name: per_dim(where, name, values[name], ndim) for name in _PER_DIM}
     for name, least in _LEAST.items():
         if min(dims[name]) < least:
             raise SparseLowerError(f"attribute '{name}'={list(dims[name])} has a value below {least}", where,
                                    f"use values >= {least}")
-    optional = {name: None if values[name] is None else _per_dim(where, name, values[name], ndim)
-                for name in ("output_spatial_shape", "spatial_shape")}
-    if optional["spatial_shape"] not in (None, dims["input_spatial_shape"]):
-        raise SparseLowerError(f"spatial_shape={list(optional['spatial_shape'])} contradicts input_spatial_shape="
-                               f"{list(dims['input_spatial_shape'])}", where, "make them equal")
+    if dims["kernel_size"] != tuple(weight_shape[1:-1]):
+        raise SparseLowerError(f"kernel_size={list(dims['kernel_size'])} contradicts the weight's taps "
+                               f"{list(weight_shape[1:-1])} (weight {list(weight_shape)})", where,
+                               "give the weight as spconv 2.x KRSC [Cout, *kernel_size, Cin]")
+    if not isinstance(values["rulebook"], str):
+        raise SparseLowerError(f"attribute 'rulebook'={values['rulebook']!r} is not a string", where,
+                               "write the spconv indice_key as a string")
+    _report_stale(where, values, ndim, cin, cout, grid, note, engine)
     layer = SpconvLayer(
-        label=where, kind=_kind(where, values),
-        in_channels=_int(where, "in_channels", values["in_channels"]),
-        out_channels=_int(where, "out_channels", values["out_channels"]),
-        kernel_size=dims["kernel_size"], stride=dims["stride"], padding=dims["padding"],
-        dilation=dims["dilation"], output_padding=dims["output_padding"],
-        input_spatial_shape=dims["input_spatial_shape"], output_spatial_shape=optional["output_spatial_shape"],
-        rulebook=values["rulebook"] or None, activation=_activation(where, values["activation"]),
-        feature_shapes=(_feature_shape(where, "input_shape", values["input_shape"]),
-                        _feature_shape(where, "output_shape", values["output_shape"])))
-    _check_channels(layer)
-    return layer
-
-
-def _feature_shape(where, name, value) -> tuple[int, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or len(value) != 2 or not all(isinstance(v, int) for v in value):
-        raise SparseLowerError(f"attribute '{name}'={value!r} is not a feature shape [N, C]", where,
-                               f"write {name} as [N, C]")
-    return tuple(value)
-
-
-def _check_channels(layer: SpconvLayer) -> None:
-    for name, shape, channels, role in (("input_shape", layer.feature_shapes[0], layer.in_channels, "in"),
-                                        ("output_shape", layer.feature_shapes[1], layer.out_channels, "out")):
-        if shape is not None and shape[1] != channels:
-            raise SparseLowerError(f"{name}={list(shape)} contradicts {role}_channels={channels}", layer.label,
-                                   f"make {name}[1] equal {role}_channels")
+        label=where, kind=_kind(where, subm(present, dims["stride"], where), values, note, engine),
+        in_channels=cin, out_channels=cout, kernel_size=dims["kernel_size"], stride=dims["stride"],
+        padding=dims["padding"], dilation=dims["dilation"], output_padding=dims["output_padding"],
+        input_spatial_shape=tuple(grid), declared_output_spatial_shape=_declared(values, "output_spatial_shape"),
+        rulebook=(values["rulebook"] or None) if rulebook_is_key else None,
+        activation=_activation(where, values["activation"]),
+        quantization=quantization(where, values))
     if layer.kind == "deconv" and any(d != 1 for d in layer.dilation):
         raise SparseLowerError(
             f"a transposed conv with dilation={list(layer.dilation)}: spconv's output extent ignores the "
-            f"dilation while its taps use it, which no transposed convolution reproduces", layer.label,
+            f"dilation while its taps use it, which no transposed convolution reproduces", where,
             "use dilation 1 for transposed convs")
+    return layer
+
+
+def _declared(values: dict, name: str) -> tuple | None:
+    value = values.get(name)
+    return tuple(value) if isinstance(value, list) and all(isinstance(v, int) for v in value) else None
+
+
+def _report_stale(where, values, ndim, cin, cout, grid, note: Note, engine: str) -> None:
+    """Note every descriptive attribute that disagrees with the weight or the input's grid."""
+    implied = {"ndim": ndim, "in_channels": cin, "out_channels": cout, "input_spatial_shape": list(grid),
+               "spatial_shape": list(grid), "groups": 1}
+    for name, value in implied.items():
+        declared = values.get(name)
+        if declared is not None and declared != value:
+            source = ("the weight" if "channels" in name or name == "ndim" else
+                      "spconv (groups must be 1)" if name == "groups" else "the layer before")
+            note(where, f"{name}={declared!r} is stale: {source} gives {value!r}, which {engine} uses too")
 
 
 def relaid_weight(layer: SpconvLayer, weight: np.ndarray) -> np.ndarray:
     """spconv's KRSC `[Cout, *K, Cin]` as section 3's `[Cout, Cin, *K]` (convs) or `[Cin, Cout, *K]`
-    (deconvs: the same tap index, its matrix transposed), after checking it against the attributes."""
-    expected = (layer.out_channels, *layer.kernel_size, layer.in_channels)
-    if weight.shape != expected:
-        raise SparseLowerError(
-            f"weight of shape {list(weight.shape)} contradicts out_channels={layer.out_channels}, "
-            f"kernel_size={list(layer.kernel_size)}, in_channels={layer.in_channels}", layer.label,
-            f"give the weight as spconv 2.x KRSC {list(expected)}")
+    (deconvs: the same tap index, its matrix transposed)."""
     weight = weight.astype(np.float32)
     if layer.kind == "inverse" and int(np.prod(layer.kernel_size)) == 1:
         raise SparseLowerError("an inverse conv of one tap: spconv runs it as a 1×1 conv on its input rows, not "
@@ -327,12 +352,12 @@ class Rulebooks:
         return forward
 
 
-def section3_node(layer: SpconvLayer, inputs: list[str], outputs: list[str], name: str,
+def section3_node(layer: SpconvLayer, inputs: list[str], outputs: list[str], name: str, note: Note,
                   forward: ForwardConv | None = None) -> tuple[onnx.NodeProto, tuple[int, ...]]:
-    """The section-3 node of a layer and its output extent, validated by the schemas and checked against
-    the declared output extent. For an inverse conv, `forward` gives the geometry and `inputs[4]` must
-    be the forward conv's input coords: `output_padding` is chosen so that the output extent is the
-    forward conv's input extent (DESIGN.md §3)."""
+    """The section-3 node of a layer and its output extent, validated by the schemas; a declared output
+    extent that differs is noted as stale. For an inverse conv, `forward` gives the geometry and
+    `inputs[4]` must be the forward conv's input coords: `output_padding` is chosen so that the output
+    extent is the forward conv's input extent (section 3's inverse deconvolution)."""
     n = layer.ndim
     if layer.kind == "subm":
         op_type, attrs = "SubmanifoldConv", dict(dilations=list(layer.dilation))
@@ -352,9 +377,9 @@ def section3_node(layer: SpconvLayer, inputs: list[str], outputs: list[str], nam
                             kernel_shape=list(layer.kernel_size), spatial_shape=list(layer.input_spatial_shape),
                             **attrs)
     geometry = conv_geometry(node)
-    if layer.output_spatial_shape not in (None, geometry.output_shape):
-        raise SparseLowerError(
-            f"output_spatial_shape={list(layer.output_spatial_shape)} contradicts the output extent "
-            f"{list(geometry.output_shape)} that a {layer.kind} layer with these attributes has", layer.label,
-            "correct output_spatial_shape (or the stride, padding, kernel_size)")
+    declared = layer.declared_output_spatial_shape
+    if declared is not None and declared != tuple(geometry.output_shape):
+        note(layer.label, f"output_spatial_shape={list(declared)} is stale: the layer's input grid "
+                          f"{list(layer.input_spatial_shape)} and its kernel, stride, padding and dilation give "
+                          f"{list(geometry.output_shape)}")
     return node, geometry.output_shape

@@ -1,14 +1,17 @@
 """Everything in a foreign graph that is not a sparse convolution: the dense boundary (`ScatterDense`),
 the ops written with non-standard attributes, and the standard ops, dense or on sparse features.
 
-* `ScatterDense` → `ToDense`, whose output is `[B, C, *S]` with the spatial axes in the coords' order
-  (the order of `input_spatial_shape`, "zyx": the last coordinate is x). `format` names the letters of
-  the dense spatial axes: "zyx" (or "yx" in 2D) keeps the coords' order; "xyz" (or "xy") names the
-  reversed order, so a Transpose reverses the spatial axes; a Reshape follows where the declared
-  `output_shape` folds axes together (e.g. `[B, C·D, H, W]` for a BEV map). An `output_shape` that
-  neither matches nor folds the dense shape is a contradiction and is refused.
+* `ScatterDense` → `ToDense`, whose output is spconv's `.dense()`: `[B, C, *S]` with the spatial axes
+  in the coordinates' order (the order of `input_spatial_shape`). `format` does not transpose anything:
+  it names that order ("zyx" for CenterPoint and BEVFusion's default export, "xyz" for BEVFusion's
+  `--origin` export, whose following `Transpose` then reorders the axes; AIMET always writes "xyz").
+  A Reshape follows where the declared `output_shape` folds axes together. An `output_shape` that
+  neither matches nor folds the dense shape is a contradiction and is refused. The INT8 export's
+  `input_dynamic_range` is kept in the metadata; `output_layout` "NCHW32"/"NHWzC" (TensorRT's
+  vectorised layouts) is noted: the imported model's output is the logical NCHW tensor.
 * NVIDIA's `Reshape` with a `dims` attribute and no shape input → `Reshape` with a shape initializer;
-  `Transpose` with `dims` → `Transpose` with `perm`.
+  `Transpose` with `dims` → `Transpose` with `perm`; `QuantAdd` (and `Add` with the INT8 export's
+  range attributes) → `Add`, the ranges kept in the metadata.
 * Standard ops on sparse features: only element-wise ones (activations, BatchNormalization, Add/Mul/...
   with a per-channel constant or another sparse tensor on the same coords, channel Concat). They act on
   the rows and keep the coords; anything else would mix rows whose meaning depends on the coords.
@@ -26,11 +29,15 @@ from onnx import helper, numpy_helper
 from ..errors import SparseLowerError
 from ..schemas import SOURCE_DOMAIN
 from .context import SparseTensor, Translation
+from .spconv_layers import PRECISIONS, attribute_values, quantization
 
 _UNARY = {"Abs", "BatchNormalization", "Cast", "Ceil", "Celu", "Clip", "Elu", "Erf", "Exp", "Floor", "Gelu",
           "HardSigmoid", "HardSwish", "Identity", "LeakyRelu", "Log", "Mish", "Neg", "Reciprocal", "Relu",
           "Round", "Selu", "Sigmoid", "Sign", "Softplus", "Softsign", "Sqrt", "Tanh", "ThresholdedRelu"}
 _BINARY = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu", "Sum"}
+# The INT8 export's attributes on an element-wise Add (libspconv's push_add reads them).
+_ADD_QUANTIZATION = ("input0_dynamic_range", "input1_dynamic_range", "precision", "output_precision")
+_LAYOUTS = ("NCHW", "NCHW32", "NHWzC")
 
 
 # -- ScatterDense ------------------------------------------------------------------------------------
@@ -40,16 +47,15 @@ class ScatterDense:
     """The validated attributes of a ScatterDense node."""
 
     input_spatial_shape: tuple[int, ...]
-    reversed_axes: bool  # format "xyz"/"xy": the dense spatial axes are the coords' axes reversed
+    coords_order: str  # `format`: the letters of the coordinates' spatial columns ("zyx", "xyz")
     output_shape: tuple[int, ...]
 
 
-def parse_scatter_dense(node: onnx.NodeProto, where: str) -> ScatterDense:
-    values = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    unknown = set(values) - {"input_spatial_shape", "format", "output_shape"}
-    if unknown:
-        raise SparseLowerError(f"ScatterDense has no attribute {', '.join(sorted(unknown))} that sparse_lower "
-                               f"knows", where, "remove it; known: format, input_spatial_shape, output_shape")
+def parse_scatter_dense(node: onnx.NodeProto, where: str, t: Translation) -> ScatterDense:
+    values = attribute_values(node, where)
+    unknown = set(values) - {"input_spatial_shape", "format", "output_shape", "input_dynamic_range", "output_layout"}
+    for name in sorted(unknown):
+        t.note(where, f"ScatterDense attribute '{name}' is not one the exporters write; ignored")
     for name in ("input_spatial_shape", "output_shape"):
         value = values.get(name)
         if not isinstance(value, list) or not value or not all(isinstance(v, int) for v in value):
@@ -58,24 +64,35 @@ def parse_scatter_dense(node: onnx.NodeProto, where: str) -> ScatterDense:
     grid, shape = tuple(values["input_spatial_shape"]), tuple(values["output_shape"])
     if not 1 <= len(grid) <= 3 or min(grid) < 1:
         raise SparseLowerError(f"input_spatial_shape={list(grid)} is invalid", where, "give 1 to 3 extents >= 1")
-    natural = "zyx"[-len(grid):]
-    reverses = {"xyz": True, natural[::-1]: True, "zyx": False, natural: False}  # identity wins in 1D
-    layout = values.get("format", b"zyx")
-    layout = layout.decode() if isinstance(layout, bytes) else layout
-    if not isinstance(layout, str) or layout.lower() not in reverses:
+    layout = values.get("format", "zyx")
+    if not isinstance(layout, str) or layout.lower() not in ("xyz", "zyx"):
         raise SparseLowerError(f"attribute 'format'={layout!r} is not understood", where,
-                               f"use {' or '.join(repr(k) for k in reverses if not reverses[k])} (dense axes in "
-                               f"the coords' order) or {' or '.join(repr(k) for k in reverses if reverses[k])} "
-                               f"(reversed)")
+                               "use 'zyx' or 'xyz' (the order of the coordinates' spatial columns)")
     if min(shape) < 1:
         raise SparseLowerError(f"output_shape={list(shape)} is not static", where,
                                "write the dense shape with a static batch size")
-    return ScatterDense(grid, reverses[layout.lower()], shape)
+    return ScatterDense(grid, layout.lower(), shape)
 
 
-def scatter_dense(t: Translation, features: str, output: str, node: onnx.NodeProto, where: str) -> None:
-    """Emit ToDense (+ Transpose, + Reshape) producing `output` with the source's declared shape."""
-    attrs = parse_scatter_dense(node, where)
+def _engine_attributes(t: Translation, node: onnx.NodeProto, where: str, values: dict) -> None:
+    """Record ScatterDense's INT8 attributes; note a vectorised output layout."""
+    found = quantization(where, {k: v for k, v in values.items() if k == "input_dynamic_range"})
+    if found:
+        t.quantization[where] = found
+    layout = values.get("output_layout", "NCHW")
+    if layout not in _LAYOUTS:
+        raise SparseLowerError(f"attribute 'output_layout'={layout!r} is not understood", where,
+                               f"use one of {', '.join(_LAYOUTS)}")
+    if layout != "NCHW":
+        t.note(where, f"output_layout={layout}: TensorRT's vectorised layout of the same tensor; the imported "
+                      f"model outputs it as plain NCHW")
+
+
+def scatter_dense(t: Translation, features: str, output: str, node: onnx.NodeProto, where: str) -> str:
+    """Emit ToDense (+ Reshape) producing `output` with the source's declared shape; return the format's
+    coordinate order."""
+    attrs = parse_scatter_dense(node, where, t)
+    _engine_attributes(t, node, where, attribute_values(node, where))
     x = t.sparse_input(features, where)
     if attrs.input_spatial_shape != x.spatial_shape:
         raise SparseLowerError(f"input_spatial_shape={list(attrs.input_spatial_shape)} contradicts the grid "
@@ -84,32 +101,30 @@ def scatter_dense(t: Translation, features: str, output: str, node: onnx.NodePro
     if channels is None:
         raise SparseLowerError(f"the channels of '{features}' are unknown", where,
                                "declare the feature input's shape as [N, C]")
-    grid = x.spatial_shape[::-1] if attrs.reversed_axes else x.spatial_shape
-    dense = (batch, channels, *grid)
-    steps = [("ToDense", dict(domain=SOURCE_DOMAIN, spatial_shape=list(x.spatial_shape), batch_size=batch))]
-    if attrs.reversed_axes:
-        steps.append(("Transpose", dict(perm=[0, 1, *range(1 + x.ndim, 1, -1)])))
-    if attrs.output_shape != dense:
-        if len(attrs.output_shape) == len(dense) or prod(attrs.output_shape) != prod(dense):
-            layout = "reversed" if attrs.reversed_axes else "the coords'"
-            raise SparseLowerError(f"output_shape={list(attrs.output_shape)} is neither the dense shape "
-                                   f"{list(dense)} (spatial axes in {layout} order) nor a folding of it", where,
-                                   "correct output_shape or format")
-        steps.append(("Reshape", {}))
-    current = [features, x.coords]
-    for step, (op_type, kwargs) in enumerate(steps):
-        last = step == len(steps) - 1
-        out = output if last else t.fresh(f"{output}_{op_type.lower()}")
-        if op_type == "Reshape":
-            current.append(t.add_constant(f"{output}_shape", np.asarray(attrs.output_shape, np.int64)))
-        t.emit(op_type, current, [out], where if step == 0 else f"{where}.{op_type.lower()}", **kwargs)
-        current = [out]
+    dense = (batch, channels, *x.spatial_shape)
+    to_dense = dict(domain=SOURCE_DOMAIN, spatial_shape=list(x.spatial_shape), batch_size=batch)
+    if attrs.output_shape == dense:
+        t.emit("ToDense", [features, x.coords], [output], where, **to_dense)
+        return attrs.coords_order
+    if len(attrs.output_shape) == len(dense) or prod(attrs.output_shape) != prod(dense):
+        raise SparseLowerError(f"output_shape={list(attrs.output_shape)} is neither the dense shape {list(dense)} "
+                               f"(batch, channels, then the grid in the coordinates' order) nor a folding of it",
+                               where, "correct output_shape")
+    unfolded = t.fresh(f"{output}_todense")
+    t.emit("ToDense", [features, x.coords], [unfolded], where, **to_dense)
+    shape = t.add_constant(f"{output}_shape", np.asarray(attrs.output_shape, np.int64))
+    t.emit("Reshape", [unfolded, shape], [output], f"{where}.reshape")
+    return attrs.coords_order
 
 
 # -- standard ops -------------------------------------------------------------------------------------
 
 def _standardized(t: Translation, node: onnx.NodeProto, where: str) -> onnx.NodeProto:
-    """The node with NVIDIA's non-standard `dims` attribute of Reshape/Transpose made standard."""
+    """The node with NVIDIA's non-standard forms made standard: `dims` of Reshape/Transpose, `QuantAdd`
+    and the INT8 export's range attributes on Add (kept in the metadata)."""
+    if node.op_type in ("Add", "QuantAdd") and (node.op_type == "QuantAdd" or any(
+            a.name in _ADD_QUANTIZATION for a in node.attribute)):
+        return _plain_add(t, node, where)
     dims = next((a for a in node.attribute if a.name == "dims"), None)
     if dims is None or node.op_type not in ("Reshape", "Transpose"):
         return node
@@ -125,6 +140,30 @@ def _standardized(t: Translation, node: onnx.NodeProto, where: str) -> onnx.Node
         raise SparseLowerError(f"Transpose has perm={others['perm']} and dims={value}", where, "keep one of them")
     others["perm"] = value
     return helper.make_node("Transpose", list(node.input), list(node.output), name=node.name, **others)
+
+
+def _plain_add(t: Translation, node: onnx.NodeProto, where: str) -> onnx.NodeProto:
+    """libspconv's (Quant)Add with its int8 ranges → a standard Add; the ranges go to the metadata."""
+    values = attribute_values(node, where)
+    unknown = sorted(set(values) - set(_ADD_QUANTIZATION))
+    if unknown:
+        raise SparseLowerError(f"{node.op_type} has no attribute {', '.join(unknown)}", where,
+                               f"remove it; {node.op_type} takes {', '.join(_ADD_QUANTIZATION)}")
+    for name in ("precision", "output_precision"):
+        if name in values and (not isinstance(values[name], str) or values[name].lower() not in PRECISIONS):
+            raise SparseLowerError(f"attribute '{name}'={values[name]!r} is not a precision", where,
+                                   f"write one of {', '.join(PRECISIONS)}")
+    for name in ("input0_dynamic_range", "input1_dynamic_range"):
+        if name in values and (isinstance(values[name], bool) or not isinstance(values[name], (int, float))
+                               or values[name] < 0):
+            raise SparseLowerError(f"attribute '{name}'={values[name]!r} is not a dynamic range (a number >= 0)",
+                                   where, f"write {name} as the calibrated amax")
+    if values:
+        t.quantization[where] = values
+    if len(node.input) != 2:
+        raise SparseLowerError(f"{node.op_type} takes two inputs, got {len(node.input)}", where,
+                               "add two tensors per node")
+    return helper.make_node("Add", list(node.input), list(node.output), name=node.name)
 
 
 def _check_schema(node: onnx.NodeProto, where: str, opset: int) -> None:

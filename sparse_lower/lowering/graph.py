@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from contextlib import contextmanager
+
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
@@ -9,6 +12,19 @@ import onnx_graphsurgeon as gs
 from ..errors import SparseLowerError
 
 MAX_IR_VERSION = 10
+
+
+@contextmanager
+def deep_graph(graph: gs.Graph):
+    """Room for onnx-graphsurgeon's `cleanup` and `toposort`, which recurse once per level of the graph
+    (two Python frames a level): a lowered backbone with a row capacity is over a thousand levels deep,
+    past Python's default limit of 1000 frames."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 4 * len(graph.nodes) + 1000))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def constant_value(tensor: gs.Tensor | None) -> np.ndarray | None:

@@ -154,6 +154,12 @@ class CanonicalEmitter:
         (out,) = self.writer.node("Reshape", [x.handle, target], [name], name=name)
         return Dense(out, shape)
 
+    def transpose(self, x: Dense, perm: Sequence[int]) -> Dense:
+        perm = [int(p) for p in perm]
+        name = self._next("transpose")
+        (out,) = self.writer.node("Transpose", [x.handle], [name], name=name, perm=perm)
+        return Dense(out, tuple(x.shape[p] for p in perm))
+
     def finish(self, outputs: Sequence[Sparse | Dense]) -> onnx.ModelProto:
         values = []
         for index, out in enumerate(outputs):

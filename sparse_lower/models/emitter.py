@@ -5,8 +5,8 @@ generator: it draws its weights from the generator in a fixed order, in spconv 2
 the emitter for every layer. Each emitter turns the same calls into one form:
 
 * `CanonicalEmitter` (canonical.py): section-3 source ops + standard ONNX ops (DESIGN.md §3);
-* `NvidiaEmitter` / `AimetEmitter` (formats.py): the sparse-conv ONNX found in the wild (§6), for
-  testing the importers;
+* `NvidiaEmitter` / `AimetEmitter` (formats.py): the sparse-conv ONNX found in the wild, as NVIDIA's
+  and AIMET's exporters write it, for testing the importers;
 * `SpconvEmitter` (tests, needs torch + spconv): real spconv modules with the same weights, the oracle.
 
 So the four forms of a network hold the same weights and topology by construction.
@@ -75,6 +75,9 @@ class Emitter(Protocol):
         """The dense [B, C, *spatial_shape] tensor (spconv's `.dense()`, NVIDIA's ScatterDense)."""
 
     def reshape(self, x: Dense, shape: Sequence[int]) -> Dense: ...
+
+    def transpose(self, x: Dense, perm: Sequence[int]) -> Dense:
+        """A permutation of the dense tensor's axes (torch's `permute`)."""
 
     def finish(self, outputs: Sequence[Sparse | Dense]) -> object:
         """The built network (an onnx.ModelProto, or a torch module for spconv)."""

@@ -53,6 +53,8 @@ class SpconvGraph(torch.nn.Module):
                 values[out] = values[inputs[0]].dense()
             elif op == "reshape":
                 values[out] = values[inputs[0]].reshape(arg)
+            elif op == "transpose":
+                values[out] = values[inputs[0]].permute(*arg)
         return tuple(values[i] for i in self.output_ids)
 
 
@@ -160,6 +162,12 @@ class SpconvEmitter:
         self.steps.append(("reshape", out, (x.handle,), shape))
         known = int(np.prod([s for s in shape if s != -1]))
         return Dense(out, tuple(int(np.prod(x.shape)) // known if s == -1 else s for s in shape))
+
+    def transpose(self, x: Dense, perm: Sequence[int]) -> Dense:
+        out = self._id()
+        perm = tuple(int(p) for p in perm)
+        self.steps.append(("transpose", out, (x.handle,), perm))
+        return Dense(out, tuple(x.shape[p] for p in perm))
 
     def finish(self, outputs: Sequence[Sparse | Dense]) -> SpconvNetwork:
         module = SpconvGraph(self.convs, self.steps, [o.handle for o in outputs])

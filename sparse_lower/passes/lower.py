@@ -12,7 +12,7 @@ import onnx_graphsurgeon as gs
 from ..costs import layer_costs, record
 from ..errors import SparseLowerError
 from ..lowering import LoweringContext, Options, rules
-from ..lowering.graph import export
+from ..lowering.graph import deep_graph, export
 from ..schemas import CUSTOM_DOMAIN, SOURCE_DOMAIN
 
 # The oldest default-domain opset whose ops the lowering emits: Unsqueeze with an axes input (13) for
@@ -36,7 +36,7 @@ class LowerSparse:
         self.name = f"lower-{target}"
 
     def requires(self, model: onnx.ModelProto) -> None:
-        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+        opset = next((o.version for o in model.opset_import if o.domain == ""), None)
         if opset is not None and opset < MIN_OPSET[self.target]:
             raise SparseLowerError(
                 f"the model imports ONNX opset {opset}; the {self.target} lowering emits opset-"
@@ -49,7 +49,8 @@ class LowerSparse:
 
     def call(self, model: onnx.ModelProto) -> onnx.ModelProto:
         graph = gs.import_onnx(model)
-        graph.toposort()
+        with deep_graph(graph):
+            graph.toposort()
         ctx = LoweringContext(graph, self.options)
         rule_list = rules(self.target, self.options)
         for node in list(graph.nodes):
@@ -60,9 +61,10 @@ class LowerSparse:
             if reason:
                 raise SparseLowerError(reason, node.name)
             rule.rewrite(node, ctx)
-        graph.cleanup().toposort()
+        with deep_graph(graph):
+            graph.cleanup().toposort()
         imports = [(CUSTOM_DOMAIN, 1)]
-        if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
+        if not any(o.domain == "" for o in model.opset_import):
             imports.append(("", DEFAULT_OPSET))
         lowered = export(graph, model, drop_domains=(SOURCE_DOMAIN,), add_domains=imports)
         self._stamp(lowered, model)

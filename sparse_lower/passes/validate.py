@@ -154,7 +154,7 @@ def check_structure(model: onnx.ModelProto) -> None:
     after lowering, under node names the user never wrote (an input that nothing produces, a domain
     the model does not import)."""
     graph = model.graph
-    imported = {o.domain for o in model.opset_import} | {"", "ai.onnx", SOURCE_DOMAIN, CUSTOM_DOMAIN}
+    imported = {o.domain for o in model.opset_import} | {"", SOURCE_DOMAIN, CUSTOM_DOMAIN}
     given = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     labels = [_label(node, index) for index, node in enumerate(graph.node)]
     producer: dict[str, int] = {}
