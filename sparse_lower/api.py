@@ -7,6 +7,7 @@ import os
 import onnx
 
 from .errors import SparseLowerError
+from .importers import SECTION3, detect_format, format_title, nothing_to_lower
 from .model_io import load
 from .lowering import COMBINES, STRATEGIES, TARGETS, Options
 from .passes.check import CheckModel, check_model
@@ -47,6 +48,18 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     if max_active is not None and (isinstance(max_active, bool) or not isinstance(max_active, int) or max_active < 1):
         raise SparseLowerError(f"max_active={max_active!r} is not a positive int", fix="give None or an int >= 1")
     options = Options(strategy=strategy, combine=combine, max_active=max_active, fuse_taps=bool(fuse_taps))
+    model = load(model)
+    found = detect_format(model)
+    if found != SECTION3:
+        raise SparseLowerError(f"the model is a {format_title(found)} export",
+                               fix="import it first: sparse_lower.lower(sparse_lower.import_model(model), ...) "
+                                   "(sparse-lower convert imports by itself)")
     passes = [ValidateSourceOps(), LowerSparse(target, options), CheckModel()]
     manager = PassManager(passes, verify=check_model if check_each_pass else None, dump_dir=dump_dir)
-    return manager.run(load(model))
+    lowered = manager.run(model)
+    # Checked after the passes, so that a malformed model gets validation's more precise message.
+    reason = nothing_to_lower(model)
+    if reason:
+        raise SparseLowerError(reason, fix="export the sparse layers in one of the recognised forms, or run a "
+                                           "dense model with onnxruntime as it is")
+    return lowered

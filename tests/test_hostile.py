@@ -415,14 +415,15 @@ FOREIGN = {
         f"{CONV}: attribute 'kernel_size'=[0, 3, 3] has a value below 1 (fix: use values >= 1)"),
     "kernel_size as a tensor": (
         lambda: with_attribute(foreign(_one_conv()), "kernel_size", numpy_helper.from_array(np.array([3, 3, 3]))),
-        f"{CONV}: attribute 'kernel_size' is of type TENSOR (fix: write kernel_size as spconv's exporter does (an "
-        f"int, ints or a string))"),
-    "ndim of 4": (
-        lambda: foreign(_one_conv(ndim=4)),
-        f"{CONV}: ndim=4 is not supported (fix: use 1, 2 or 3 spatial dimensions)"),
-    "spatial_shape contradicting input_spatial_shape": (
-        lambda: foreign(_one_conv("aimet", spatial_shape=[6, 7, 9])),
-        f"{CONV}: spatial_shape=[6, 7, 9] contradicts input_spatial_shape=[6, 7, 8] (fix: make them equal)"),
+        f"{CONV}: attribute 'kernel_size' is of type TENSOR (fix: write kernel_size as the exporter does (an "
+        f"int, ints, a float or a string))"),
+    "weight of rank 6": (
+        lambda: with_initializer(foreign(_one_conv()), "W_1", np.zeros((4, 3, 3, 3, 3, 3), np.float16)),
+        f"{CONV}: weight of shape [4, 3, 3, 3, 3, 3] on a 3-D input (fix: give the weight as spconv 2.x KRSC "
+        f"[Cout, k, k, k, Cin])"),
+    "rulebook not a string": (
+        lambda: foreign(_one_conv(rulebook=5)),
+        f"{CONV}: attribute 'rulebook'=5 is not a string (fix: write the spconv indice_key as a string)"),
     "bias of the wrong shape": (
         lambda: with_bias(foreign(_one_conv()), np.zeros((2, 2), np.float16)),
         f"{CONV}: bias of shape [2, 2], expected [4] (fix: give a bias of 4 values or none)"),

@@ -259,79 +259,108 @@ def test_invalid_layers_are_refused(build, message):
 
 
 def test_nvidia_format():
+    """What exptool writes (tests/test_wild.py compares it with a file exptool wrote)."""
     model = centerpoint(NvidiaEmitter(), grid=(41, 1440, 1440))
-    assert {o.domain: o.version for o in model.opset_import} == {"": 11} and model.ir_version == 10
+    assert {o.domain: o.version for o in model.opset_import} == {"ai.onnx": 11}
+    assert (model.ir_version, model.producer_name, model.graph.name) == (onnx.IR_VERSION, "pytorch", "scn")
     (features,) = model.graph.input
     assert features.name == "0" and features.type.tensor_type.elem_type == TensorProto.FLOAT16
+    assert [d.dim_value for d in features.type.tensor_type.shape.dim] == [1, 5]  # the traced zero voxel
     assert Counter(n.op_type for n in model.graph.node) == {"SparseConvolution": 1 + 16 + 4, "Add": 8, "Relu": 8,
                                                              "ScatterDense": 1, "Reshape": 1}
     assert all(t.data_type == TensorProto.FLOAT16 for t in model.graph.initializer)
     initializers = {t.name: t for t in model.graph.initializer}
     convs = [n for n in model.graph.node if n.op_type == "SparseConvolution"]
-    for node in convs:
+    assert [n.name for n in convs] == [f"conv{i}" for i in range(21)]
+    for index, node in enumerate(convs):
         attrs = attributes(node)
-        assert set(attrs) == CONV_ATTRIBUTES and node.domain == ""
+        assert set(attrs) | {"rulebook"} == CONV_ATTRIBUTES and node.domain == ""
+        assert node.input[1:] == [f"spconv{index}.weight", f"spconv{index}.bias"]
         assert list(initializers[node.input[1]].dims) == [attrs["out_channels"], *attrs["kernel_size"],
                                                           attrs["in_channels"]]
         assert attrs["output_bound"] == 200000 and attrs["groups"] == 1
     first = attributes(convs[0])
     assert first["rulebook"] == b"res0" and first["subm"] == 1 and first["activation"] == b"ReLU"
-    down = attributes(next(n for n in convs if n.name == "conv4.0"))
-    assert down["rulebook"] == b"" and down["padding"] == [0, 1, 1] and down["stride"] == [2, 2, 2]
+    assert first["input_shape"] == [1, 5] and first["output_shape"] == [1, 16]
+    down = attributes(convs[15])  # conv4.0: the third downsampling, without an indice_key
+    assert "rulebook" not in down and down["padding"] == [0, 1, 1] and down["stride"] == [2, 2, 2]
     assert down["output_spatial_shape"] == [5, 180, 180] and down["subm"] == 0
-    assert attributes(next(n for n in convs if n.name == "conv1.0.conv2"))["activation"] == b"None"
+    assert attributes(convs[2])["activation"] == b"None"  # conv1.0.conv2
     scatter, reshape = model.graph.node[-2:]
+    assert (scatter.name, reshape.name) == ("scatter0", "reshape0")
     assert attributes(scatter) == {"input_spatial_shape": [2, 180, 180], "format": b"zyx",
                                    "output_shape": [1, 128, 2, 180, 180]}
     assert len(reshape.input) == 1 and attributes(reshape) == {"dims": [1, 256, 180, 180]}
+    assert model.graph.output[0].name == reshape.output[0] == str(len(model.graph.node))
     with pytest.raises(onnx.checker.ValidationError):
         onnx.checker.check_model(model)  # as the real files: non-standard Reshape
 
 
+def test_nvidia_xyz_format():
+    """BEVFusion's --origin export: every spatial axis reversed, ScatterDense "xyz", and a Transpose that
+    brings the dense axes back before the network's reshape."""
+    model = centerpoint(NvidiaEmitter(coords_order="xyz"), grid=(41, 1440, 1440))
+    convs = [n for n in model.graph.node if n.op_type == "SparseConvolution"]
+    first, last = attributes(convs[0]), attributes(convs[-1])
+    assert first["input_spatial_shape"] == [1440, 1440, 41]
+    assert last["kernel_size"] == [1, 1, 3] and last["stride"] == [1, 1, 2]
+    weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    assert weights[convs[-1].input[1]] == [128, 1, 1, 3, 128]
+    scatter, transpose, reshape = model.graph.node[-3:]
+    assert attributes(scatter) == {"input_spatial_shape": [180, 180, 2], "format": b"xyz",
+                                   "output_shape": [1, 128, 180, 180, 2]}
+    assert attributes(transpose) == {"dims": [0, 1, 4, 3, 2]}
+    assert attributes(reshape) == {"dims": [1, 256, 180, 180]}
+
+
 def test_aimet_format():
-    model = unet(AimetEmitter(), grid=(41, 1440, 1440))
-    assert {o.domain: o.version for o in model.opset_import} == {"": 11, "spconv": 1} and model.ir_version == 10
+    """What aimet_torch's spconv export writes (tests/test_wild.py compares it with a file AIMET wrote)."""
+    model = centerpoint(AimetEmitter(), grid=(41, 40, 40))
+    assert {o.domain: o.version for o in model.opset_import} == {"": 16, "spconv": 1} and model.ir_version == 8
     indices, features = model.graph.input
     assert (indices.name, indices.type.tensor_type.elem_type) == ("indices", TensorProto.INT32)
-    assert [d.dim_value for d in indices.type.tensor_type.shape.dim][1] == 4
+    assert [d.dim_value for d in indices.type.tensor_type.shape.dim] == [41 * 40 * 40, 4]  # the whole grid
     assert features.type.tensor_type.elem_type == TensorProto.FLOAT
-    assert all(t.data_type == TensorProto.FLOAT for t in model.graph.initializer)
-    convs = {n.name: n for n in model.graph.node if n.op_type == "SparseConvolution"}
-    assert all(n.domain == "spconv" and set(attributes(n)) == CONV_ATTRIBUTES for n in convs.values())
-    # indices travel with the features: a conv that makes new rows outputs them, a submanifold conv not
-    assert convs["stem"].input[0] == convs["down1"].input[0] == "indices" and len(convs["stem"].output) == 1
-    assert convs["enc1"].input[0] == convs["down1"].output[1] == convs["down2"].input[0]
-    assert convs["dec0"].input[0] == convs["up1"].output[1] == convs["head"].input[0]
-    up = attributes(convs["up1"])
-    assert up["inverse"] == 1 and up["transposed"] == 0 and up["rulebook"] == b"down1"
-    assert up["input_spatial_shape"] == [21, 720, 720] and up["output_spatial_shape"] == [41, 1440, 1440]
-    assert up["stride"] == [1, 1, 1] and up["padding"] == [0, 0, 0]
+    assert all(t.data_type == TensorProto.FLOAT for t in model.graph.initializer if "sp_conv_3d" in t.name)
+    convs = [n for n in model.graph.node if n.op_type == "SparseConvolution"]
+    assert all(n.domain == "spconv" for n in convs)
+    assert convs[0].input[:2] == ["indices", "features"] and len(convs[0].input) == 4
+    assert all(len(n.input) == 3 and len(n.output) == 1 for n in convs[1:])
+    dense = {v.name for v in model.graph.value_info if len(v.type.tensor_type.shape.dim) == 5}
+    assert {n.output[0] for n in convs} <= dense
+    first, down = attributes(convs[0]), attributes(convs[5])
+    assert first["subm"] == 1 and first["rulebook"] == b"subm1" and "batch_size" not in first
+    assert "subm" not in down and down["rulebook"] == b"subm0" and "transposed" not in down
+    assert down["batch_size"] == 1 and down["spatial_shape"] == down["input_spatial_shape"]
+    assert {"output_spatial_shape", "output_shape", "output_padding"}.isdisjoint(down)
+    assert {n.op_type for n in model.graph.node} == {"SparseConvolution", "Relu", "Add", "ScatterDense", "Reshape"}
+    with pytest.raises(ValueError, match="no inverse conv"):
+        unet(AimetEmitter())
 
 
 @pytest.mark.parametrize("emitter", [NvidiaEmitter, AimetEmitter])
 def test_wild_formats_hold_the_canonical_weights(emitter):
     """Same network, same generator: every conv's weight in the wild file is the canonical one in
-    spconv layout (rounded to the file's float type)."""
-    canonical = unet(CanonicalEmitter())
-    wild = unet(emitter())
-    canonical_nodes = {n.name: n for n in canonical.graph.node if n.domain == "sparse"}
+    spconv layout (rounded to the file's float type), conv by conv in order."""
+    canonical = centerpoint(CanonicalEmitter())
+    wild = centerpoint(emitter())
+    canonical_nodes = [n for n in canonical.graph.node if n.domain == "sparse" and n.op_type != "ToDense"]
     init = lambda model: {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     canonical_init, wild_init = init(canonical), init(wild)
     convs = [n for n in wild.graph.node if n.op_type == "SparseConvolution"]
-    assert {n.name for n in convs} == set(canonical_nodes)
-    for node in convs:
+    assert len(convs) == len(canonical_nodes)
+    for node, source in zip(convs, canonical_nodes):
         weight = wild_init[node.input[-2]]
-        source = canonical_nodes[node.name]
-        transposed = source.op_type == "SparseDeconv"
-        order = (1, *range(2, weight.ndim), 0) if transposed else (0, *range(2, weight.ndim), 1)
-        expected = np.transpose(canonical_init[source.input[2]], order)
+        expected = np.transpose(canonical_init[source.input[2]], (0, *range(2, weight.ndim), 1))
         np.testing.assert_array_equal(weight, expected.astype(weight.dtype))
         np.testing.assert_array_equal(wild_init[node.input[-1]], canonical_init[source.input[3]].astype(weight.dtype))
 
 
 def test_sparse_only_networks_build_in_every_form():
-    for emitter in (CanonicalEmitter(), NvidiaEmitter(), AimetEmitter()):
+    for emitter in (CanonicalEmitter(), NvidiaEmitter()):
         model = patent_2d_stack(emitter, np.random.default_rng(0), dense_io=False)
-        assert [o.name for o in model.graph.output][0] == "output"
+        assert model.graph.output
+    with pytest.raises(ValueError, match="3D only"):
+        patent_2d_stack(AimetEmitter(), np.random.default_rng(0), dense_io=False)
     with pytest.raises(ValueError, match="has no dense input"):
         patent_2d_stack(NvidiaEmitter(), np.random.default_rng(0))

@@ -253,8 +253,9 @@ def output_error(outputs: list, expected: list) -> float:
     return max(errors)
 
 
-@pytest.mark.parametrize("form", list(FORMS))
-@pytest.mark.parametrize("network", NETWORKS)
+# AIMET's export has no inverse conv, so no UNet
+@pytest.mark.parametrize("network, form", [(n, f) for n in NETWORKS for f in FORMS
+                                           if not (n == "sparse_unet" and f.startswith("aimet"))])
 @pytest.mark.parametrize("frame_name", list(FRAMES))
 def test_network_on_real_frame_matches_spconv(frame_name, network, form):
     source, target = FORMS[form]
@@ -514,7 +515,7 @@ def one_tap_network(emitter, rng, spatial_shape=(8, 12, 12), batch_size=1):
     return emitter.finish([x])
 
 
-@pytest.mark.parametrize("source", ["canonical", "nvidia", "aimet"])
+@pytest.mark.parametrize("source", ["canonical", "nvidia"])  # AIMET's export ends dense, not in rows
 def test_one_tap_layers_read_their_weights_as_spconv_does(source):
     import sparse_lower.models as models
     from sparse_lower.importers import import_model
@@ -522,8 +523,7 @@ def test_one_tap_layers_read_their_weights_as_spconv_does(source):
     features, coords = random_sparse(np.random.default_rng(1), 1, 5, (8, 12, 12), count=200)
     weight_dtype = np.float16 if source == "nvidia" else np.float32
     expected = one_tap_network(SpconvEmitter(weight_dtype), np.random.default_rng(0))(features, coords)
-    emitter = {"canonical": models.CanonicalEmitter, "nvidia": models.NvidiaEmitter,
-               "aimet": models.AimetEmitter}[source]()
+    emitter = {"canonical": models.CanonicalEmitter, "nvidia": models.NvidiaEmitter}[source]()
     model = one_tap_network(emitter, np.random.default_rng(0))
     model = model if source == "canonical" else import_model(model)
     assert output_error(run_network(model, features, coords, "gpu"), expected) < 1e-5

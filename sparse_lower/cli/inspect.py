@@ -8,6 +8,8 @@ from onnx import numpy_helper
 
 from ..api import load
 from ..costs import METHODS, cost_rows, layer_costs
+from ..errors import SparseLowerError
+from ..importers import SECTION3, detect_format, format_title, import_model, nothing_to_lower
 from ..schemas import CONV_OPS, CUSTOM_DOMAIN, SOURCE_DOMAIN, conv_geometry
 from ..report import render
 from .table import op_counts
@@ -43,8 +45,10 @@ class Inspect:
     """Describe an ONNX model: inputs, outputs, op counts, sparse layers, costs and parameters.
 
     Works on source models (lists every SubmanifoldConv / SparseConv / SparseDeconv with its kernel,
-    strides, pads, dilations, channels, input and output grid and parameter count) and on lowered
-    models (lists the sparse_lower custom ops and the index tables they share).
+    strides, pads, dilations, channels, input and output grid and parameter count), on lowered
+    models (lists the sparse_lower custom ops and the index tables they share) and on the exports
+    `convert` imports (NVIDIA Lidar_AI_Solution, AIMET): it names the format, then describes the
+    imported model's layers.
 
     The cost table gives each sparse conv's multiply-accumulates (millions) per method at --active N
     sites (outputs taken as N too): gpu unfold M*K*Cin*Cout; nna 1x1 convs K*N*Cin*Cout plus the
@@ -71,6 +75,10 @@ class Inspect:
         print(render(["input", "type"], [[v.name, _shape(v)] for v in graph.input if v.name not in initializers]))
         print(render(["output", "type"], [[v.name, _shape(v)] for v in graph.output]))
         print(render(["op", "count"], sorted(op_counts(model).items())))
+        model = self._imported(model)
+        if model is None:
+            return 0
+        graph = model.graph
         layers = sparse_layers(model)
         if layers:
             print(render(["sparse layer", "op", "kernel", "strides", "pads", "dilations", "channels", "grid in",
@@ -86,3 +94,22 @@ class Inspect:
         parameters = sum(int(np.prod(numpy_helper.to_array(t).shape)) for t in graph.initializer)
         print(f"parameters: {parameters:,}")
         return 0
+
+    @staticmethod
+    def _imported(model: onnx.ModelProto) -> onnx.ModelProto | None:
+        """The model whose layers to list: a foreign export imported (saying so), else the model itself;
+        None, after saying why, when there is nothing sparse_lower can take."""
+        found = detect_format(model)
+        if found == SECTION3:
+            if not any(n.domain == CUSTOM_DOMAIN for n in model.graph.node):
+                reason = nothing_to_lower(model)
+                if reason:
+                    print(reason)
+            return model
+        print(f"format: {format_title(found)} export; `sparse-lower convert` imports it (into section-3 ops) "
+              f"before lowering. The layers below are the imported model's.")
+        try:
+            return import_model(model)
+        except SparseLowerError as error:
+            print(f"the import refuses it: {error}")
+            return None

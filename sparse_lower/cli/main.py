@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
-from ..errors import SparseLowerError
+from ..errors import SparseLowerError, SparseLowerWarning
 from .bench import Bench
 from .convert import Convert
 from .demo import Demo
@@ -39,8 +40,20 @@ _RUNTIME_ERRORS = tuple(getattr(ort_state, name) for name in ("Fail", "InvalidAr
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    show = warnings.showwarning
+
+    def show_ours(message, category, *rest, **kwargs):
+        """sparse_lower's warnings as one line each, like its errors; others as Python shows them."""
+        if issubclass(category, SparseLowerWarning):
+            print(f"sparse-lower {args.command}: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, *rest, **kwargs)
+
     try:
-        return args.handler().run(args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", SparseLowerWarning)
+            warnings.showwarning = show_ours
+            return args.handler().run(args)
     except SparseLowerError as error:
         print(f"sparse-lower {args.command}: error: {error}", file=sys.stderr)
         return 2

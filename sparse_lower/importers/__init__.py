@@ -24,12 +24,13 @@ SparseLowerError naming the source node and the fix.
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import onnx
 
 from ..errors import SparseLowerError
 from ..model_io import load
-from ..schemas import SOURCE_DOMAIN
+from ..schemas import SOURCE_DOMAIN, SOURCE_OPS
 from .aimet import AimetFormat
 from .nvidia import NvidiaFormat
 from .precision import to_float32
@@ -67,4 +68,24 @@ def import_model(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
     return translate(*to_float32(model), fmt=fmt)
 
 
-__all__ = ["FORMATS", "SECTION3", "detect_format", "format_title", "import_model"]
+def nothing_to_lower(model: onnx.ModelProto) -> str | None:
+    """Why `model` (section-3 or standard ONNX) gives the lowering nothing to do, or None when it has
+    section-3 ops. A model whose sparse layers are in a form no importer knows (another domain, another
+    exporter) or a dense CNN would otherwise pass through unchanged: the message says what was found
+    and which forms are recognised."""
+    nodes = model.graph.node
+    if any(node.domain == SOURCE_DOMAIN for node in nodes):
+        return None
+    foreign = Counter(f"{node.domain}::{node.op_type}" for node in nodes if node.domain not in ("", SOURCE_DOMAIN))
+    found = (f"ops outside the standard domain: {', '.join(f'{op} ×{n}' for op, n in sorted(foreign.items()))}"
+             if foreign else "only standard ONNX ops (a dense model, which onnxruntime runs as it is)")
+    ops = Counter(node.op_type for node in nodes)
+    summary = ", ".join(f"{op} ×{n}" for op, n in ops.most_common(6)) or "no nodes"
+    recognised = "; ".join([f"section 3 ({SOURCE_DOMAIN}::{', '.join(SOURCE_OPS)})",
+                            *(f"{fmt.title} ({fmt.signature})" for fmt in FORMATS)])
+    return (f"nothing to lower: no sparse convolution in a form sparse_lower recognises. The model has "
+            f"{len(nodes)} nodes ({summary}); {found}. Recognised: {recognised}. docs/formats.md describes "
+            f"each form")
+
+
+__all__ = ["FORMATS", "SECTION3", "detect_format", "format_title", "import_model", "nothing_to_lower"]

@@ -42,6 +42,7 @@ class AimetFormat:
     key = "aimet"
     title = "Qualcomm AIMET/QNN (spconv domain)"
     engine = "QNN"
+    signature = "spconv::SparseConvolution"  # what `nothing_to_lower` lists
     domains = (DOMAIN,)
     reads_coords_order = False  # AIMET writes format "xyz" whatever the axes are
     rulebook_is_key = False  # AIMET writes "subm<flag>" there
@@ -91,6 +92,11 @@ class AimetFormat:
         rows = "N" if len(readers) == 1 else None
         for name, reader in readers.items():
             indices = reader.operands.indices
+            if indices is None:
+                raise SparseLowerError(f"the graph input '{name}' is read without indices: AIMET's dense-input form "
+                                       f"(a dense NCDHW input, every site of which is active) is a dense Conv3d, "
+                                       f"not a sparse layer", reader.where,
+                                       "trace the model with SparseTensorWrapper(indices, features)")
             if indices not in graph_inputs:
                 raise SparseLowerError(f"the features '{name}' are a graph input but their indices "
                                        f"{f'{indices!r} are' if indices else 'are'} not", reader.where,

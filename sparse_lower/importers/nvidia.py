@@ -43,6 +43,7 @@ class NvidiaFormat:
     key = "nvidia"
     title = "NVIDIA Lidar_AI_Solution (libspconv)"
     engine = "libspconv"
+    signature = "SparseConvolution in the default domain"  # what `nothing_to_lower` lists
     domains: tuple[str, ...] = ()
     reads_coords_order = True  # ScatterDense's `format` names the coordinate columns
     rulebook_is_key = True

@@ -245,14 +245,16 @@ def _declared(values: dict, name: str) -> tuple | None:
 
 def _report_stale(where, values, ndim, cin, cout, grid, note: Note, engine: str) -> None:
     """Note every descriptive attribute that disagrees with the weight or the input's grid."""
-    implied = {"ndim": ndim, "in_channels": cin, "out_channels": cout, "input_spatial_shape": list(grid),
-               "spatial_shape": list(grid), "groups": 1}
-    for name, value in implied.items():
-        declared = values.get(name)
-        if declared is not None and declared != value:
-            source = ("the weight" if "channels" in name or name == "ndim" else
-                      "spconv (groups must be 1)" if name == "groups" else "the layer before")
-            note(where, f"{name}={declared!r} is stale: {source} gives {value!r}, which {engine} uses too")
+    for name, value in (("ndim", ndim), ("in_channels", cin), ("out_channels", cout)):
+        if values.get(name) not in (None, value):
+            note(where, f"{name}={values[name]!r} is stale: the weight gives {value} ({engine} reads the weight too)")
+    for name in ("input_spatial_shape", "spatial_shape"):
+        if values.get(name) not in (None, list(grid)):
+            note(where, f"{name}={values[name]!r} is stale: the layer before gives {list(grid)} ({engine} derives "
+                        f"each grid from the layer before too)")
+    if values.get("groups") not in (None, 1):
+        note(where, f"groups={values['groups']!r} is ignored: spconv convs have one group, and {engine} ignores "
+                    f"groups")
 
 
 def relaid_weight(layer: SpconvLayer, weight: np.ndarray) -> np.ndarray:

@@ -51,6 +51,7 @@ class SourceFormat(Protocol):
     key: str  # "nvidia", "aimet"
     title: str  # for messages
     engine: str  # the runtime the format is written for, for messages
+    signature: str  # the ops that make a model this format, for messages
     domains: tuple[str, ...]  # the opset domains the format adds (dropped from the result)
     reads_coords_order: bool  # whether ScatterDense's `format` names the coordinates' axes
     rulebook_is_key: bool  # whether a conv's `rulebook` is spconv's indice_key
