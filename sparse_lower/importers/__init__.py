@@ -32,11 +32,11 @@ from ..errors import SparseLowerError
 from ..model_io import load
 from ..schemas import SOURCE_DOMAIN, SOURCE_OPS
 from .aimet import AimetFormat
+from .autoware import AutowareFormat
 from .nvidia import NvidiaFormat
 from .precision import to_float32
-from .translate import translate
 
-FORMATS = (NvidiaFormat(), AimetFormat())
+FORMATS = (NvidiaFormat(), AimetFormat(), AutowareFormat())
 SECTION3 = "section3"  # detect_format's answer for a model that needs no import
 
 
@@ -65,7 +65,7 @@ def import_model(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
     if key == SECTION3:
         return model
     fmt = next(fmt for fmt in FORMATS if fmt.key == key)
-    return translate(*to_float32(model), fmt=fmt)
+    return fmt.translate(*to_float32(model))
 
 
 def nothing_to_lower(model: onnx.ModelProto) -> str | None:

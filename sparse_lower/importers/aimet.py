@@ -32,7 +32,7 @@ from onnx import TensorProto
 from ..errors import SparseLowerError
 from .context import SparseTensor, Translation
 from .spconv_layers import flag
-from .translate import Operands, Reader, input_channels, input_grid
+from .translate import Operands, Reader, input_channels, input_grid, translate
 
 DOMAIN = "spconv"
 _RULEBOOK_SUBM = re.compile(r"subm([01])")
@@ -46,6 +46,9 @@ class AimetFormat:
     domains = (DOMAIN,)
     reads_coords_order = False  # AIMET writes format "xyz" whatever the axes are
     rulebook_is_key = False  # AIMET writes "subm<flag>" there
+
+    def translate(self, model: onnx.ModelProto, widened: list[str]) -> onnx.ModelProto:
+        return translate(model, widened, self)
 
     def is_conv(self, node: onnx.NodeProto) -> bool:
         return node.op_type == "SparseConvolution" and node.domain == DOMAIN

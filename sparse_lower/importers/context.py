@@ -46,7 +46,7 @@ def label(node: onnx.NodeProto, index: int) -> str:
 
 class Translation:
     """The graph being built from a source graph, node by node, in the source's (topological) order,
-    and what the import has to say about it (`note`, `quantization`, `coords_columns`), which `finish`
+    and what the import has to say about it (`note`, `quantization`, `coords`), which `finish`
     writes into the imported model's metadata."""
 
     def __init__(self, source: onnx.ModelProto, key: str, title: str, widened: list[str]):
@@ -55,7 +55,8 @@ class Translation:
         self.key, self.title, self.widened = key, title, widened
         self.notes: list[str] = []
         self.quantization: dict[str, dict] = {}  # node -> its int8 attributes (INT8 exports)
-        self.coords_columns: dict[str, list[str]] = {}  # coords input -> what its columns hold
+        self.coords: dict[str, dict] = {}  # a graph input of coordinates -> its columns and their extents
+        self._int64: dict[str, str] = {}  # int32 coordinates -> their int64 Cast
         # Old exporters also list initializers as inputs; the weights are re-laid out under new names.
         self.inputs = [v for v in graph.input if v.name not in {t.name for t in graph.initializer}]
         self.nodes: list[onnx.NodeProto] = []
@@ -95,12 +96,24 @@ class Translation:
         self.notes.append(text)
         warnings.warn(text, SparseLowerWarning, stacklevel=2)
 
+    def describe_coords(self, name: str, columns: list[str], extents: list[int | None]) -> None:
+        """Say what a graph input of coordinates holds, column by column: "batch" or a spatial axis
+        ("d<i>": axis i of the first layer's grid, or the letter a format names it by), and the extent of
+        each spatial column (None for the batch). `sparse-lower convert` draws its random inputs from it."""
+        self.coords[name] = {"columns": columns, "extents": extents}
+
     def name_coords_axes(self, coords: str, order: str) -> None:
         """Name the spatial columns of a coords input by the letters a format declares (e.g. "zyx")."""
-        columns = self.coords_columns[coords]
+        columns = self.coords[coords]["columns"]
         if len(order) == len(columns) - 1:
-            self.coords_columns[coords] = ["batch", *(f"{letter} {column[column.index('('):]}"
-                                                      for letter, column in zip(order, columns[1:]))]
+            columns[1:] = list(order)
+
+    def int64_coords(self, indices: str, where: str) -> str:
+        """Section 3's int64 coordinates of an int32 indices tensor of the source (one Cast per tensor)."""
+        if indices not in self._int64:
+            self._int64[indices] = self.fresh(f"{indices}_int64")
+            self.emit("Cast", [indices], [self._int64[indices]], f"{where}.coords", to=TensorProto.INT64)
+        return self._int64[indices]
 
     # -- reading the source ---------------------------------------------------------------------------
 
@@ -159,8 +172,7 @@ class Translation:
         """Register a graph input pair. Their row count becomes the symbol `rows`: exporters declare the
         row count of the frame they traced, and every other frame has another."""
         self.sparse[features] = x
-        self.coords_columns[coords] = ["batch", *(f"d{axis} (extent {extent})"
-                                                  for axis, extent in enumerate(x.spatial_shape))]
+        self.describe_coords(coords, ["batch", *(f"d{axis}" for axis in range(x.ndim))], [None, *x.spatial_shape])
         self.available.update((features, coords))
         self._tensor_names.add(coords)
         for value in self.inputs:
@@ -206,7 +218,7 @@ class Translation:
     def report(self) -> dict:
         """What the import did, for the imported model's metadata."""
         report = {"format": self.key, "title": self.title, "float16_to_float32": self.widened,
-                  "coords": self.coords_columns, "notes": self.notes}
+                  "coords": self.coords, "notes": self.notes}
         if self.quantization:
             report["quantization"] = {"computed_as": "float32 from the stored weights; the ranges below are "
                                                      "the source's int8 calibration, kept here unused",

@@ -27,7 +27,7 @@ from onnx import TensorProto, helper
 from ..errors import SparseLowerError
 from .context import SparseTensor, Translation
 from .spconv_layers import flag
-from .translate import Operands, Reader, input_channels, input_grid
+from .translate import Operands, Reader, input_channels, input_grid, translate
 
 COORDS = "coords"
 
@@ -47,6 +47,9 @@ class NvidiaFormat:
     domains: tuple[str, ...] = ()
     reads_coords_order = True  # ScatterDense's `format` names the coordinate columns
     rulebook_is_key = True
+
+    def translate(self, model: onnx.ModelProto, widened: list[str]) -> onnx.ModelProto:
+        return translate(model, widened, self)
 
     def is_conv(self, node: onnx.NodeProto) -> bool:
         return node.op_type == "SparseConvolution" and node.domain == ""

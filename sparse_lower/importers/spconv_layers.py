@@ -257,15 +257,17 @@ def _report_stale(where, values, ndim, cin, cout, grid, note: Note, engine: str)
                     f"groups")
 
 
-def relaid_weight(layer: SpconvLayer, weight: np.ndarray) -> np.ndarray:
+def relaid_weight(layer: SpconvLayer, weight: np.ndarray, spconv_1x1: bool = True) -> np.ndarray:
     """spconv's KRSC `[Cout, *K, Cin]` as section 3's `[Cout, Cin, *K]` (convs) or `[Cin, Cout, *K]`
-    (deconvs: the same tap index, its matrix transposed)."""
+    (deconvs: the same tap index, its matrix transposed). `spconv_1x1`: the weight is a spconv module's,
+    whose one-tap fast path reads its memory as [Cin, Cout] (NVIDIA, AIMET); an engine that multiplies
+    by the KRSC weight as it is (Autoware's implicit GEMM) passes False."""
     weight = weight.astype(np.float32)
     if layer.kind == "inverse" and int(np.prod(layer.kernel_size)) == 1:
         raise SparseLowerError("an inverse conv of one tap: spconv runs it as a 1×1 conv on its input rows, not "
                                "on the forward conv's input coords", layer.label,
                                "use a kernel of more than one tap, or a 1×1 submanifold conv")
-    if _runs_as_matmul(layer):
+    if spconv_1x1 and _runs_as_matmul(layer):
         # spconv's 1×1 fast path computes features @ weight.view(Cin, Cout): the stored memory is the
         # matrix [Cin, Cout], whatever the declared [Cout, 1.., Cin] shape says. Read it as spconv does.
         matrix = weight.reshape(layer.in_channels, layer.out_channels)

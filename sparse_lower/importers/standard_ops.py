@@ -166,7 +166,7 @@ def _plain_add(t: Translation, node: onnx.NodeProto, where: str) -> onnx.NodePro
     return helper.make_node("Add", list(node.input), list(node.output), name=node.name)
 
 
-def _check_schema(node: onnx.NodeProto, where: str, opset: int) -> None:
+def check_schema(node: onnx.NodeProto, where: str, opset: int) -> None:
     if not onnx.defs.has(node.op_type):
         raise SparseLowerError(f"unknown op '{node.op_type}'", where,
                                "replace it with standard ONNX ops (or a sparse_lower source op)")
@@ -232,7 +232,7 @@ def _channel_concat(node, where, sparse: list[SparseTensor]) -> SparseTensor:
 def standard_node(t: Translation, node: onnx.NodeProto, where: str, opset: int) -> None:
     """Copy a default-domain node (made standard), tracking sparse features through element-wise ops."""
     node = _standardized(t, node, where)
-    _check_schema(node, where, opset)
+    check_schema(node, where, opset)
     sparse = _sparse_result(t, node, where) if any(name in t.sparse for name in node.input) else None
     copy = helper.make_node(node.op_type, list(node.input), list(node.output), name=t.node_name(where))
     copy.attribute.extend(node.attribute)
