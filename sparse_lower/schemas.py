@@ -18,6 +18,7 @@ from .errors import SparseLowerError
 
 SOURCE_DOMAIN = "sparse"
 CUSTOM_DOMAIN = "sparse_lower"
+IMPORT_METADATA = "sparse_lower.import"  # an imported model's report of what the import did (JSON)
 CONV_OPS = ("SubmanifoldConv", "SparseConv", "SparseDeconv")
 BOUNDARY_OPS = ("ToSparse", "ToDense")
 SOURCE_OPS = CONV_OPS + BOUNDARY_OPS

@@ -3,6 +3,7 @@ comparison of both models' outputs. Used by `sparse-lower convert --verify` and 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,7 +12,7 @@ import onnx
 from . import reference
 from .errors import SparseLowerError
 from .runtime import create_session
-from .schemas import CONV_OPS, SOURCE_DOMAIN, conv_geometry, to_dense_attributes
+from .schemas import CONV_OPS, IMPORT_METADATA, SOURCE_DOMAIN, conv_geometry, to_dense_attributes
 
 _NP = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
        onnx.TensorProto.INT64: np.int64}
@@ -47,26 +48,52 @@ def random_coords(rng: np.random.Generator, count: int, batch: int, grid) -> np.
     return np.column_stack([sites // volume, *np.unravel_index(sites % volume, grid)]).astype(np.int64)
 
 
+def _described_coords(model: onnx.ModelProto) -> dict[str, dict]:
+    """The coordinate inputs an imported model's metadata describes (columns, extents): a format whose
+    coordinates reach the sparse layers through standard ops (Autoware's) says so there."""
+    report = next((p.value for p in model.metadata_props if p.key == IMPORT_METADATA), None)
+    return json.loads(report).get("coords", {}) if report else {}
+
+
+def _symbols(value: onnx.ValueInfoProto) -> list:
+    return [d.dim_param if d.HasField("dim_param") else None for d in value.type.tensor_type.shape.dim]
+
+
 def example_inputs(model: onnx.ModelProto, rng: np.random.Generator, active: int = 500,
                    batch: int = 2) -> dict[str, np.ndarray]:
     """Random inputs for every graph input: unique coords inside each declared grid (in at most `batch`
     batches, and no more than any ToDense holds), features with the declared channels, dense inputs
-    about 10 % active."""
+    about 10 % active. Coordinates that an import described (see `_described_coords`) are drawn inside
+    their extents, and the other inputs sharing their symbolic row count get as many rows."""
     roles = _input_roles(model)
+    described = _described_coords(model)
     batch = min([batch, *(to_dense_attributes(n).batch_size for n in model.graph.node
                           if n.domain == SOURCE_DOMAIN and n.op_type == "ToDense")])
     initializers = {t.name for t in model.graph.initializer}
     feeds: dict[str, np.ndarray] = {}
+    rows_of: dict[str, int] = {}  # a symbolic dimension -> the rows drawn for it
     pending = [v for v in model.graph.input if v.name not in initializers]
-    for value in sorted(pending, key=lambda v: roles.get(v.name, ("z",))[0]):  # coords before features
-        role, grid, partner = roles.get(value.name, ("other", None, None))
+    order = {"coords": 0, "described": 1, "features": 2, "other": 3}
+    role_of = {v.name: roles.get(v.name, ("described" if v.name in described else "other", None, None))
+               for v in pending}
+    for value in sorted(pending, key=lambda v: order[role_of[v.name][0]]):
+        role, grid, partner = role_of[value.name]
         dtype = _NP.get(value.type.tensor_type.elem_type, np.float32)
         shape = _static_shape(value)
         if role == "coords":
             feeds[value.name] = random_coords(rng, active, batch, grid)
+        elif role == "described":
+            feeds[value.name] = _described_sites(rng, described[value.name], active, batch).astype(
+                onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type))
+            symbol = _symbols(value)[0]
+            if symbol:
+                rows_of[symbol] = len(feeds[value.name])
         elif role == "features":
             rows = len(feeds[partner]) if partner in feeds else active
             feeds[value.name] = rng.standard_normal((rows, shape[1] or 1)).astype(dtype)
+        elif None in shape and all(s is not None or rows_of.get(p) for s, p in zip(shape, _symbols(value))):
+            shape = [s if s is not None else rows_of[p] for s, p in zip(shape, _symbols(value))]
+            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
         elif None in shape:
             raise SparseLowerError(f"input '{value.name}' has a symbolic shape {shape} that cannot be guessed",
                                    fix="give inputs with --inputs FILE.npz, or skip the check with --no-verify")
@@ -76,6 +103,15 @@ def example_inputs(model: onnx.ModelProto, rng: np.random.Generator, active: int
                 data *= rng.random([shape[0], 1, *shape[2:]]) < 0.1
             feeds[value.name] = data
     return feeds
+
+
+def _described_sites(rng: np.random.Generator, description: dict, active: int, batch: int) -> np.ndarray:
+    """Unique random coordinates laid out as `description` says: a "batch" column below `batch`, each
+    other column inside its extent."""
+    extents = [batch if extent is None else extent for extent in description["extents"]]
+    volume = int(np.prod(extents))
+    sites = rng.choice(volume, size=min(active, volume), replace=False)
+    return np.column_stack(np.unravel_index(sites, extents)).astype(np.int64)
 
 
 @dataclass

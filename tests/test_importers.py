@@ -404,8 +404,7 @@ def test_bevfusion_exports_in_both_coordinate_orders_compute_the_same():
         imported = import_model(g.model)
         assert [n.op_type for n in imported.graph.node] == ["SparseConv", "ToDense", "Transpose", "Reshape"]
         report = json.loads(metadata(imported)["sparse_lower.import"])
-        assert report["coords"]["coords"] == ["batch", *(f"{axis} (extent {extent})" for axis, extent in
-                                                         zip(layout, g.x.grid))]
+        assert report["coords"]["coords"] == {"columns": ["batch", *layout], "extents": [None, *g.x.grid]}
         bev[layout] = reference.run(imported, {"0": features, "coords": coords})[g.outputs[0][0]]
         assert_outputs_match(g, imported, features, coords)
     np.testing.assert_allclose(bev["xyz"], bev["zyx"], rtol=1e-5, atol=1e-6)
@@ -640,7 +639,8 @@ def test_imported_nvidia_model_structure(rng):
     report = json.loads(metadata(imported)["sparse_lower.import"])
     assert report == {"format": "nvidia", "title": "NVIDIA Lidar_AI_Solution (libspconv)",
                       "float16_to_float32": ["0", g.outputs[0].name, g.outputs[1][0]],
-                      "coords": {"coords": ["batch", "z (extent 6)", "y (extent 8)", "x (extent 10)"]}, "notes": []}
+                      "coords": {"coords": {"columns": ["batch", "z", "y", "x"], "extents": [None, 6, 8, 10]}},
+                      "notes": []}
 
 
 def test_imported_aimet_model_keeps_its_indices_input(rng):

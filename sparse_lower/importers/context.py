@@ -19,9 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import SparseLowerError, SparseLowerWarning
 from ..names import UniqueNames
-from ..schemas import SOURCE_DOMAIN
-
-METADATA_KEY = "sparse_lower.import"  # what the import did, as JSON in the imported model's metadata
+from ..schemas import IMPORT_METADATA, SOURCE_DOMAIN
 
 
 @dataclass(frozen=True)
@@ -212,7 +210,7 @@ class Translation:
         model.producer_version = self.source.producer_version
         model.doc_string = self.source.doc_string
         helper.set_model_props(model, {**{p.key: p.value for p in self.source.metadata_props},
-                                       METADATA_KEY: json.dumps(self.report())})
+                                       IMPORT_METADATA: json.dumps(self.report())})
         return model
 
     def report(self) -> dict:
