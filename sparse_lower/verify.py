@@ -89,7 +89,7 @@ def example_inputs(model: onnx.ModelProto, rng: np.random.Generator, active: int
             if symbol:
                 rows_of[symbol] = len(feeds[value.name])
         elif role == "features":
-            rows = len(feeds[partner]) if partner in feeds else active
+            rows = len(feeds[partner]) if partner in feeds else rows_of.get(_symbols(value)[0], active)
             feeds[value.name] = rng.standard_normal((rows, shape[1] or 1)).astype(dtype)
         elif None in shape and all(s is not None or rows_of.get(p) for s, p in zip(shape, _symbols(value))):
             shape = [s if s is not None else rows_of[p] for s, p in zip(shape, _symbols(value))]

@@ -95,11 +95,6 @@ class AutowareFormat:
             if index in convs:
                 _conv(t, node, where, pairs[convs[index]], done)
                 continue
-            for name in node.input:
-                if name in pairs and name not in pairs[name].readable():
-                    raise SparseLowerError(f"reads '{name}', the kernel-map data of '{pairs[name].where}', which "
-                                           f"sparse_lower builds inside its convs", where,
-                                           "read only out_indices and num_act_out of a pair op")
             t.require_available(node, where)
             check_schema(node, where, opset)
             copy = helper.make_node(node.op_type, list(node.input), list(node.output), name=t.node_name(where))
@@ -211,6 +206,10 @@ def _order(model: onnx.ModelProto, pairs: dict[str, PairNode], convs: dict[int, 
         index = wanted.pop()
         dependencies.add_node(index)
         for name in needs(index):
+            if name in pairs and name not in pairs[name].readable():
+                raise SparseLowerError(f"reads '{name}', the kernel-map data of '{pairs[name].where}', which "
+                                       f"sparse_lower builds inside its convs", label(graph.node[index], index),
+                                       "read only out_indices and num_act_out of a pair op")
             if name in pairs and name not in producer:
                 raise SparseLowerError(f"reads '{name}' of '{pairs[name].where}', whose kernel map no conv uses",
                                        label(graph.node[index], index), "remove the pair op's unused outputs")
