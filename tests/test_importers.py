@@ -416,11 +416,17 @@ def test_activation_variants(activation, op_type, rng):
     g = SpconvGraph("nvidia", 3, (6, 7), rng)
     out = g.conv(g.x, "conv", 5, 2, stride=2, activation=activation)
     g.build(out)
-    imported = import_model(g.model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        imported = import_model(g.model)
     ops = [n.op_type for n in imported.graph.node]
     assert ops == ["SparseConv"] + ([op_type] if op_type else []) + ["Identity"]
-    if op_type == "LeakyRelu":
+    notes = [str(w.message) for w in caught]
+    if op_type == "LeakyRelu":  # the file has no slope: the one assumed is said
         assert imported.graph.node[1].attribute[0].f == pytest.approx(LEAKY_SLOPE)
+        assert len(notes) == 1 and "does not say its slope: read as 0.01" in notes[0], notes
+    else:
+        assert notes == []
     assert_outputs_match(g, imported, *g.random_input(30))
 
 
@@ -640,7 +646,8 @@ def test_imported_nvidia_model_structure(rng):
     assert report == {"format": "nvidia", "title": "NVIDIA Lidar_AI_Solution (libspconv)",
                       "float16_to_float32": ["0", g.outputs[0].name, g.outputs[1][0]],
                       "coords": {"coords": {"columns": ["batch", "z", "y", "x"], "extents": [None, 6, 8, 10]}},
-                      "notes": []}
+                      "notes": report["notes"][:1]}
+    assert "activation='LeakyReLU' does not say its slope" in report["notes"][0]  # the one assumption made
 
 
 def test_imported_aimet_model_keeps_its_indices_input(rng):

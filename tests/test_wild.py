@@ -47,7 +47,7 @@ def frame(name: str) -> tuple[np.ndarray, np.ndarray]:
 
 def relative_error(got: np.ndarray, want: np.ndarray) -> float:
     assert got.shape == want.shape
-    return float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max())
+    return float(np.abs(got.astype(np.float64) - want).max() / (np.abs(want).max() or 1.0))  # all-zero: absolute
 
 
 def convert(source: Path, out: Path, target: str, options: dict, capsys) -> str:
@@ -226,3 +226,160 @@ def test_aimet_writer_writes_what_aimet_writes():
     for mine, theirs in zip(ours.graph.node, real.graph.node):
         attributes = lambda node: {a.name: helper.get_attribute_value(a) for a in node.attribute}
         assert attributes(mine) == attributes(theirs)
+
+
+# -- AIMET's exporter itself, installed from PyPI ----------------------------------------------------
+
+AIMET_NETWORKS = {
+    # name: (grid, batch, layers as (Cin, Cout, kernel, stride, padding, dilation))
+    "three-layers-1x1-strided": ((5, 6, 7), 2, [(3, 8, 3, 1, 1, 1), (8, 6, 1, 1, 0, 1), (6, 5, 3, 2, 0, 1)]),
+    "anisotropic-dilated": ((6, 5, 4), 1, [(4, 7, (3, 1, 3), (1, 2, 2), (1, 0, 1), (2, 1, 1)),
+                                           (7, 3, (2, 2, 1), 1, 0, 1)]),
+    "one-tap-strided": ((4, 6, 5), 1, [(2, 3, 1, 2, 0, 1)]),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def aimet_spconv_module():
+    """aimet_torch's spconv export module, loaded by its path from the installed aimet-torch.
+
+    Importing `aimet_torch` itself runs its package initialisation, which needs a dozen packages the
+    exporter does not use (and a CUDA torchvision); the module needs only torch and spconv, so the
+    test installs aimet-torch without its dependencies and loads this one file of it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("aimet_torch")
+    if spec is None:
+        pytest.skip("aimet-torch is not installed: pip install --no-deps aimet-torch==2.42.0 (.ci/run does)")
+    pytest.importorskip("spconv.pytorch", reason="AIMET's layers wrap spconv (the `spconv` extra)")
+    path = Path(spec.submodule_search_locations[0]) / "_base" / "nn" / "modules" / "_spconv.py"
+    if not path.is_file():
+        pytest.skip(f"this aimet-torch has no {path.name} (2.42 has it)")
+    loader = importlib.util.spec_from_file_location("aimet_spconv_export", path)
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    return module
+
+
+def aimet_network(name: str, bias: bool):
+    """AIMET's own layers (SparseTensorWrapper → CustomSparseConv3DLayer… → ScatterDense), seeded."""
+    import torch
+
+    aimet = aimet_spconv_module()
+    _, _, layers = AIMET_NETWORKS[name]
+
+    class Network(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wrap = aimet.SparseTensorWrapper()
+            self.convs = torch.nn.ModuleList(
+                aimet.CustomSparseConv3DLayer(cin, cout, kernel, stride=stride, padding=padding, dilation=dilation,
+                                              bias=bias) for cin, cout, kernel, stride, padding, dilation in layers)
+            self.scatter = aimet.ScatterDense()
+
+        def forward(self, indices, features):
+            x = self.wrap(indices, features)
+            for conv in self.convs:
+                x = conv(*x) if isinstance(x, tuple) else conv(x)
+            return self.scatter(x)
+
+    torch.manual_seed(sum(map(ord, name)))
+    network = Network()  # left in training mode: spconv's CPU kernels refuse a fused bias (eval mode)
+    with torch.no_grad():
+        for conv in network.convs:
+            conv.sp_conv_3d.weight.normal_()
+            if bias:
+                conv.sp_conv_3d.bias.normal_()
+    return network
+
+
+def aimet_export(name: str, bias: bool, path: Path):
+    """The network exported as AIMET's users export it: torch.onnx (TorchScript exporter, opset 16),
+    traced on every site of the grid (AIMET's tracing path reshapes the features to the dense grid)."""
+    import torch
+
+    grid, batch, _ = AIMET_NETWORKS[name]
+    network = aimet_network(name, bias)
+    indices = np.stack(np.meshgrid(*(np.arange(n) for n in (batch, *grid)), indexing="ij"), -1).reshape(-1, 4)
+    features = np.random.default_rng(0).standard_normal((len(indices), network.convs[0].sp_conv_3d.in_channels))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch: no shape inference for the custom ops
+        torch.onnx.export(network, (torch.from_numpy(indices.astype(np.int32)),
+                                    torch.from_numpy(features.astype(np.float32))),
+                          str(path), opset_version=16, dynamo=False, input_names=["indices", "features"])
+    return network
+
+
+def aimet_sparse_inputs(rng, name: str, count: int, cin: int):
+    """`count` distinct sites of the traced grid and batch, the last site among them: AIMET's eager
+    forward takes the grid from the largest index in each column, the file from the traced grid."""
+    grid, batch, _ = AIMET_NETWORKS[name]
+    volume = int(np.prod(grid))
+    sites = rng.choice(batch * volume - 1, size=count - 1, replace=False).tolist() + [batch * volume - 1]
+    indices = np.column_stack([np.divmod(sites, volume)[0], *np.unravel_index(np.mod(sites, volume), grid)])
+    return indices.astype(np.int32), rng.standard_normal((count, cin)).astype(np.float32)
+
+
+def wrapped_spconv(network, indices: np.ndarray, features: np.ndarray, name: str) -> np.ndarray:
+    """The spconv network AIMET's layers wrap: their own SparseConv3d modules on the sparse rows, then
+    `.dense()`."""
+    import spconv.pytorch as spconv
+    import torch
+
+    grid, batch, _ = AIMET_NETWORKS[name]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # spconv's CPU kernels give wrong sums on more threads
+    try:
+        with torch.no_grad():
+            x = spconv.SparseConvTensor(torch.from_numpy(features), torch.from_numpy(indices), list(grid), batch)
+            for conv in network.convs:
+                x = conv.sp_conv_3d(x)
+            return x.dense().numpy()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def aimet_eager(network, indices: np.ndarray, features: np.ndarray) -> np.ndarray:
+    """AIMET's own eager forward (which densifies between layers: equal to the sparse network only
+    where no bias lands on an inactive site, i.e. for layers built without bias)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            return network(torch.from_numpy(indices), torch.from_numpy(features)).numpy()
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("name", AIMET_NETWORKS)
+def test_files_aimet_exports_convert_and_match_its_network(name, bias, tmp_path, capsys):
+    """Files made by aimet-torch's own export classes (not by our writer): converted with the command
+    line's defaults and lowered through the API for gpu, nna and hybrid, run on sparse inputs, against
+    the spconv network AIMET's layers wrap, and (without bias) against AIMET's own forward."""
+    source = tmp_path / f"{name}.aimet.onnx"
+    network = aimet_export(name, bias, source)
+    assert detect_format(onnx.load(source)) == "aimet"
+    cin = network.convs[0].sp_conv_3d.in_channels
+    rng = np.random.default_rng(1)
+    grid, batch, _ = AIMET_NETWORKS[name]
+    cases = [aimet_sparse_inputs(rng, name, count, cin) for count in (batch * int(np.prod(grid)) // 3, 1)]
+    expected = [wrapped_spconv(network, indices, features, name) for indices, features in cases]
+    if not bias:
+        for (indices, features), want in zip(cases, expected):
+            np.testing.assert_allclose(aimet_eager(network, indices, features), want, rtol=1e-5, atol=1e-5)
+    for target in ("gpu", "nna", "hybrid"):
+        out = tmp_path / f"{name}.{target}.onnx"
+        convert(source, out, target, {}, capsys)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            api = sparse_lower.lower(import_model(source), target=target)
+        one_tap = [str(w.message) for w in caught if "a one-tap conv" in str(w.message)]
+        assert len(one_tap) == (name == "three-layers-1x1-strided"), one_tap  # only a stride-1 conv of one tap
+        for lowered in (onnx.load(out), api):
+            session = sparse_lower.create_session(lowered)
+            for (indices, features), want in zip(cases, expected):
+                (dense,) = session.run(None, {"indices": indices.astype(np.int64), "features": features})
+                assert relative_error(dense, want) < 1e-5, (name, target)

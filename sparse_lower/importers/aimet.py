@@ -18,8 +18,12 @@ The import reads the chain as the sparse network it wraps: SparseConv3d after Sp
 sparse rows, then spconv's `.dense()`. A missing `subm` is AIMET's 0, a regular conv, and `rulebook`
 ("subm0"/"subm1") confirms it; QNN's converter reads a missing `subm` as 1, which for a conv of stride
 1 is a submanifold conv (another network), so that case is noted. A strided conv cannot be
-submanifold, so there the writer's reading is the only one. The indices input keeps its name and
-becomes int64 (a caller holding int32 indices casts them once, outside the model).
+submanifold, so there the writer's reading is the only one. A conv of one tap (stride 1) is read as
+the wrapped spconv module runs it, its weight memory as the matrix [Cin, Cout]; QNN's converter
+multiplies by the weight as declared, so that case is noted too. AIMET's own eager forward densifies
+between layers (a bias lands on every site of the grid); the import follows the sparse network, which
+QNN runs. The indices input keeps its name and becomes int64 (a caller holding int32 indices casts them
+once, outside the model).
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ class AimetFormat:
     domains = (DOMAIN,)
     reads_coords_order = False  # AIMET writes format "xyz" whatever the axes are
     rulebook_is_key = False  # AIMET writes "subm<flag>" there
+    one_tap_note = ("a one-tap conv: read as the spconv module AIMET wraps runs it (its weight memory as the "
+                    "matrix [Cin, Cout]); QNN's converter multiplies by the weight as declared [Cout, 1, 1, 1, Cin], "
+                    "which computes another layer unless that matrix is symmetric")
 
     def translate(self, model: onnx.ModelProto, widened: list[str]) -> onnx.ModelProto:
         return translate(model, widened, self)

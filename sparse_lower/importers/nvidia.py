@@ -47,6 +47,7 @@ class NvidiaFormat:
     domains: tuple[str, ...] = ()
     reads_coords_order = True  # ScatterDense's `format` names the coordinate columns
     rulebook_is_key = True
+    one_tap_note = ""  # the file holds the module's weight memory, read as spconv runs it (no other reader is public)
 
     def translate(self, model: onnx.ModelProto, widened: list[str]) -> onnx.ModelProto:
         return translate(model, widened, self)

@@ -267,7 +267,7 @@ def relaid_weight(layer: SpconvLayer, weight: np.ndarray, spconv_1x1: bool = Tru
         raise SparseLowerError("an inverse conv of one tap: spconv runs it as a 1×1 conv on its input rows, not "
                                "on the forward conv's input coords", layer.label,
                                "use a kernel of more than one tap, or a 1×1 submanifold conv")
-    if spconv_1x1 and _runs_as_matmul(layer):
+    if spconv_1x1 and runs_as_matmul(layer):
         # spconv's 1×1 fast path computes features @ weight.view(Cin, Cout): the stored memory is the
         # matrix [Cin, Cout], whatever the declared [Cout, 1.., Cin] shape says. Read it as spconv does.
         matrix = weight.reshape(layer.in_channels, layer.out_channels)
@@ -276,7 +276,7 @@ def relaid_weight(layer: SpconvLayer, weight: np.ndarray, spconv_1x1: bool = Tru
     return np.ascontiguousarray(np.moveaxis(weight, -1, destination))
 
 
-def _runs_as_matmul(layer: SpconvLayer) -> bool:
+def runs_as_matmul(layer: SpconvLayer) -> bool:
     """spconv runs a conv of one tap (stride 1 unless submanifold) as a matrix product on its input rows."""
     return int(np.prod(layer.kernel_size)) == 1 and (layer.kind == "subm" or int(np.prod(layer.stride)) == 1)
 

@@ -20,7 +20,7 @@ from onnx import version_converter
 from ..errors import SparseLowerError
 from .context import SparseTensor, Translation, label
 from .spconv_layers import (LEAKY_RELU_ALPHA, Rulebooks, checked_bias, declared_grid, parse_layer, relaid_weight,
-                            section3_node)
+                            runs_as_matmul, section3_node)
 from .standard_ops import parse_scatter_dense, scatter_dense, standard_node
 
 IR_VERSION = 10  # onnxruntime 1.31 reads IR <= 13, but not every tool in the flow does
@@ -55,6 +55,7 @@ class SourceFormat(Protocol):
     domains: tuple[str, ...]  # the opset domains the format adds (dropped from the result)
     reads_coords_order: bool  # whether ScatterDense's `format` names the coordinates' axes
     rulebook_is_key: bool  # whether a conv's `rulebook` is spconv's indice_key
+    one_tap_note: str  # said of a conv spconv runs as a matrix product, where the engine reads it otherwise
 
     def is_conv(self, node: onnx.NodeProto) -> bool: ...
 
@@ -145,6 +146,8 @@ def _conv(t: Translation, fmt: SourceFormat, rulebooks: Rulebooks, node: onnx.No
                                "channels")
     if layer.quantization:
         t.quantization[where] = layer.quantization
+    if fmt.one_tap_note and runs_as_matmul(layer):
+        t.note(where, fmt.one_tap_note)
     inputs = [operands.features, x.coords, t.add_constant(f"{where}.W", relaid_weight(layer, weight))]
     if operands.bias is not None:
         bias = checked_bias(layer, _float_constant(t, operands.bias, where, "bias"))
@@ -161,7 +164,12 @@ def _conv(t: Translation, fmt: SourceFormat, rulebooks: Rulebooks, node: onnx.No
     coords = x.coords if layer.kind == "subm" else forward.in_coords if forward else new_coords
     rulebooks.register(layer, x.coords, coords)
     if layer.activation:
-        alpha = {"alpha": LEAKY_RELU_ALPHA} if layer.activation == "LeakyRelu" else {}
+        alpha = {}
+        if layer.activation == "LeakyRelu":
+            alpha = {"alpha": LEAKY_RELU_ALPHA}
+            t.note(where, f"activation='LeakyReLU' does not say its slope: read as {LEAKY_RELU_ALPHA} (torch's "
+                          f"LeakyReLU default); the exporter drops the module's act_alpha and {fmt.engine} uses "
+                          f"its own, so compare the imported model with the source network if it used another")
         t.emit(layer.activation, [features], [output], f"{where}.activation", **alpha)
     t.sparse[output] = SparseTensor(coords, extent, layer.out_channels, x.root)
 
