@@ -1,4 +1,4 @@
-"""The public compiler entry point, `lower` (DESIGN.md §7)."""
+"""The public compiler entry point, `lower` (README: Python)."""
 
 from __future__ import annotations
 

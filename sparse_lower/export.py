@@ -1,4 +1,4 @@
-"""Export a PyTorch spconv model to the section-3 form (DESIGN.md §3), for users who have the model.
+"""Export a PyTorch spconv model to the section-3 form (docs/source_ops.md), for users who have the model.
 
     import sparse_lower
     x = spconv.SparseConvTensor(features, coords_int32, spatial_shape, batch_size)
@@ -24,7 +24,7 @@ order of the model's `spatial_shape`); outputs: `out_features` / `out_coords` fo
 `output` for a dense one, numbered (`output0_features`, `output1`, ...) when the module returns
 several.
 
-spconv's semantics are reproduced exactly (DESIGN.md §6): weights go from `[Cout, *K, Cin]` to
+spconv's semantics are reproduced exactly (docs/formats.md): weights go from `[Cout, *K, Cin]` to
 `[Cout, Cin, *K]` (`[Cin, Cout, *K]` for the transposed kinds, the same tap index); an inverse
 convolution becomes a `SparseDeconv` whose `target_coords` are the input coords of the forward
 convolution with the same `indice_key`, with the forward geometry and an output padding that restores
@@ -587,7 +587,7 @@ class _Tracer:
 
     def _inverse_geometry(self, module, x, name: str) -> dict:
         """SparseInverseConv: the forward conv's geometry, and the output padding that gives back its
-        input extent (DESIGN.md §3)."""
+        input extent (docs/source_ops.md)."""
         forward = x.find_indice_pair(module.indice_key)
         if forward is None:
             raise SparseLowerError(f"no forward convolution with indice_key '{module.indice_key}' ran before",

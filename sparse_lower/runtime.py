@@ -1,6 +1,6 @@
 """Run models that use the sparse_lower custom ops: where the library is, and sessions that load it.
 
-This is the runtime glue of DESIGN.md §8: it imports nothing of the compiler, so a deployment needs only
+This is the runtime glue: it imports nothing of the compiler, so a deployment needs only
 this module, onnxruntime and the library.
 """
 

@@ -1,4 +1,4 @@
-"""Schemas of the source ops (DESIGN.md §3) and of the custom ops the gpu lowering emits.
+"""Schemas of the source ops (docs/source_ops.md) and of the custom ops the gpu lowering emits.
 
 This module is the one place that knows the source ops' attributes, their defaults, the rules they
 must obey and the output extents they imply. The NumPy reference and the lowering both read
@@ -101,7 +101,7 @@ class ConvGeometry:
 
     @property
     def output_shape(self) -> tuple:
-        """The output grid extent per dimension (DESIGN.md §3)."""
+        """The output grid extent per dimension (docs/source_ops.md)."""
         d = range(self.ndim)
         S, K, s, p, dl = self.spatial_shape, self.kernel_shape, self.strides, self.pads, self.dilations
         n = self.ndim

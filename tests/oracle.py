@@ -1,4 +1,4 @@
-"""Test helpers: random sparse inputs, single-node models, and the dense onnxruntime oracle (DESIGN.md §3).
+"""Test helpers: random sparse inputs, single-node models, and the dense onnxruntime oracle (docs/source_ops.md).
 
 The oracle knows the source ops only by their attributes: it densifies the input, runs onnxruntime's own
 dense `Conv` / `ConvTranspose`, and reads the result at the sites where §3 says outputs exist. It shares

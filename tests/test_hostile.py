@@ -9,7 +9,7 @@ a hang, a traceback from inside onnx/graphsurgeon, or silently wrong numbers.
   that contradict the declared inputs, onnxruntime's own (naming the input);
 * on the command line: the same refusals as one error line and exit status 2;
 * NaN/Inf features propagate exactly as onnxruntime's dense Conv propagates them (the oracle of
-  DESIGN.md §3): NaN positions identical, infinities identical, finite values close.
+  docs/source_ops.md): NaN positions identical, infinities identical, finite values close.
 
 tests/test_errors.py holds the first, fragment-level refusals; the cases here are other defects, each
 compared against its whole message.
@@ -272,7 +272,7 @@ MALFORMED = {
         "node 'bad_node': the required input 1 (coords) is empty (fix: connect the coords to input 1)" + VALIDATE),
     "too many inputs": (
         lambda: with_extra_inputs(conv(), "coords", "coords"),
-        "node 'bad_node': SubmanifoldConv takes 3–4 inputs and 2 outputs, got 6 and 2 (fix: see DESIGN.md §3)"
+        "node 'bad_node': SubmanifoldConv takes 3–4 inputs and 2 outputs, got 6 and 2 (fix: see docs/source_ops.md)"
         + VALIDATE),
     "domain the model does not import": (
         lambda: in_domain(conv(), "Sparse"),

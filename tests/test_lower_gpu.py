@@ -1,5 +1,5 @@
 """The gpu lowering run in onnxruntime with the custom-op library, against the dense oracle
-(DESIGN.md §3) and the NumPy reference, on random single-node models, chains with dense boundaries,
+(docs/source_ops.md) and the NumPy reference, on random single-node models, chains with dense boundaries,
 shared index tables and real LiDAR data."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The nna and hybrid targets (DESIGN.md §4) run in onnxruntime against the dense oracle and the
+"""The nna and hybrid targets (README: What a lowered model looks like) run in onnxruntime against the dense oracle and the
 NumPy reference: every combine method, with and without a fixed capacity, one Conv per tap or fused;
 multi-layer chains; the patent's worked examples; capacity and size refusals."""
 

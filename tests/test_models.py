@@ -173,7 +173,7 @@ def test_patent_stack_with_dense_io_matches_the_dense_oracle(target):
 def test_inverse_conv_matches_conv_transpose_at_the_forward_input_sites(seed):
     """conv then inverse, random geometry (odd and even extents, so both output paddings): the inverse
     output sits on the forward input rows, in order, and equals there the dense ConvTranspose of the
-    forward output with the forward geometry (DESIGN.md §3)."""
+    forward output with the forward geometry (docs/source_ops.md)."""
     rng = np.random.default_rng(seed)
     ndim = int(rng.integers(2, 4))
     grid = tuple(int(v) for v in rng.integers(5, 12, ndim))  # large enough for any kernel drawn here

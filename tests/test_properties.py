@@ -1,4 +1,4 @@
-"""Property-based tests (hypothesis) over the op space of DESIGN.md §3, for every target and compute form.
+"""Property-based tests (hypothesis) over the op space of docs/source_ops.md, for every target and compute form.
 
 Each example is a random graph of one to four sparse layers (SubmanifoldConv, SparseConv, SparseDeconv,
 inverse SparseDeconv onto an earlier layer's coords) in 1, 2 or 3 dimensions, with Relu and residual Add

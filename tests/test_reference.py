@@ -1,4 +1,4 @@
-"""The NumPy reference (DESIGN.md §3) against onnxruntime's dense Conv / ConvTranspose, hand-worked cases,
+"""The NumPy reference (docs/source_ops.md) against onnxruntime's dense Conv / ConvTranspose, hand-worked cases,
 the boundary ops, whole graphs with standard ops, and the refusals (SparseLowerError naming the node)."""
 
 from __future__ import annotations

@@ -261,8 +261,9 @@ def aimet_spconv_module():
     return module
 
 
-def aimet_network(name: str, bias: bool):
-    """AIMET's own layers (SparseTensorWrapper → CustomSparseConv3DLayer… → ScatterDense), seeded."""
+def aimet_network(name: str, bias: bool, casts: bool = False):
+    """AIMET's own layers (SparseTensorWrapper → CustomSparseConv3DLayer… → ScatterDense), seeded; with
+    `casts`, the forward casts its int64 indices and float64 features first, as many users' code does."""
     import torch
 
     aimet = aimet_spconv_module()
@@ -278,7 +279,7 @@ def aimet_network(name: str, bias: bool):
             self.scatter = aimet.ScatterDense()
 
         def forward(self, indices, features):
-            x = self.wrap(indices, features)
+            x = self.wrap(indices.int(), features.float()) if casts else self.wrap(indices, features)
             for conv in self.convs:
                 x = conv(*x) if isinstance(x, tuple) else conv(x)
             return self.scatter(x)
@@ -293,19 +294,20 @@ def aimet_network(name: str, bias: bool):
     return network
 
 
-def aimet_export(name: str, bias: bool, path: Path):
+def aimet_export(name: str, bias: bool, path: Path, casts: bool = False):
     """The network exported as AIMET's users export it: torch.onnx (TorchScript exporter, opset 16),
     traced on every site of the grid (AIMET's tracing path reshapes the features to the dense grid)."""
     import torch
 
     grid, batch, _ = AIMET_NETWORKS[name]
-    network = aimet_network(name, bias)
+    network = aimet_network(name, bias, casts)
     indices = np.stack(np.meshgrid(*(np.arange(n) for n in (batch, *grid)), indexing="ij"), -1).reshape(-1, 4)
     features = np.random.default_rng(0).standard_normal((len(indices), network.convs[0].sp_conv_3d.in_channels))
+    dtypes = (np.int64, np.float64) if casts else (np.int32, np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch: no shape inference for the custom ops
-        torch.onnx.export(network, (torch.from_numpy(indices.astype(np.int32)),
-                                    torch.from_numpy(features.astype(np.float32))),
+        torch.onnx.export(network, (torch.from_numpy(indices.astype(dtypes[0])),
+                                    torch.from_numpy(features.astype(dtypes[1]))),
                           str(path), opset_version=16, dynamo=False, input_names=["indices", "features"])
     return network
 
@@ -383,3 +385,27 @@ def test_files_aimet_exports_convert_and_match_its_network(name, bias, tmp_path,
             for (indices, features), want in zip(cases, expected):
                 (dense,) = session.run(None, {"indices": indices.astype(np.int64), "features": features})
                 assert relative_error(dense, want) < 1e-5, (name, target)
+
+
+def test_aimet_export_whose_forward_casts_its_inputs(tmp_path, capsys):
+    """A forward that casts int64 indices and float64 features before AIMET's wrapper: the Casts sit
+    between the graph inputs and the first layer; the import reads the inputs themselves (int64 indices,
+    float32 features, as every imported model declares them)."""
+    name = "anisotropic-dilated"
+    source = tmp_path / "casts.aimet.onnx"
+    network = aimet_export(name, True, source, casts=True)
+    assert [n.op_type for n in onnx.load(source).graph.node][:2] == ["Cast", "Cast"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        imported = import_model(source)
+    assert {v.name: v.type.tensor_type.elem_type for v in imported.graph.input} == \
+        {"indices": onnx.TensorProto.INT64, "features": onnx.TensorProto.FLOAT}
+    assert "Cast" not in {n.op_type for n in imported.graph.node}
+    indices, features = aimet_sparse_inputs(np.random.default_rng(2), name, 40, 4)
+    want = wrapped_spconv(network, indices, features, name)
+    for target in ("gpu", "nna"):
+        out = tmp_path / f"casts.{target}.onnx"
+        convert(source, out, target, {}, capsys)
+        (dense,) = sparse_lower.create_session(onnx.load(out)).run(
+            None, {"indices": indices.astype(np.int64), "features": features})
+        assert relative_error(dense, want) < 1e-5, target

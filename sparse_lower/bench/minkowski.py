@@ -3,8 +3,9 @@
 It runs with 2 torch threads, the machine's cores (its CPU kernels are correct with any count). Timing
 only, with random weights: MinkowskiEngine places a strided conv's outputs at the input sites
 rounded down to multiples of the stride (`floor(i/s)·s` on its tensor-stride lattice), not at every
-site some tap reaches as spconv and DESIGN.md §3 do, so its strided layers make fewer rows and its
-backbone is a slightly smaller network than ours; the table reports its rows where they differ.
+site some tap reaches as spconv and the source ops (docs/source_ops.md) do, so its strided layers
+make fewer rows and its backbone is a slightly smaller network than ours; the table reports its rows
+where they differ.
 
 * Single layers: each run builds a fresh SparseTensor, so the kernel maps are built inside the run
   (as in inference), except the inverse conv, which reuses its forward conv's map, as spconv's does.

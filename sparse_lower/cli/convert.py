@@ -21,8 +21,8 @@ DEFAULT_ACTIVE = 500
 class Convert:
     """Lower the sparse convolutions of an ONNX model for a target.
 
-    Reads IN (section-3 source ops of DESIGN.md, or the NVIDIA Lidar_AI_Solution / AIMET sparse-conv
-    ONNX, imported first), rewrites every sparse node and writes OUT.
+    Reads IN (section-3 source ops, docs/source_ops.md, or an NVIDIA Lidar_AI_Solution, AIMET or
+    Autoware sparse-conv ONNX, imported first: docs/formats.md), rewrites every sparse node and writes OUT.
       gpu     index-builder custom ops -> IndexedUnfold -> MatMul (-> IndexedFold); --strategy:
               unfold, rulebook, fused (the three in one IndexedConv) or auto (fused; the rulebook
               for a conv reading a dense input)

@@ -1,6 +1,6 @@
-"""Importers: the sparse-convolution ONNX found in the wild → section-3 source ops (DESIGN.md §6).
+"""Importers: the sparse-convolution ONNX found in the wild → section-3 source ops (docs/formats.md).
 
-    model = sparse_lower.import_model("scn.onnx")      # NVIDIA, AIMET, or already section 3
+    model = sparse_lower.import_model("scn.onnx")      # NVIDIA, AIMET, Autoware, or already section 3
     lowered = sparse_lower.lower(model, target="gpu")
 
 What an imported model looks like:
@@ -9,13 +9,16 @@ What an imported model looks like:
   ONNX ops, float32 throughout (FP16 weights are widened), default opset >= 17, IR version 10; it
   passes `onnx.checker`;
 * the feature input keeps its name (now float32). NVIDIA graphs carry no coordinates: an int64 input
-  `coords [N, 1 + D]` is added (batch first, spatial order of the source's `input_spatial_shape`).
-  AIMET's `indices` input keeps its name and becomes int64 (cast int32 indices before feeding them);
+  `coords [N, 1 + D]` is added (batch first, then the spatial axes in the order ScatterDense's
+  `format` names). AIMET's `indices` input keeps its name and becomes int64 (cast int32 indices before
+  feeding them); Autoware's coordinate input and the standard ops that read it stay;
 * every output the source declares keeps its name and shape; a sparse output (features) is joined by
   an int64 output `<name>_coords` holding the coordinates of its rows (SparseConv orders its rows
   lexicographically, which the source's engine need not do, so rows are only meaningful with them);
 * the fused `activation` of a conv is a Relu / LeakyRelu (alpha 0.01, torch's default) / Sigmoid node;
-  `ScatterDense` is `ToDense` (+ Transpose for format "xyz", + Reshape where `output_shape` folds axes).
+  `ScatterDense` is `ToDense` (+ Transpose for format "xyz", + Reshape where `output_shape` folds axes);
+* the metadata `sparse_lower.import` reports the format, the inputs widened from float16, the layout
+  of every coordinates input, the notes (also issued as SparseLowerWarning) and any INT8 ranges.
 
 An importer never lowers: the result is the input of `sparse_lower.lower`. Every refusal is a
 SparseLowerError naming the source node and the fix.
@@ -41,7 +44,8 @@ SECTION3 = "section3"  # detect_format's answer for a model that needs no import
 
 
 def detect_format(model: onnx.ModelProto | str | os.PathLike) -> str:
-    """"nvidia", "aimet", or "section3" for anything else (section-3 or plain ONNX: nothing to import)."""
+    """"nvidia", "aimet", "autoware", or "section3" for anything else (section-3 or plain ONNX: nothing to
+    import)."""
     model = load(model)
     found = [fmt for fmt in FORMATS if any(fmt.is_conv(node) for node in model.graph.node)]
     if len(found) > 1:

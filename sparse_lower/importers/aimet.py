@@ -28,6 +28,7 @@ once, outside the model).
 
 from __future__ import annotations
 
+import copy
 import re
 
 import onnx
@@ -40,6 +41,7 @@ from .translate import Operands, Reader, input_channels, input_grid, translate
 
 DOMAIN = "spconv"
 _RULEBOOK_SUBM = re.compile(r"subm([01])")
+_FLOATS = (TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
 
 class AimetFormat:
@@ -55,7 +57,38 @@ class AimetFormat:
                     "which computes another layer unless that matrix is symmetric")
 
     def translate(self, model: onnx.ModelProto, widened: list[str]) -> onnx.ModelProto:
-        return translate(model, widened, self)
+        return translate(self._input_casts_dropped(model), widened, self)
+
+    def _input_casts_dropped(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """`model` without the Casts between a graph input and the first layer's indices or features slot.
+
+        A user's forward that calls `indices.int()` or `features.float()` before AIMET's wrapper traces
+        them as Casts, and the first layer then reads no graph input. The import reads indices as int64
+        and features as float32 whatever they were, so those Casts say nothing: the layer reads the graph
+        input itself, which is declared int64 / float32 like every imported input. A Cast that anything
+        else reads stays (and the layer is refused, naming it)."""
+        graph_inputs = {value.name for value in model.graph.input}
+        casts = {node.output[0]: node for node in model.graph.node
+                 if node.op_type == "Cast" and node.domain == "" and node.input[0] in graph_inputs}
+        readers = {name: [(node, slot) for node in model.graph.node for slot, used in enumerate(node.input)
+                          if used == name] for name in casts}
+        outputs = {value.name for value in model.graph.output}
+        dropped = {name for name, uses in readers.items() if uses and name not in outputs and all(
+            self.is_conv(node) and slot < 2 and len(node.input) >= 3 and node.input[1] not in
+            {t.name for t in model.graph.initializer} for node, slot in uses)}
+        if not dropped:
+            return model
+        model = copy.deepcopy(model)
+        kept = [node for node in model.graph.node if not (node.op_type == "Cast" and node.output[0] in dropped)]
+        for node in kept:
+            node.input[:] = [casts[name].input[0] if name in dropped else name for name in node.input]
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
+        for value in model.graph.input:
+            if value.name in {casts[name].input[0] for name in dropped}:
+                kind = value.type.tensor_type.elem_type
+                value.type.tensor_type.elem_type = TensorProto.FLOAT if kind in _FLOATS else kind
+        return model
 
     def is_conv(self, node: onnx.NodeProto) -> bool:
         return node.op_type == "SparseConvolution" and node.domain == DOMAIN
@@ -75,6 +108,12 @@ class AimetFormat:
                                    f"got {len(inputs)} inputs and {len(node.output)} outputs", where,
                                    "export the node as AIMET does")
         if len(inputs) == 4 or (len(inputs) == 3 and inputs[1] not in t.constants):
+            if inputs[1] not in {value.name for value in t.inputs}:
+                raise SparseLowerError(f"it takes indices '{inputs[0]}' with features '{inputs[1]}' that are not a "
+                                       f"graph input: AIMET writes (indices, features, W, B) only on the layer that "
+                                       f"reads the network's input, and (x, W, B) on every later one", where,
+                                       "export the model with AIMET's layers, each later layer taking the previous "
+                                       "layer's output alone")
             return Operands(inputs[1], inputs[2], inputs[3] if len(inputs) == 4 and inputs[3] else None, inputs[0])
         return Operands(inputs[0], inputs[1], inputs[2] if len(inputs) == 3 and inputs[2] else None)
 

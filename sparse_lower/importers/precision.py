@@ -1,7 +1,7 @@
 """float16 → float32 for a whole model: the first step of every import.
 
 The formats in the wild store FP16 weights and declare FP16 features because their engines run in
-half precision; the section-3 contract (DESIGN.md §2, §6) is float32 throughout, so the imported model
+half precision; the source ops (docs/source_ops.md) are float32 throughout, so the imported model
 computes in float32 from the same (exactly representable) values.
 """
 

@@ -48,7 +48,7 @@ class Reader:
 
 
 class SourceFormat(Protocol):
-    key: str  # "nvidia", "aimet"
+    key: str  # "nvidia", "aimet" (Autoware has its own walk: autoware.py)
     title: str  # for messages
     engine: str  # the runtime the format is written for, for messages
     signature: str  # the ops that make a model this format, for messages

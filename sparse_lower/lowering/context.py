@@ -32,7 +32,7 @@ class DenseSource:
 
 @dataclass(frozen=True)
 class Options:
-    """What the user chose (DESIGN.md §7): the gpu compute form, and the nna combine method, capacity
+    """What the user chose (README: Python): the gpu compute form, and the nna combine method, capacity
     and whether the nna runs one 1×1 conv per tap or one conv with K·Cout outputs."""
 
     strategy: str = "auto"
@@ -98,7 +98,7 @@ class LoweringContext:
         return self._constants[key]
 
     def float32(self, tensor: gs.Tensor) -> gs.Tensor:
-        """The tensor as float32: float16 features are accepted and computed in float32 (DESIGN.md §2)."""
+        """The tensor as float32: float16 features are accepted and computed in float32 (docs/source_ops.md)."""
         if tensor.dtype != np.float16:
             return tensor
         (cast,) = self.table("Cast", tensor.name, [tensor], [("float32", FLOAT, tensor.shape)],

@@ -1,4 +1,4 @@
-"""`CanonicalEmitter`: a network as section-3 source ops plus standard ONNX ops (DESIGN.md §3).
+"""`CanonicalEmitter`: a network as section-3 source ops plus standard ONNX ops (docs/source_ops.md).
 
 The model takes `features` float32 [N, Cin] and `coords` int64 [N, 1 + D] (or, through
 `dense_input`, a dense [B, C, *S] tensor that a ToSparse turns into rows), has float32 initializers in

@@ -4,14 +4,14 @@ A network (centerpoint.py, unet.py, patent2d.py) is a function of an `Emitter` a
 generator: it draws its weights from the generator in a fixed order, in spconv 2.x layout, and calls
 the emitter for every layer. Each emitter turns the same calls into one form:
 
-* `CanonicalEmitter` (canonical.py): section-3 source ops + standard ONNX ops (DESIGN.md §3);
+* `CanonicalEmitter` (canonical.py): section-3 source ops + standard ONNX ops (docs/source_ops.md);
 * `NvidiaEmitter` / `AimetEmitter` (formats.py): the sparse-conv ONNX found in the wild, as NVIDIA's
   and AIMET's exporters write it, for testing the importers;
 * `SpconvEmitter` (tests, needs torch + spconv): real spconv modules with the same weights, the oracle.
 
 So the four forms of a network hold the same weights and topology by construction.
 
-Conventions, spconv's (DESIGN.md §6):
+Conventions, spconv's (docs/formats.md):
 * weights are `[Cout, *kernel, Cin]` (KRSC), float32; bias `[Cout]` or None;
 * kernel, stride, padding, dilation, output_padding are per spatial dimension (ints are broadcast);
   padding is symmetric;

@@ -71,7 +71,7 @@ class ConvLayer:
     @property
     def inverse_output_padding(self) -> tuple:
         """The output_padding that makes a SparseDeconv with the forward geometry end at the forward
-        input extent (DESIGN.md §3): (S_in + 2p − d·(K − 1) − 1) mod s per dimension."""
+        input extent (docs/source_ops.md): (S_in + 2p − d·(K − 1) − 1) mod s per dimension."""
         return tuple((s + 2 * p - d * (k - 1) - 1) % st for s, k, st, p, d in
                      zip(self.output_shape, self.kernel, self.stride, self.padding, self.dilation))
 

@@ -7,7 +7,7 @@ tables, cut it into acyclic segments, export each segment as its own ONNX model 
     parts.to_onnx("segments/")          # 00_gpu.onnx, 01_nna.onnx, ..., manifest.json
     outputs = parts.run({"features": f, "coords": c})
 
-It works on any ONNX graph and knows no lowering rule (DESIGN.md §8): devices.py holds what each
+It works on any ONNX graph and knows no lowering rule (README: Layout): devices.py holds what each
 device runs, segments.py the algorithm.
 """
 

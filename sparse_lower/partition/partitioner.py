@@ -1,4 +1,4 @@
-"""`partition(model, …) -> Partition`: assign, cut, export and run (DESIGN.md §1, §7)."""
+"""`partition(model, …) -> Partition`: assign, cut, export and run (README: Partitioning)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LowerSparse: rewrite every source node with the rules of a target (DESIGN.md §4)."""
+"""LowerSparse: rewrite every source node with the rules of a target (README: What a lowered model looks like)."""
 
 from __future__ import annotations
 

@@ -125,7 +125,7 @@ def _check_node(node: gs.Node) -> None:
     low, high, outputs = _ARITY[node.op]
     if not low <= len(node.inputs) <= high or len(node.outputs) != outputs:
         raise SparseLowerError(f"{node.op} takes {low}–{high} inputs and {outputs} outputs, got "
-                               f"{len(node.inputs)} and {len(node.outputs)}", node.name, "see DESIGN.md §3")
+                               f"{len(node.inputs)} and {len(node.outputs)}", node.name, "see docs/source_ops.md")
     for index, role in enumerate(_REQUIRED_INPUTS[node.op]):
         if not node.inputs[index].name:
             raise SparseLowerError(f"the required input {index} ({role}) is empty", node.name,

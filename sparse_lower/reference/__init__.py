@@ -1,4 +1,4 @@
-"""The NumPy reference interpreter of the source ops (DESIGN.md §3): their readable, executable definition.
+"""The NumPy reference interpreter of the source ops (docs/source_ops.md): their readable, executable definition.
 
 `run(model, feeds)` executes a whole graph; `submanifold_conv`, `sparse_conv`, `sparse_deconv`,
 `to_sparse` and `to_dense` are the ops themselves as plain NumPy functions with keyword attributes.

@@ -1,4 +1,4 @@
-"""The source ops of DESIGN.md §3 in NumPy: the executable definition the lowering is checked against.
+"""The source ops (docs/source_ops.md) in NumPy: the executable definition the lowering is checked against.
 
 Every function reads its attributes through `sparse_lower.schemas`, so an attribute means here exactly
 what it means to the lowering, and a bad one is refused with the same SparseLowerError. Nothing else is

@@ -1,4 +1,4 @@
-"""The nna compute form of a sparse conv (DESIGN.md §4, the patent's NNA method).
+"""The nna compute form of a sparse conv (README: What a lowered model looks like; the patent's NNA method).
 
 The accelerator runs standard ops only. The features enter as `[1, Cin, 1, N]`; one 1×1 `Conv` per
 kernel tap (or, with `fuse_taps`, one `Conv` with K·Cout outputs split per tap) gives each input's
