@@ -29,6 +29,8 @@ from test_importers import as_dict, spconv_conv, spconv_deconv, spconv_dense, sp
 
 PAIR_IMPLICIT, PAIR_NATIVE = "GetIndicePairsImplicitGemm", "GetIndicePairs"
 COORS = {"awml": [2, 1, 0], "aml": [2, 0, 1]}  # per coors column (z, y, x): the grid axis it becomes
+# "direct": the pair op reads a graph input `coors [N, 4]` (batch, c0, c1, c2) itself, as the writers'
+# own test networks do
 
 
 class AutowareGraph:
@@ -39,7 +41,8 @@ class AutowareGraph:
         self.nodes, self.initializers, self.program, self.keys = [], [], [], {}
         self.count = 0
         self.inputs = [helper.make_tensor_value_info("voxel_features", TensorProto.FLOAT, ["voxels_num", cin]),
-                       helper.make_tensor_value_info("coors", TensorProto.INT32, ["voxels_num", 3])]
+                       helper.make_tensor_value_info("coors", TensorProto.INT32,
+                                                     ["voxels_num", 4 if variant == "direct" else 3])]
         self.x = ("voxel_features", self.grid, cin, self._coordinates())
 
     def _name(self, stem: str) -> str:
@@ -58,6 +61,8 @@ class AutowareGraph:
 
     def _coordinates(self) -> str:
         """The int32 [N, 4] indices (batch, c0, c1, c2) from `coors` (z, y, x), as each writer builds them."""
+        if self.variant == "direct":
+            return "coors"
         (shape,) = self.node("Shape", ["coors"])
         (rows,) = self.node("Gather", [shape, self.const([0])], axis=0)
         (zeros_shape,) = self.node("Concat", [rows, self.const([1])], axis=0)
@@ -75,6 +80,8 @@ class AutowareGraph:
 
     def coordinates_of(self, coors: np.ndarray) -> np.ndarray:
         """The (batch, c0, c1, c2) sites of `coors` rows."""
+        if self.variant == "direct":
+            return coors.astype(np.int64)
         sites = np.zeros((len(coors), 4), np.int64)
         for column, axis in enumerate(COORS[self.variant]):
             sites[:, 1 + axis] = coors[:, column]
@@ -176,9 +183,12 @@ class AutowareGraph:
         volume = int(np.prod(self.grid))
         sites = self.rng.choice(volume, size=min(count, volume), replace=False)
         spatial = np.column_stack(np.unravel_index(sites, self.grid))
-        coors = np.zeros((len(sites), 3), np.int32)
-        for column, axis in enumerate(COORS[self.variant]):
-            coors[:, column] = spatial[:, axis]
+        if self.variant == "direct":
+            coors = np.column_stack([np.zeros(len(sites)), spatial]).astype(np.int32)
+        else:
+            coors = np.zeros((len(sites), 3), np.int32)
+            for column, axis in enumerate(COORS[self.variant]):
+                coors[:, column] = spatial[:, axis]
         features = self.rng.standard_normal((len(sites), self.x[2])).astype(np.float32)
         return {"voxel_features": features, "coors": coors}
 
@@ -223,7 +233,7 @@ def assert_matches(g: AutowareGraph, results: dict, feeds: dict) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("variant", ["awml", "aml"])
+@pytest.mark.parametrize("variant", ["awml", "aml", "direct"])
 @pytest.mark.parametrize("bias", ["add", "fused"])
 def test_encoder_matches_spconv(variant, bias, rng):
     g = encoder(variant, rng, bias=bias, act_type=0 if bias == "fused" else None)
@@ -294,11 +304,15 @@ def test_imported_encoder_lowers_and_runs(variant, target, options, rng):
 def test_imported_model_says_how_to_feed_the_coordinates(rng, tmp_path, capsys):
     """The import traces `coors` to the first pair op's indices and records which grid axis each column
     is; `convert` draws its random check inputs from that, so it verifies without --inputs."""
-    for variant, columns in (("awml", ["d2", "d1", "d0"]), ("aml", ["d2", "d0", "d1"])):
+    for variant, columns in (("awml", ["d2", "d1", "d0"]), ("aml", ["d2", "d0", "d1"]),
+                             ("direct", ["batch", "d0", "d1", "d2"])):
         g = encoder(variant, np.random.default_rng(3))
-        imported = import_model(g.model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # every form is traced: nothing to note
+            imported = import_model(g.model)
         report = json.loads({p.key: p.value for p in imported.metadata_props}["sparse_lower.import"])
-        assert report["coords"] == {"coors": {"columns": columns, "extents": [(8, 10, 6)[int(c[1])] for c in columns]}}
+        extents = [1 if c == "batch" else (8, 10, 6)[int(c[1])] for c in columns]  # batch_size=1
+        assert report["coords"] == {"coors": {"columns": columns, "extents": extents}}
         assert [v.name for v in imported.graph.input] == ["voxel_features", "coors"]
         path = tmp_path / f"{variant}.onnx"
         onnx.save(g.model, path)

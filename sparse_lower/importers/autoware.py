@@ -275,7 +275,8 @@ def _pair_outputs(t: Translation, pair: PairNode, coords: str, done: dict[str, s
 
 def _describe_coordinates(t: Translation, model: onnx.ModelProto, pairs: dict[str, PairNode]) -> None:
     """Record which graph input holds the coordinates, column by column (found by running the ops that
-    turn it into the first pair op's indices), so that the imported model says how to feed it."""
+    turn it into the first pair op's indices), so that the imported model says how to feed it. A batch
+    column ranges over the pair op's `batch_size`: the batches the traced `.dense()` holds."""
     first = next((pair for pair in pairs.values() if pair.indices not in pairs), None)
     if first is None:
         return
@@ -284,5 +285,7 @@ def _describe_coordinates(t: Translation, model: onnx.ModelProto, pairs: dict[st
         t.note(first.where, f"the graph input its coordinates '{first.indices}' come from could not be traced")
         return
     source, mapping = columns
+    batch = attribute_values(first.node, first.where).get("batch_size")
+    batch = batch if isinstance(batch, int) and batch >= 1 else None
     t.describe_coords(source, [f"d{axis}" if axis >= 0 else "batch" for axis in mapping],
-                      [first.grid[axis] if axis >= 0 else None for axis in mapping])
+                      [first.grid[axis] if axis >= 0 else batch for axis in mapping])

@@ -49,6 +49,10 @@ def coordinate_columns(model: onnx.ModelProto, indices: str) -> tuple[str, list[
     one integer input's columns beside a zero batch column."""
     graph = model.graph
     inputs = {v.name: v for v in graph.input}
+    if indices in inputs:  # read as they come: batch, then the spatial axes in order
+        dims = inputs[indices].type.tensor_type.shape.dim
+        width = dims[1].dim_value if len(dims) == 2 and dims[1].HasField("dim_value") else 0
+        return (indices, [-1, *range(width - 1)]) if width >= 2 else None
     nodes, outside = _ancestors(graph, indices)
     initializers = {t.name: t for t in graph.initializer if t.name in outside}
     if not nodes or not outside - set(initializers) <= set(inputs):
