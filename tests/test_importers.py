@@ -548,9 +548,12 @@ def test_int8_export_computes_in_float_and_keeps_its_ranges(rng):
                                   helper.make_attribute("output_precision", "fp16")])
     g.nodes[-1].op_type = "QuantAdd"
     g.build(g.scatter_dense(total, input_dynamic_range=4.0))
-    imported = import_model(g.model)
+    with pytest.warns(SparseLowerWarning, match=r"an INT8 export \(4 nodes carry ranges\): computed in float32"):
+        imported = import_model(g.model)
     assert "QuantAdd" not in {n.op_type for n in imported.graph.node}
-    quantization = json.loads(metadata(imported)["sparse_lower.import"])["quantization"]
+    report = json.loads(metadata(imported)["sparse_lower.import"])
+    assert sum("INT8 export" in note for note in report["notes"]) == 1
+    quantization = report["quantization"]
     names = [n.name for n in g.nodes]
     assert quantization["nodes"] == {
         names[0]: {"input_dynamic_range": 1.5, "weight_dynamic_ranges": [0.5, 0.25, 0.75, 1.0], "precision": "fp16",

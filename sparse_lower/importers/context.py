@@ -181,7 +181,12 @@ class Translation:
     def finish(self, source_domains: tuple[str, ...], default_opset: int) -> onnx.ModelProto:
         """The translated model: the source's opset for the standard ops (`default_opset` where it declares
         none), `sparse` v1, and every sparse graph output accompanied by its coords (their rows are
-        meaningless without them)."""
+        meaningless without them). An INT8 export is said once: a user who converts one may expect int8
+        arithmetic, and gets the float network it was calibrated on."""
+        if self.quantization:
+            self.note("", f"an INT8 export ({len(self.quantization)} nodes carry ranges): computed in float32 from "
+                          f"the stored weights; the ranges are kept, unused, in the metadata '{IMPORT_METADATA}' "
+                          f"under 'quantization'")
         outputs = list(self.source.graph.output)
         for value in outputs:  # onnx.checker requires a shape on every graph output
             if not value.type.tensor_type.HasField("shape"):
