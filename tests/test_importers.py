@@ -425,9 +425,30 @@ def test_activation_variants(activation, op_type, rng):
     if op_type == "LeakyRelu":  # the file has no slope: the one assumed is said
         assert imported.graph.node[1].attribute[0].f == pytest.approx(LEAKY_SLOPE)
         assert len(notes) == 1 and "does not say its slope: read as 0.01" in notes[0], notes
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the caller's slope: nothing left open
+            given = import_model(g.model, leaky_relu_alpha=0.1)
+        assert given.graph.node[1].attribute[0].f == pytest.approx(0.1)
     else:
         assert notes == []
     assert_outputs_match(g, imported, *g.random_input(30))
+
+
+def test_convert_takes_the_leaky_relu_slope_the_file_leaves_out(rng, tmp_path, capsys):
+    """`convert --leaky-relu-alpha`: the network's slope, where exptool wrote none; no note is left, the
+    lowered model uses it, and a bad value is refused before anything is written."""
+    g = SpconvGraph("nvidia", 3, (6, 7, 8), rng)
+    g.build(g.conv(g.x, "subm", 5, 3, activation="LeakyReLU"))
+    source = tmp_path / "leaky.onnx"
+    onnx.save(g.model, source)
+    out = tmp_path / "leaky.gpu.onnx"
+    assert main(["convert", str(source), "-o", str(out), "--leaky-relu-alpha", "0.2"]) == 0
+    printed = capsys.readouterr().out
+    assert "verify: ok" in printed and "warning" not in printed
+    slopes = [a.f for n in onnx.load(out).graph.node if n.op_type == "LeakyRelu" for a in n.attribute]
+    assert slopes == [pytest.approx(0.2)]
+    with pytest.raises(SparseLowerError, match="leaky_relu_alpha=nan is not a finite number"):
+        import_model(g.model, leaky_relu_alpha=float("nan"))
 
 
 @pytest.mark.filterwarnings("ignore::sparse_lower.errors.SparseLowerWarning")

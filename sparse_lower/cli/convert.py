@@ -65,12 +65,14 @@ class Convert:
                             help=f"active sites per random input (default {DEFAULT_ACTIVE}, at most --max-active)")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--tolerance", type=float, default=1e-4)
+        parser.add_argument("--leaky-relu-alpha", type=float,
+                            help="import: the LeakyReLU slope an NVIDIA file does not record (default 0.01)")
 
     def run(self, args) -> int:
         source = load(args.input)
         found = detect_format(source)
         if found != SECTION3:
-            source = import_model(source)
+            source = import_model(source, leaky_relu_alpha=args.leaky_relu_alpha)
             print(f"imported {format_title(found)} format into section-3 ops")
         lowered = lower(source, target=args.target, strategy=args.strategy, combine=args.combine,
                         max_active=args.max_active, fuse_taps=args.fuse_taps, dump_dir=args.dump_dir)

@@ -26,6 +26,7 @@ SparseLowerError naming the source node and the fix.
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 
@@ -62,14 +63,21 @@ def format_title(key: str) -> str:
     return next((fmt.title for fmt in FORMATS if fmt.key == key), "section-3 / standard ONNX")
 
 
-def import_model(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
-    """The section-3 form of a foreign sparse-convolution model; a section-3 model is returned unchanged."""
+def import_model(model: onnx.ModelProto | str | os.PathLike, leaky_relu_alpha: float | None = None) -> onnx.ModelProto:
+    """The section-3 form of a foreign sparse-convolution model; a section-3 model is returned unchanged.
+
+    `leaky_relu_alpha`: the slope of the network's LeakyReLU activations where the file does not record
+    it (NVIDIA's exporters drop it); None reads torch's default, 0.01, and notes it."""
     model = load(model)
     key = detect_format(model)
     if key == SECTION3:
         return model
+    if leaky_relu_alpha is not None and not (isinstance(leaky_relu_alpha, (int, float)) and
+                                             math.isfinite(leaky_relu_alpha)):
+        raise SparseLowerError(f"leaky_relu_alpha={leaky_relu_alpha!r} is not a finite number",
+                               fix="give the slope the network's LeakyReLU uses, e.g. 0.1")
     fmt = next(fmt for fmt in FORMATS if fmt.key == key)
-    return fmt.translate(*to_float32(model))
+    return fmt.translate(*to_float32(model), leaky_relu_alpha)
 
 
 def nothing_to_lower(model: onnx.ModelProto) -> str | None:

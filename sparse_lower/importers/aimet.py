@@ -56,8 +56,8 @@ class AimetFormat:
                     "matrix [Cin, Cout]); QNN's converter multiplies by the weight as declared [Cout, 1, 1, 1, Cin], "
                     "which computes another layer unless that matrix is symmetric")
 
-    def translate(self, model: onnx.ModelProto, widened: list[str]) -> onnx.ModelProto:
-        return translate(self._input_casts_dropped(model), widened, self)
+    def translate(self, model: onnx.ModelProto, widened: list[str], leaky_relu_alpha: float | None) -> onnx.ModelProto:
+        return translate(self._input_casts_dropped(model), widened, self, leaky_relu_alpha)
 
     def _input_casts_dropped(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """`model` without the Casts between a graph input and the first layer's indices or features slot.

@@ -40,7 +40,7 @@ from onnx import TensorProto, helper
 from ..errors import SparseLowerError
 from .context import Translation, label
 from .probe import coordinate_columns
-from .spconv_layers import (LEAKY_RELU_ALPHA, SpconvLayer, attribute_values, checked_bias, flag, per_dim,
+from .spconv_layers import (SpconvLayer, attribute_values, checked_bias, flag, per_dim,
                             relaid_weight, section3_node)
 from .standard_ops import check_schema
 from .translate import source_opset, to_target_versions
@@ -85,8 +85,8 @@ class AutowareFormat:
     def is_conv(self, node: onnx.NodeProto) -> bool:
         return node.domain == DOMAIN and node.op_type in CONV_OPS
 
-    def translate(self, model: onnx.ModelProto, widened: list[str]) -> onnx.ModelProto:
-        t = Translation(model, self.key, self.title, widened)
+    def translate(self, model: onnx.ModelProto, widened: list[str], leaky_relu_alpha: float | None) -> onnx.ModelProto:
+        t = Translation(model, self.key, self.title, widened, leaky_relu_alpha)
         pairs, convs = _parse(model)
         opset = source_opset(model)
         done: dict[str, str] = {}  # pair node output name -> emitted
@@ -254,7 +254,10 @@ def _conv(t: Translation, node: onnx.NodeProto, where: str, pair: PairNode, done
     conv, _ = section3_node(layer, inputs, [linear, out_coords], t.node_name(where), t.note)
     t.append(conv)
     if layer.activation:
-        alpha = {"alpha": float(values.get("act_alpha", LEAKY_RELU_ALPHA))} if layer.activation == "LeakyRelu" else {}
+        alpha = {}
+        if layer.activation == "LeakyRelu":
+            slope = values["act_alpha"] if "act_alpha" in values else t.leaky_relu_slope(where, AutowareFormat.engine)
+            alpha = {"alpha": float(slope)}
         t.emit(layer.activation, [linear], [output], f"{where}.activation", **alpha)
     _pair_outputs(t, pair, coords if pair.kind == "subm" else out_coords, done)
 

@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..errors import SparseLowerError, SparseLowerWarning
 from ..names import UniqueNames
 from ..schemas import IMPORT_METADATA, SOURCE_DOMAIN
+from .spconv_layers import LEAKY_RELU_ALPHA
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,12 @@ class Translation:
     and what the import has to say about it (`note`, `quantization`, `coords`), which `finish`
     writes into the imported model's metadata."""
 
-    def __init__(self, source: onnx.ModelProto, key: str, title: str, widened: list[str]):
+    def __init__(self, source: onnx.ModelProto, key: str, title: str, widened: list[str],
+                 leaky_relu_alpha: float | None = None):
         graph = source.graph
         self.source = source
         self.key, self.title, self.widened = key, title, widened
+        self.leaky_relu_alpha = leaky_relu_alpha  # the caller's slope for a LeakyReLU the file leaves open
         self.notes: list[str] = []
         self.quantization: dict[str, dict] = {}  # node -> its int8 attributes (INT8 exports)
         self.coords: dict[str, dict] = {}  # a graph input of coordinates -> its columns and their extents
@@ -93,6 +96,17 @@ class Translation:
         text = f"node '{where}': {message}" if where else message
         self.notes.append(text)
         warnings.warn(text, SparseLowerWarning, stacklevel=2)
+
+    def leaky_relu_slope(self, where: str, engine: str) -> float:
+        """The slope of a LeakyReLU whose file does not record it: the caller's, else torch's default
+        (noted, since the exporter dropped the module's own and the engine uses its own)."""
+        if self.leaky_relu_alpha is not None:
+            return self.leaky_relu_alpha
+        self.note(where, f"activation='LeakyReLU' does not say its slope: read as {LEAKY_RELU_ALPHA} (torch's "
+                         f"LeakyReLU default); the exporter drops the module's act_alpha and {engine} uses its "
+                         f"own. If the network used another, give it: import_model(..., leaky_relu_alpha=…) or "
+                         f"`convert --leaky-relu-alpha`")
+        return LEAKY_RELU_ALPHA
 
     def describe_coords(self, name: str, columns: list[str], extents: list[int | None]) -> None:
         """Say what a graph input of coordinates holds, column by column: "batch" or a spatial axis

@@ -49,8 +49,8 @@ class NvidiaFormat:
     rulebook_is_key = True
     one_tap_note = ""  # the file holds the module's weight memory, read as spconv runs it (no other reader is public)
 
-    def translate(self, model: onnx.ModelProto, widened: list[str]) -> onnx.ModelProto:
-        return translate(model, widened, self)
+    def translate(self, model: onnx.ModelProto, widened: list[str], leaky_relu_alpha: float | None) -> onnx.ModelProto:
+        return translate(model, widened, self, leaky_relu_alpha)
 
     def is_conv(self, node: onnx.NodeProto) -> bool:
         return node.op_type == "SparseConvolution" and node.domain == ""

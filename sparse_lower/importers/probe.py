@@ -75,7 +75,8 @@ def coordinate_columns(model: onnx.ModelProto, indices: str) -> tuple[str, list[
         if len(matches) != 1:
             return None
         mapping[matches[0]] = column - 1
-    if not np.all(result[:, 0] == 0) and not any(np.array_equal(result[:, 0], value[:, c]) for c in range(value.shape[1])):
+    batch_is_a_column = any(np.array_equal(result[:, 0], value[:, c]) for c in range(value.shape[1]))
+    if not np.all(result[:, 0] == 0) and not batch_is_a_column:
         return None
     for c in range(value.shape[1]):
         if mapping[c] == -1 and not np.array_equal(result[:, 0], value[:, c]):

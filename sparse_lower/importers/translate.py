@@ -19,7 +19,7 @@ from onnx import version_converter
 
 from ..errors import SparseLowerError
 from .context import SparseTensor, Translation, label
-from .spconv_layers import (LEAKY_RELU_ALPHA, Rulebooks, checked_bias, declared_grid, parse_layer, relaid_weight,
+from .spconv_layers import (Rulebooks, checked_bias, declared_grid, parse_layer, relaid_weight,
                             runs_as_matmul, section3_node)
 from .standard_ops import parse_scatter_dense, scatter_dense, standard_node
 
@@ -105,10 +105,12 @@ def input_channels(t: Translation, name: str) -> int | None:
     return dims[1].dim_value if len(dims) == 2 and dims[1].HasField("dim_value") else None
 
 
-def translate(model: onnx.ModelProto, widened: list[str], fmt: SourceFormat) -> onnx.ModelProto:
+def translate(model: onnx.ModelProto, widened: list[str], fmt: SourceFormat,
+              leaky_relu_alpha: float | None) -> onnx.ModelProto:
     """The section-3 form of a float32 model of `fmt` (see the package docstring for the contract);
-    `widened` names the graph inputs and outputs that were float16 in the source."""
-    t = Translation(model, fmt.key, fmt.title, widened)
+    `widened` names the graph inputs and outputs that were float16 in the source; `leaky_relu_alpha` is
+    the slope of a LeakyReLU activation (the files do not record it; None: torch's default, noted)."""
+    t = Translation(model, fmt.key, fmt.title, widened, leaky_relu_alpha)
     fmt.declare_inputs(t, feature_readers(model, fmt, t))
     rulebooks = Rulebooks()
     opset = source_opset(model)
@@ -164,12 +166,7 @@ def _conv(t: Translation, fmt: SourceFormat, rulebooks: Rulebooks, node: onnx.No
     coords = x.coords if layer.kind == "subm" else forward.in_coords if forward else new_coords
     rulebooks.register(layer, x.coords, coords)
     if layer.activation:
-        alpha = {}
-        if layer.activation == "LeakyRelu":
-            alpha = {"alpha": LEAKY_RELU_ALPHA}
-            t.note(where, f"activation='LeakyReLU' does not say its slope: read as {LEAKY_RELU_ALPHA} (torch's "
-                          f"LeakyReLU default); the exporter drops the module's act_alpha and {fmt.engine} uses "
-                          f"its own, so compare the imported model with the source network if it used another")
+        alpha = {"alpha": t.leaky_relu_slope(where, fmt.engine)} if layer.activation == "LeakyRelu" else {}
         t.emit(layer.activation, [features], [output], f"{where}.activation", **alpha)
     t.sparse[output] = SparseTensor(coords, extent, layer.out_channels, x.root)
 
