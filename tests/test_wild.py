@@ -26,6 +26,7 @@ from sparse_lower.importers import SECTION3, detect_format, import_model
 from sparse_lower.models import AimetEmitter, NvidiaEmitter, sp_middle_resnet_fhd
 
 WILD = DATA / "wild"
+EXPORTS = Path(__file__).parent / "data" / "exports"  # small real exports kept in the repository (README there)
 NVIDIA = WILD / "nvidia_exptool" / "centerpoint.scn.onnx"
 AIMET = WILD / "aimet" / "two_layer_spconv.aimet.onnx"
 FRAMES = {"centerpoint": DATA / "nuscenes_centerpoint_voxels.npz", "bevfusion": DATA / "nuscenes_bevfusion_voxels.npz"}
@@ -64,7 +65,7 @@ def convert(source: Path, out: Path, target: str, options: dict, capsys) -> str:
 
 
 def wild_files() -> list[Path]:
-    return sorted(WILD.rglob("*.onnx")) if WILD.is_dir() else []
+    return (sorted(WILD.rglob("*.onnx")) if WILD.is_dir() else []) + sorted(EXPORTS.glob("*.onnx"))
 
 
 @pytest.mark.parametrize("path", wild_files(), ids=lambda p: p.name)
@@ -409,3 +410,57 @@ def test_aimet_export_whose_forward_casts_its_inputs(tmp_path, capsys):
         (dense,) = sparse_lower.create_session(onnx.load(out)).run(
             None, {"indices": indices.astype(np.int64), "features": features})
         assert relative_error(dense, want) < 1e-5, target
+
+
+# -- small real exports kept in the repository (tests/data/exports/README.md) ------------------------
+
+def rows_by_site(features: np.ndarray, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and coordinates in lexicographic order of the coordinates (an engine's row order is its own)."""
+    order = np.lexsort(coords.T[::-1])
+    return features[order], coords[order].astype(np.int64)
+
+
+@pytest.mark.parametrize("target", ["gpu", "nna", "hybrid"])
+def test_nvidia_unet_export_with_inverse_transposed_and_leaky_relu(target, tmp_path, capsys):
+    """exptool's UNet (inverse convs through two keys, a transposed conv, fused LeakyReLU(0.1) and
+    Sigmoid, a 1×1 head, sparse output), with the slope the file cannot carry given at import: the
+    output rows and coordinates are spconv's, for batch 1 and 2."""
+    source = EXPORTS / "nvidia_unet.scn.onnx"
+    data = np.load(EXPORTS / "nvidia_unet.expected.npz")
+    out = tmp_path / f"unet.{target}.onnx"
+    assert main(["convert", str(source), "-o", str(out), "--target", target, "--leaky-relu-alpha", "0.1"]) == 0
+    text = capsys.readouterr().out
+    assert "verify: ok" in text and "does not say its slope" not in text, text
+    with pytest.warns(sparse_lower.errors.SparseLowerWarning, match="transposed=1: imported as spconv's"):
+        api = sparse_lower.lower(import_model(source, leaky_relu_alpha=0.1), target=target)
+    for lowered in (onnx.load(out), api):
+        session = sparse_lower.create_session(lowered)
+        for batch in ("b1", "b2"):
+            features, coords = session.run(None, {"0": data[f"{batch}_features"], "coords": data[f"{batch}_coords"]})
+            got, got_coords = rows_by_site(features, coords)
+            want, want_coords = rows_by_site(data[f"{batch}_expected"], data[f"{batch}_expected_coords"])
+            np.testing.assert_array_equal(got_coords, want_coords)
+            assert relative_error(got, want) < 1e-5, (target, batch)
+
+
+@pytest.mark.parametrize("target", ["gpu", "nna", "hybrid"])
+def test_autoware_export_matches_spconv(target, tmp_path, capsys):
+    """The Autoware writers' encoder (a pair op shared by two SubMs, a strided and a transposed conv,
+    `.dense()` in standard ops): convert's defaults verify it (the coordinates come straight from a
+    graph input), and the dense output, the output rows and their coordinates are spconv's."""
+    source = EXPORTS / "autoware_encoder.onnx"
+    data = np.load(EXPORTS / "autoware_encoder.expected.npz")
+    out = tmp_path / f"autoware.{target}.onnx"
+    convert(source, out, target, {}, capsys)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing in the file is left open
+        api = sparse_lower.lower(import_model(source), target=target)
+    for lowered in (onnx.load(out), api):
+        session = sparse_lower.create_session(lowered)
+        names = [o.name for o in session.get_outputs()]
+        results = dict(zip(names, session.run(None, {"features": data["features"], "indices": data["indices"]})))
+        assert relative_error(results["dense"], data["dense"]) < 1e-5, target
+        got, got_coords = rows_by_site(results["out_features"], results["out_indices"])
+        want, want_coords = rows_by_site(data["out_features"], data["out_indices"])
+        np.testing.assert_array_equal(got_coords, want_coords)
+        assert relative_error(got, want) < 1e-5, target
