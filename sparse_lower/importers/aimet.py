@@ -73,9 +73,10 @@ class AimetFormat:
         readers = {name: [(node, slot) for node in model.graph.node for slot, used in enumerate(node.input)
                           if used == name] for name in casts}
         outputs = {value.name for value in model.graph.output}
+        constants = {tensor.name for tensor in model.graph.initializer}
         dropped = {name for name, uses in readers.items() if uses and name not in outputs and all(
-            self.is_conv(node) and slot < 2 and len(node.input) >= 3 and node.input[1] not in
-            {t.name for t in model.graph.initializer} for node, slot in uses)}
+            self.is_conv(node) and slot < 2 and len(node.input) >= 3 and node.input[1] not in constants
+            for node, slot in uses)}
         if not dropped:
             return model
         model = copy.deepcopy(model)
