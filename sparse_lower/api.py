@@ -51,7 +51,7 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     model = load(model)
     found = detect_format(model)
     if found != SECTION3:
-        raise SparseLowerError(f"the model is a {format_title(found)} export",
+        raise SparseLowerError(f"the model is an export in the {format_title(found)} format",
                                fix="import it first: sparse_lower.lower(sparse_lower.import_model(model), ...) "
                                    "(sparse-lower convert imports by itself)")
     passes = [ValidateSourceOps(), LowerSparse(target, options), CheckModel()]

@@ -434,6 +434,14 @@ def test_activation_variants(activation, op_type, rng):
     assert_outputs_match(g, imported, *g.random_input(30))
 
 
+@pytest.mark.parametrize("fmt", ["nvidia", "aimet"])
+def test_lower_asks_for_the_import_of_a_foreign_file(fmt, rng):
+    g = SpconvGraph(fmt, 3, (6, 7, 8), rng)
+    g.build(g.conv(g.x, "conv", 4, 3, stride=2))
+    with pytest.raises(SparseLowerError, match=r"the model is an export in the .* format \(fix: import it first"):
+        sparse_lower.lower(g.model)
+
+
 def test_convert_takes_the_leaky_relu_slope_the_file_leaves_out(rng, tmp_path, capsys):
     """`convert --leaky-relu-alpha`: the network's slope, where exptool wrote none; no note is left, the
     lowered model uses it, and a bad value is refused before anything is written."""
