@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import onnx
@@ -30,12 +31,36 @@ def get_library_path() -> str:
     folders = [Path(folder) for folder in sys.modules[__package__].__path__]
     path = next((folder / LIBRARY_NAME for folder in folders if (folder / LIBRARY_NAME).is_file()), None)
     if path is None:
-        raise FileNotFoundError(
-            f"the sparse_lower custom-op library is not built: no {LIBRARY_NAME} in {folders}. Install the package with "
-            f"`pip install .` from the source tree (it compiles custom_ops/ with CMake), or build it with "
-            f"`cmake -S . -B build && cmake --build build` and set {LIBRARY_ENV} to build/{LIBRARY_NAME}"
-        )
+        path = _installed_library()
+    if path is None:
+        raise FileNotFoundError(_not_built(folders))
     return str(path)
+
+
+def _installed_library() -> Path | None:
+    """The library of the installed distribution, when the package was imported from elsewhere: Python
+    run from a checkout root imports the source folder (which holds no build) before the package that
+    `pip install .` installed from it, and the user expects what they installed to be used."""
+    try:
+        path = Path(metadata.distribution("sparse-lower").locate_file(f"sparse_lower/{LIBRARY_NAME}"))
+    except metadata.PackageNotFoundError:
+        return None
+    return path if path.is_file() else None
+
+
+def _not_built(folders: list[Path]) -> str:
+    """Why there is no library, and the fix. Imported from a source tree with nothing installed, "install
+    the package" is right but the user must also know which package Python is reading."""
+    checkout = next((folder.parent for folder in folders
+                     if (folder.parent / "pyproject.toml").is_file() and (folder.parent / "custom_ops").is_dir()), None)
+    if checkout is not None and len(folders) == 1:
+        return (f"sparse_lower was imported from its source tree {folders[0]}, which holds no built {LIBRARY_NAME}, "
+                f"and no installed sparse-lower has one: install the checkout with `pip install {checkout}` (or "
+                f"`pip install -e {checkout}` to work on it; either compiles the library)")
+    return (f"the sparse_lower custom-op library is not built: no {LIBRARY_NAME} in {[str(f) for f in folders]}. "
+            f"Install the package with `pip install .` from the source tree (it compiles custom_ops/ with CMake), "
+            f"or build it with `cmake -S . -B build && cmake --build build` and set {LIBRARY_ENV} to "
+            f"build/{LIBRARY_NAME}")
 
 
 def register_library(options: ort.SessionOptions) -> ort.SessionOptions:
