@@ -55,6 +55,21 @@ def test_weight_shape_mismatch_is_refused():
     refusal(model, "node 'bad_node'", "do not match kernel_shape [3, 3]", "give weights [4, 3, 3, 3]")
 
 
+@pytest.mark.parametrize("op_type, attrs, fix", [
+    ("SubmanifoldConv", SUBM, "np.moveaxis(w, -1, 1) gives [4, 5, 3, 3]"),
+    ("SparseDeconv", {"kernel_shape": [3, 3], "spatial_shape": [8, 8], "strides": [2, 2]},
+     "np.moveaxis(w, -1, 0) gives [5, 4, 3, 3]"),
+])
+def test_weights_in_spconvs_layout_are_told_the_transpose(op_type, attrs, fix):
+    """spconv's KRSC weights [Cout, *K, Cin], as a user exporting by hand has them: the fix is a transpose."""
+    model = model_with(op_type, attrs, cin=5)
+    name = model.graph.node[0].input[2]
+    krsc = numpy_helper.from_array(np.zeros((4, 3, 3, 5), np.float32), name)  # Cout 4, 3×3 taps, Cin 5
+    next(t for t in model.graph.initializer if t.name == name).CopyFrom(krsc)
+    refusal(model, "node 'bad_node'", "weights of shape [4, 3, 3, 5] are in spconv's layout [Cout, *kernel, Cin]",
+            fix)
+
+
 def test_feature_channels_must_match_the_weights():
     model = model_with()
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 5

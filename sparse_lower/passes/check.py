@@ -29,6 +29,7 @@ class CheckModel:
     """requires: nothing. ensures: `check_model` passes."""
 
     name = "check"
+    step = "checking the lowered model"
 
     def requires(self, model: onnx.ModelProto) -> None:
         """Any model."""

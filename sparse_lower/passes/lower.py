@@ -34,6 +34,7 @@ class LowerSparse:
         self.target = target
         self.options = options
         self.name = f"lower-{target}"
+        self.step = f"lowering for the {target} target"
 
     def requires(self, model: onnx.ModelProto) -> None:
         opset = next((o.version for o in model.opset_import if o.domain == ""), None)

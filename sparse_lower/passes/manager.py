@@ -3,8 +3,8 @@
 A pass is an object with a `name` and three methods, after onnx-ir's and torch.fx's pass infra:
 `requires(model)` raises when the model is not what the pass was written for, `call(model)` returns
 the transformed model, `ensures(model)` raises when the pass did not deliver what it promises. When
-anything fails the user learns which passes already ran, which is the first thing needed to debug a
-lowering.
+anything fails the user learns at which step, in words (the passes before it ran), which is the first
+thing needed to debug a lowering.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from ..errors import SparseLowerError
 
 
 class Pass(Protocol):
-    name: str
+    name: str  # for --dump-dir file names
+    step: str  # what it does, in words, for messages ("lowering for the gpu target")
 
     def requires(self, model: onnx.ModelProto) -> None: ...
 
@@ -28,7 +29,7 @@ class Pass(Protocol):
 
 
 class PassError(SparseLowerError):
-    """A pass failed; the message lists the passes that ran before it."""
+    """A pass failed; the message says which step of how many, in words."""
 
 
 class PassManager:
@@ -48,7 +49,6 @@ class PassManager:
         if self.dump_dir:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
             onnx.save(model, str(self.dump_dir / "00_input.onnx"))
-        done: list[str] = []
         for index, p in enumerate(self.passes, start=1):
             try:
                 p.requires(model)
@@ -57,10 +57,9 @@ class PassManager:
                 if self.verify:
                     self.verify(model)
             except SparseLowerError as error:
-                failure = PassError(f"{error} [pass '{p.name}' failed after {done or 'no passes'}]")
+                failure = PassError(f"{error} (step {index} of {len(self.passes)}: {p.step})")
                 failure.node, failure.reason, failure.fix = error.node, error.reason, error.fix
                 raise failure from error
-            done.append(p.name)
             if self.dump_dir:
                 onnx.save(model, str(self.dump_dir / f"{index:02d}_{p.name}.onnx"))
         return model

@@ -102,9 +102,15 @@ def _check_conv(node: gs.Node) -> None:
     cin, cout = (shape[0], shape[1]) if deconv else (shape[1], shape[0])
     expected = list(weight_shape(geometry, cin, cout))
     if shape != expected:
+        layout = f"({'Cin, Cout' if deconv else 'Cout, Cin'}, *kernel)"
+        if shape[1:-1] == list(geometry.kernel_shape):  # spconv's KRSC [Cout, *kernel, Cin], as exported
+            raise SparseLowerError(
+                f"weights of shape {shape} are in spconv's layout [Cout, *kernel, Cin], not {layout}", node.name,
+                f"transpose them: np.moveaxis(w, -1, {0 if deconv else 1}) gives "
+                f"{[shape[-1], shape[0], *shape[1:-1]] if deconv else [shape[0], shape[-1], *shape[1:-1]]} "
+                f"(sparse_lower.export does this for spconv modules)")
         raise SparseLowerError(f"weights of shape {shape} do not match kernel_shape "
-                               f"{list(geometry.kernel_shape)}", node.name,
-                               f"give weights {expected} ({'Cin, Cout' if deconv else 'Cout, Cin'}, *kernel)")
+                               f"{list(geometry.kernel_shape)}", node.name, f"give weights {expected} {layout}")
     bias = optional_input(node, 3)
     _check_float_constant(node, bias, "bias")
     bias_shape = _declared_shape(bias)
@@ -208,6 +214,7 @@ class ValidateSourceOps:
     """requires: an ONNX model. ensures: every `sparse` node is one the lowering can take."""
 
     name = "validate"
+    step = "checking the source model"
 
     def requires(self, model: onnx.ModelProto) -> None:
         if not 3 <= model.ir_version <= onnx.IR_VERSION:
