@@ -13,6 +13,9 @@ from pathlib import Path
 
 import onnx
 import onnxruntime as ort
+import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
+
+from .errors import SparseLowerError
 
 LIBRARY_ENV = "SPARSE_LOWER_LIBRARY"
 LIBRARY_NAME = "libsparse_lower_ops.so"
@@ -90,4 +93,32 @@ def create_session(model, **ort_kwargs) -> ort.InferenceSession:
         model = model.SerializeToString()
     elif isinstance(model, os.PathLike):
         model = os.fspath(model)
-    return ort.InferenceSession(model, sess_options=options, providers=providers, **ort_kwargs)
+    try:
+        return ort.InferenceSession(model, sess_options=options, providers=providers, **ort_kwargs)
+    except (ort_state.Fail, ort_state.InvalidGraph, ort_state.NotImplemented) as error:
+        unlowered = _not_lowered(model)
+        if unlowered is None:
+            raise
+        what, fix = unlowered
+        raise SparseLowerError(f"{what}: onnxruntime cannot run it ({error})", fix=fix) from error
+
+
+_FOREIGN_OPS = {("", "SparseConvolution"), ("spconv", "SparseConvolution"), ("autoware", "ImplicitGemm"),
+                ("autoware", "IndiceConv")}
+
+
+def _not_lowered(model: bytes | str) -> tuple[str, str] | None:
+    """(what, fix) when a model onnxruntime refused was never lowered: it holds sparse_lower's source ops,
+    or a sparse-conv exporter's ops (which `import_model` reads). A second look, only after a failure."""
+    proto = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model, load_external_data=False)
+    ops = sorted({f"{n.domain}::{n.op_type}" for n in proto.graph.node if n.domain == "sparse"})
+    if ops:
+        return (f"the model holds sparse_lower's source ops ({', '.join(ops)}), not their lowered form",
+                "lower it first: sparse_lower.lower(model, target='gpu'), or `sparse-lower convert`")
+    foreign = sorted({f"{n.domain or 'ai.onnx'}::{n.op_type}" for n in proto.graph.node
+                      if (n.domain if n.domain != "ai.onnx" else "", n.op_type) in _FOREIGN_OPS})
+    if foreign:
+        return (f"the model is a sparse-conv exporter's file ({', '.join(foreign)})",
+                "import and lower it first: sparse_lower.lower(sparse_lower.import_model(model), target='gpu'), "
+                "or `sparse-lower convert`")
+    return None

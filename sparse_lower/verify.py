@@ -122,6 +122,34 @@ class Difference:
     shape_ok: bool
 
 
+def given_inputs(model: onnx.ModelProto, arrays: dict[str, np.ndarray], source: str) -> dict[str, np.ndarray]:
+    """The arrays of an inputs file (`source`) as feeds of `model`: each graph input by its name, cast
+    to its declared type where the cast is the one the user means (int32 coordinates to int64 when no
+    value changes; float16 or float64 features to float32). Arrays the model does not take are ignored;
+    a missing input or a cast that would change the data is refused, naming the input."""
+    initializers = {t.name for t in model.graph.initializer}
+    declared = {v.name: v.type.tensor_type.elem_type for v in model.graph.input if v.name not in initializers}
+    missing = [name for name in declared if name not in arrays]
+    if missing:
+        raise SparseLowerError(f"{source} has no array named {', '.join(map(repr, missing))} (it holds "
+                               f"{', '.join(map(repr, sorted(arrays))) or 'none'}); the model's inputs are "
+                               f"{', '.join(map(repr, declared))}",
+                               fix="save the arrays under the model's input names: np.savez(FILE, name=array, ...)")
+    feeds = {}
+    for name, elem_type in declared.items():
+        value, dtype = np.asarray(arrays[name]), onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+        if value.dtype != dtype:
+            same_kind = value.dtype.kind == dtype.kind or {value.dtype.kind, dtype.kind} <= {"i", "u"}
+            cast = value.astype(dtype) if same_kind else None
+            if cast is None or (dtype.kind in "iu" and not np.array_equal(cast, value)):
+                raise SparseLowerError(f"{source}: '{name}' is {value.dtype} but the model takes "
+                                       f"{dtype}, and casting would change its values",
+                                       fix=f"save '{name}' as {dtype}")
+            value = cast
+        feeds[name] = value
+    return feeds
+
+
 def compare(model: onnx.ModelProto, lowered: onnx.ModelProto, feeds: dict, **session_kwargs) -> list[Difference]:
     """Run the reference on `model` and onnxruntime on `lowered`, output by output."""
     expected = reference.run(model, feeds)

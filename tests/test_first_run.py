@@ -4,14 +4,19 @@ first-run issue."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
 
 import sparse_lower
-from sparse_lower import runtime
-from sparse_lower.models import centerpoint_head_stack
+from sparse_lower import SparseLowerError, runtime
+from sparse_lower.models import NvidiaEmitter, centerpoint_head_stack, sp_middle_resnet_fhd
+from sparse_lower.verify import given_inputs
 
 PACKAGE = Path(sparse_lower.__file__).parent
 
@@ -56,3 +61,65 @@ def test_an_installed_package_without_its_library_says_how_to_build_it(tmp_path,
     with pytest.raises(FileNotFoundError, match="the sparse_lower custom-op library is not built: no "
                                                 "libsparse_lower_ops.so in"):
         runtime.get_library_path()
+
+
+def sparse_lower_cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The command line as a user runs it: its own process, its exit status, its stdout and stderr."""
+    return subprocess.run([sys.executable, "-m", "sparse_lower.cli.main", *argv], cwd=cwd, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.fixture
+def head_model(tmp_path) -> Path:
+    path = tmp_path / "head.onnx"
+    onnx.save(centerpoint_head_stack(), path)
+    return path
+
+
+def test_convert_says_a_missing_output_folder_before_lowering(head_model, tmp_path):
+    run = sparse_lower_cli("convert", str(head_model), "-o", "missing_dir/x.onnx", cwd=tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.strip() == (f"sparse-lower convert: error: cannot write missing_dir/x.onnx: the folder "
+                                  f"{tmp_path / 'missing_dir'} does not exist (fix: create it, or give another "
+                                  f"--output)")
+    assert run.stdout == ""  # nothing lowered
+
+
+def test_convert_inputs_under_other_names_are_told_the_models_names(head_model, tmp_path):
+    np.savez(tmp_path / "frame.npz", voxels=np.zeros((3, 5), np.float32), coors=np.zeros((3, 4), np.int32))
+    run = sparse_lower_cli("convert", str(head_model), "-o", "out.onnx", "--inputs", "frame.npz", cwd=tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert ("error: frame.npz has no array named 'features', 'coords' (it holds 'coors', 'voxels'); the model's "
+            "inputs are 'features', 'coords' (fix: save the arrays under the model's input names") in run.stderr
+
+
+def test_convert_takes_voxel_files_as_they_are_stored(head_model, tmp_path):
+    """The voxel files (int32 coordinates, float16 features) are cast to the model's int64 and float32."""
+    rng = np.random.default_rng(0)
+    sites = rng.choice(41 * 1440 * 1440, size=300, replace=False)
+    coords = np.column_stack([np.zeros(300, np.int64), *np.unravel_index(sites, (41, 1440, 1440))]).astype(np.int32)
+    np.savez(tmp_path / "frame.npz", features=rng.standard_normal((300, 5)).astype(np.float16), coords=coords)
+    run = sparse_lower_cli("convert", str(head_model), "-o", "out.onnx", "--inputs", "frame.npz", cwd=tmp_path)
+    assert run.returncode == 0 and run.stdout.rstrip().endswith("verify: ok"), run.stdout + run.stderr
+
+
+def test_given_inputs_refuse_a_cast_that_changes_the_data(head_model):
+    arrays = {"features": np.zeros((2, 5), np.float32), "coords": np.full((2, 4), 0.5)}
+    with pytest.raises(SparseLowerError, match="frame.npz: 'coords' is float64 but the model takes int64, and "
+                                               "casting would change its values"):
+        given_inputs(onnx.load(head_model), arrays, "frame.npz")
+
+
+def test_a_source_model_in_a_session_is_told_to_lower_first():
+    with pytest.raises(SparseLowerError, match=r"the model holds sparse_lower's source ops \(sparse::SparseConv, "
+                                               r"sparse::SubmanifoldConv\), not their lowered form: onnxruntime "
+                                               r"cannot run it .* \(fix: lower it first"):
+        sparse_lower.create_session(centerpoint_head_stack())
+
+
+def test_an_exporters_file_in_a_session_is_told_to_import_and_lower_first(tmp_path):
+    path = tmp_path / "scn.onnx"
+    onnx.save(sp_middle_resnet_fhd(NvidiaEmitter(), np.random.default_rng(0)), path)
+    with pytest.raises(SparseLowerError, match=r"the model is a sparse-conv exporter's file "
+                                               r"\(ai.onnx::SparseConvolution\).* \(fix: import and lower it first"):
+        sparse_lower.create_session(path)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
 from ..api import load, lower
+from ..errors import SparseLowerError
 from ..importers import SECTION3, detect_format, format_title, import_model
 from ..lowering import COMBINES, STRATEGIES, TARGETS
-from ..verify import compare, example_inputs
+from ..verify import compare, example_inputs, given_inputs
 from ..report import render
 from .table import before_after
 
@@ -69,6 +71,10 @@ class Convert:
                             help="import: the LeakyReLU slope an NVIDIA file does not record (default 0.01)")
 
     def run(self, args) -> int:
+        folder = Path(args.output).absolute().parent
+        if not folder.is_dir():  # said now, not after the whole lowering
+            raise SparseLowerError(f"cannot write {args.output}: the folder {folder} does not exist",
+                                   fix="create it, or give another --output")
         source = load(args.input)
         found = detect_format(source)
         if found != SECTION3:
@@ -96,7 +102,7 @@ class Convert:
         are drawn again with half the sites, so that the default check fits any capacity; sizes the user
         chose (--active, --inputs) are kept and the refusal is theirs to see."""
         if args.inputs:
-            return compare(source, lowered, dict(np.load(args.inputs)))
+            return compare(source, lowered, given_inputs(source, dict(np.load(args.inputs)), args.inputs))
         active = args.active or min(DEFAULT_ACTIVE, args.max_active or DEFAULT_ACTIVE)
         while True:
             feeds = example_inputs(source, np.random.default_rng(args.seed), active=active)
