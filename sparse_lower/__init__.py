@@ -6,6 +6,8 @@
     segments = sparse_lower.partition(sparse_lower.lower("model.onnx", target="nna", max_active=100_000))
 """
 
+from importlib import metadata
+
 from . import reference
 from .api import lower
 from .errors import SparseLowerError
@@ -14,5 +16,10 @@ from .importers import import_model
 from .partition import Partition, partition
 from .runtime import create_session, get_library_path
 
-__all__ = ["Partition", "SparseLowerError", "create_session", "export", "get_library_path", "import_model", "lower",
-           "partition", "reference"]
+try:
+    __version__ = metadata.version("sparse-lower")
+except metadata.PackageNotFoundError:  # the source tree, never installed
+    __version__ = "unknown (not installed)"
+
+__all__ = ["Partition", "SparseLowerError", "__version__", "create_session", "export", "get_library_path",
+           "import_model", "lower", "partition", "reference"]

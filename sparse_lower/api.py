@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import onnx
 
-from .errors import SparseLowerError
+from .errors import SparseLowerError, SparseLowerWarning
 from .importers import SECTION3, detect_format, format_title, nothing_to_lower
 from .model_io import load
 from .lowering import COMBINES, STRATEGIES, TARGETS, Options
@@ -47,6 +48,10 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     _choice("combine method", combine, COMBINES)
     if max_active is not None and (isinstance(max_active, bool) or not isinstance(max_active, int) or max_active < 1):
         raise SparseLowerError(f"max_active={max_active!r} is not a positive int", fix="give None or an int >= 1")
+    if target == "gpu" and max_active is not None:
+        warnings.warn(f"max_active={max_active} has no effect on the gpu target, whose custom ops take any row "
+                      f"count; it fixes the rows of the nna part (target 'nna' or 'hybrid')", SparseLowerWarning,
+                      stacklevel=2)
     options = Options(strategy=strategy, combine=combine, max_active=max_active, fuse_taps=bool(fuse_taps))
     model = load(model)
     found = detect_format(model)

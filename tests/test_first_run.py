@@ -123,3 +123,41 @@ def test_an_exporters_file_in_a_session_is_told_to_import_and_lower_first(tmp_pa
     with pytest.raises(SparseLowerError, match=r"the model is a sparse-conv exporter's file "
                                                r"\(ai.onnx::SparseConvolution\).* \(fix: import and lower it first"):
         sparse_lower.create_session(path)
+
+
+def test_version_is_said(tmp_path):
+    run = sparse_lower_cli("--version", cwd=tmp_path)
+    assert run.returncode == 0 and run.stdout.strip() == f"sparse-lower {sparse_lower.__version__}"
+    assert sparse_lower.__version__ == metadata.version("sparse-lower")
+
+
+def test_every_convert_option_has_help(tmp_path):
+    run = sparse_lower_cli("convert", "--help", cwd=tmp_path)
+    for option in ("--target", "--seed", "--tolerance"):
+        block = run.stdout.split(option, 1)[1].split("\n  -", 1)[0]
+        assert len(block.split()) > 3, (option, block)  # more than the metavar and choices
+
+
+def test_dump_dir_says_where_it_wrote(head_model, tmp_path):
+    run = sparse_lower_cli("convert", str(head_model), "-o", "out.onnx", "--dump-dir", "passes", "--no-verify",
+                           cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert ("wrote the model after every pass to passes/ (00_input.onnx, 01_validate.onnx, 02_lower-gpu.onnx, "
+            "03_check.onnx)") in run.stdout
+
+
+def test_max_active_on_the_gpu_target_is_said_to_do_nothing():
+    with pytest.warns(sparse_lower.errors.SparseLowerWarning, match="max_active=1000 has no effect on the gpu "
+                                                                    "target"):
+        sparse_lower.lower(centerpoint_head_stack(), target="gpu", max_active=1000)
+
+
+def test_partition_reasons_are_grouped(head_model, tmp_path):
+    lowered = tmp_path / "nna.onnx"
+    onnx.save(sparse_lower.lower(centerpoint_head_stack(), target="nna", max_active=1000), lowered)
+    run = sparse_lower_cli("partition", str(lowered), "--out-dir", "segments", "--reasons", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    table = run.stdout.split("\n\n")[0] if "\n\n" in run.stdout else run.stdout
+    rows = [line for line in table.splitlines() if line.startswith(tuple("0123456789"))
+            and "the nna computes on float tensors; this node outputs int64" in line]
+    assert len(rows) == 1 and "more)" in rows[0], rows  # one row for the int64 index nodes, not one per node

@@ -452,7 +452,7 @@ def test_cli_partition_end_to_end(tmp_path, rng, capsys):
     assert len(list(out.glob("*.onnx"))) == 6
 
     assert main(["partition", str(path), "--out-dir", str(tmp_path / "gpu"), "--devices", "gpu"]) == 0
-    assert "wrote 1 segments" in capsys.readouterr().out
+    assert "wrote 1 segment and" in capsys.readouterr().out
 
     source = tmp_path / "source.onnx"
     onnx.save(centerpoint_head_stack(spatial_shape=(10, 40, 40)), source)

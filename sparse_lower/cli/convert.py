@@ -52,7 +52,9 @@ class Convert:
     def add_arguments(parser):
         parser.add_argument("input", help="source ONNX model")
         parser.add_argument("-o", "--output", required=True, help="where to write the lowered model")
-        parser.add_argument("--target", default="gpu", choices=list(TARGETS))
+        parser.add_argument("--target", default="gpu", choices=list(TARGETS),
+                            help="where the compute runs: gpu (custom ops), nna (standard ops), hybrid "
+                                 "(first layer gpu, the rest nna); default gpu")
         parser.add_argument("--strategy", default="auto", choices=list(STRATEGIES),
                             help="gpu compute form (default auto)")
         parser.add_argument("--combine", default="gather", choices=list(COMBINES),
@@ -65,8 +67,9 @@ class Convert:
         parser.add_argument("--inputs", help=".npz of inputs for the verification (default: random)")
         parser.add_argument("--active", type=int,
                             help=f"active sites per random input (default {DEFAULT_ACTIVE}, at most --max-active)")
-        parser.add_argument("--seed", type=int, default=0)
-        parser.add_argument("--tolerance", type=float, default=1e-4)
+        parser.add_argument("--seed", type=int, default=0, help="seed of the random verification inputs")
+        parser.add_argument("--tolerance", type=float, default=1e-4,
+                            help="largest error allowed, relative to the largest output value (default 1e-4)")
         parser.add_argument("--leaky-relu-alpha", type=float,
                             help="import: the LeakyReLU slope an NVIDIA file does not record (default 0.01)")
 
@@ -85,6 +88,9 @@ class Convert:
         onnx.save(lowered, args.output)
         print(before_after(source, lowered))
         print(f"wrote {args.output}")
+        if args.dump_dir:
+            print(f"wrote the model after every pass to {args.dump_dir}/ "
+                  f"({', '.join(sorted(p.name for p in Path(args.dump_dir).glob('*.onnx')))})")
         if not args.verify:
             return 0
         differences = self._differences(args, source, lowered)

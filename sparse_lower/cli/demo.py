@@ -13,7 +13,7 @@ from ..api import lower
 from ..importers import import_model
 from ..models.centerpoint import sp_middle_resnet_fhd
 from ..models.formats import NvidiaEmitter
-from ..models.voxels import find_data, load_voxels, synthetic_voxels
+from ..models.voxels import data_places, find_data, load_voxels, synthetic_voxels
 from ..report import render
 from ..runtime import create_session
 
@@ -81,7 +81,9 @@ class Demo:
             print(f"frame: {path}: {len(coords):,} voxels on a {'x'.join(map(str, grid))} grid")
         else:
             features, coords, grid = synthetic_voxels()
-            print(f"frame: no shared data found; synthetic LiDAR-like frame of {len(coords):,} voxels")
+            looked = ", ".join(str(place) for place in data_places())
+            print(f"frame: no voxel file in {looked}; a synthetic LiDAR-like frame of {len(coords):,} voxels "
+                  f"(give one with --data FILE.npz or $SPARSE_LOWER_DATA)")
         clock = Stopwatch()
         exported = clock.time("build the NVIDIA-format export",
                               lambda: sp_middle_resnet_fhd(NvidiaEmitter(), np.random.default_rng(0),

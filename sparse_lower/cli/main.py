@@ -8,6 +8,7 @@ import warnings
 
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
+from .. import __version__
 from ..errors import SparseLowerError, SparseLowerWarning
 from .bench import Bench
 from .convert import Convert
@@ -22,6 +23,7 @@ def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(
         prog="sparse-lower",
         description="Lower the sparse convolutions of ONNX models to onnxruntime custom ops.")
+    root.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = root.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         doc = command.__doc__.strip()

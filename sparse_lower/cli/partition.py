@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -68,12 +69,25 @@ class Partition:
                   else "run: outputs equal the unpartitioned model")
             status = 1 if different else 0
         if args.reasons:
-            first = devices[0]
-            print(render(["node", "device", f"why not {first}"],
-                         [[node, device, parts.reasons[node][first]]
-                          for node, device in parts.assignment.items() if device != first]))
+            print(reasons_table(parts, devices[0]))
         print(parts.summary(args.active))
-        print(f"wrote {len(parts.segments)} segments and {manifest}")
+        count = len(parts.segments)
+        print(f"wrote {count} segment{'s' if count != 1 else ''} and {manifest}")
         if args.picture:
             print(f"wrote {parts.save_picture(Path(args.out_dir) / 'picture.png')}")
         return status
+
+
+def reasons_table(parts, first: str) -> str:
+    """Why nodes did not get the first device: one row per distinct reason (the tensor a reason names
+    left out), with how many nodes share it and a few of them: a lowered backbone has a hundred index
+    nodes refused for the same reason."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for node, device in parts.assignment.items():
+        if device != first:
+            reason = re.sub(r" \('[^']*'\)|'[^']*'", "", parts.reasons[node][first]).replace("  ", " ")
+            groups.setdefault((device, reason), []).append(node)
+    rows = [[len(nodes), device, reason, ", ".join(nodes[:3]) + (f", … ({len(nodes) - 3} more)" if len(nodes) > 3
+                                                                 else "")]
+            for (device, reason), nodes in sorted(groups.items(), key=lambda item: -len(item[1]))]
+    return render(["nodes", "device", f"why not {first}", "for example"], rows)

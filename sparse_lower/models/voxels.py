@@ -13,11 +13,16 @@ from .samples import CENTERPOINT_GRID
 CENTERPOINT_FILE = "nuscenes_centerpoint_voxels.npz"
 
 
+def data_places(name: str = CENTERPOINT_FILE) -> list[Path]:
+    """Where the shared data file is looked for: $SPARSE_LOWER_DATA, else ../shared/data or ./shared/data
+    from the cwd."""
+    places = [Path(os.environ["SPARSE_LOWER_DATA"]) / name] if "SPARSE_LOWER_DATA" in os.environ else []
+    return places + [Path.cwd().parent / "shared" / "data" / name, Path.cwd() / "shared" / "data" / name]
+
+
 def find_data(name: str = CENTERPOINT_FILE) -> Path | None:
-    """The shared data file: $SPARSE_LOWER_DATA, else ../shared/data or ./shared/data from the cwd."""
-    candidates = [Path(os.environ["SPARSE_LOWER_DATA"]) / name] if "SPARSE_LOWER_DATA" in os.environ else []
-    candidates += [Path.cwd().parent / "shared" / "data" / name, Path.cwd() / "shared" / "data" / name]
-    return next((c for c in candidates if c.is_file()), None)
+    """The shared data file, at the first of `data_places` that has it."""
+    return next((place for place in data_places(name) if place.is_file()), None)
 
 
 def load_voxels(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, tuple]:
