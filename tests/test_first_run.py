@@ -161,3 +161,15 @@ def test_partition_reasons_are_grouped(head_model, tmp_path):
     rows = [line for line in table.splitlines() if line.startswith(tuple("0123456789"))
             and "the nna computes on float tensors; this node outputs int64" in line]
     assert len(rows) == 1 and "more)" in rows[0], rows  # one row for the int64 index nodes, not one per node
+
+
+def test_convert_says_what_it_is_doing_unless_quiet(head_model, tmp_path):
+    """Long steps (a UNet's lowering, a verification on a real frame) are not silent: one status line
+    per step on stderr, with its time; -q leaves stderr empty and stdout unchanged."""
+    loud = sparse_lower_cli("convert", str(head_model), "-o", "out.onnx", cwd=tmp_path)
+    assert loud.returncode == 0, loud.stderr
+    steps = [line.split(":")[0] for line in loud.stderr.splitlines()]
+    assert steps == ["lowering for the gpu target", "verifying (NumPy reference against onnxruntime)"], loud.stderr
+    assert all(line.endswith(" s") for line in loud.stderr.splitlines())
+    quiet = sparse_lower_cli("convert", str(head_model), "-o", "out.onnx", "-q", cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == loud.stdout

@@ -15,6 +15,7 @@ from ..importers import SECTION3, detect_format, format_title, import_model
 from ..lowering import COMBINES, STRATEGIES, TARGETS
 from ..verify import compare, example_inputs, given_inputs
 from ..report import render
+from .status import Status
 from .table import before_after
 
 DEFAULT_ACTIVE = 500
@@ -70,6 +71,7 @@ class Convert:
         parser.add_argument("--seed", type=int, default=0, help="seed of the random verification inputs")
         parser.add_argument("--tolerance", type=float, default=1e-4,
                             help="largest error allowed, relative to the largest output value (default 1e-4)")
+        parser.add_argument("-q", "--quiet", action="store_true", help="no status lines on stderr while it works")
         parser.add_argument("--leaky-relu-alpha", type=float,
                             help="import: the LeakyReLU slope an NVIDIA file does not record (default 0.01)")
 
@@ -78,13 +80,16 @@ class Convert:
         if not folder.is_dir():  # said now, not after the whole lowering
             raise SparseLowerError(f"cannot write {args.output}: the folder {folder} does not exist",
                                    fix="create it, or give another --output")
+        status = Status(args.quiet)
         source = load(args.input)
         found = detect_format(source)
         if found != SECTION3:
-            source = import_model(source, leaky_relu_alpha=args.leaky_relu_alpha)
+            with status.step(f"importing the {format_title(found)} model"):
+                source = import_model(source, leaky_relu_alpha=args.leaky_relu_alpha)
             print(f"imported {format_title(found)} format into section-3 ops")
-        lowered = lower(source, target=args.target, strategy=args.strategy, combine=args.combine,
-                        max_active=args.max_active, fuse_taps=args.fuse_taps, dump_dir=args.dump_dir)
+        with status.step(f"lowering for the {args.target} target"):
+            lowered = lower(source, target=args.target, strategy=args.strategy, combine=args.combine,
+                            max_active=args.max_active, fuse_taps=args.fuse_taps, dump_dir=args.dump_dir)
         onnx.save(lowered, args.output)
         print(before_after(source, lowered))
         print(f"wrote {args.output}")
@@ -93,7 +98,8 @@ class Convert:
                   f"({', '.join(sorted(p.name for p in Path(args.dump_dir).glob('*.onnx')))})")
         if not args.verify:
             return 0
-        differences = self._differences(args, source, lowered)
+        with status.step("verifying (NumPy reference against onnxruntime)"):
+            differences = self._differences(args, source, lowered)
         print(render(["output", "max abs error", "max rel error", "shape"],
                      [[d.output, f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", "ok" if d.shape_ok else "MISMATCH"]
                       for d in differences]))
