@@ -173,3 +173,17 @@ def test_convert_says_what_it_is_doing_unless_quiet(head_model, tmp_path):
     assert all(line.endswith(" s") for line in loud.stderr.splitlines())
     quiet = sparse_lower_cli("convert", str(head_model), "-o", "out.onnx", "-q", cwd=tmp_path)
     assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == loud.stdout
+
+
+def test_gpu_segments_count_the_macs_of_indexed_conv():
+    """IndexedConv is the gpu's compute: its segment's MACs are M·K·Cin·Cout per conv, not 0."""
+    from oracle import random_sparse
+
+    model = centerpoint_head_stack(spatial_shape=(10, 40, 40))  # SubM 5→16, SubM 16→16, SparseConv 16→32 s2
+    parts = sparse_lower.partition(sparse_lower.lower(model, target="gpu"))
+    features, coords = random_sparse(np.random.default_rng(0), 1, 5, (10, 40, 40), count=300)
+    outputs = parts.run({"features": features, "coords": coords})
+    rows = len(outputs["sparseconv4.coords"]) if "sparseconv4.coords" in outputs else None
+    (line,) = [line for line in parts.summary().splitlines() if line.startswith("00 ")]
+    macs = int(line.split()[-3].replace(",", ""))
+    assert rows is not None and macs == 300 * 27 * (5 * 16 + 16 * 16) + rows * 27 * 16 * 32

@@ -9,6 +9,7 @@ from math import prod
 import onnx
 from onnx import helper
 
+from ..schemas import CUSTOM_DOMAIN
 from .devices import STANDARD_DOMAINS
 from .value_types import ValueTypes
 
@@ -22,6 +23,8 @@ def _attribute(node: onnx.NodeProto, name: str, default: int) -> int:
 
 def _mac_tensors(node: onnx.NodeProto) -> tuple[str, ...]:
     """The tensors whose shapes `macs` reads (none for ops without multiply-accumulates)."""
+    if node.domain == CUSTOM_DOMAIN and node.op_type == "IndexedConv":
+        return node.output[0], node.input[2]
     if node.domain not in STANDARD_DOMAINS:
         return ()
     if node.op_type in ("Conv", "MatMul", "Gemm"):
@@ -35,7 +38,9 @@ def macs(node: onnx.NodeProto, shape_of: ShapeOf) -> int | None:
     """Multiply-accumulates of a node, None where a shape it needs is unknown.
 
     Conv: output elements · Cin/group · Πkernel (the weight is [Cout, Cin/group, *K]); ConvTranspose:
-    input elements · Cout/group · Πkernel; MatMul and Gemm: M·K·N (output elements · K).
+    input elements · Cout/group · Πkernel; MatMul and Gemm: M·K·N (output elements · K); the gpu's
+    IndexedConv: M·K·Cin·Cout (output rows · its weight [K, Cin, Cout]), the bound it reaches when every
+    tap of every row exists (it skips the missing ones, which only a run knows).
     """
     tensors = _mac_tensors(node)
     if not tensors:
@@ -44,6 +49,8 @@ def macs(node: onnx.NodeProto, shape_of: ShapeOf) -> int | None:
     if any(shape is None for shape in shapes):
         return None
     first, second = shapes
+    if node.op_type == "IndexedConv":
+        return prod(first[:-1]) * prod(second)
     if node.op_type in ("Conv", "ConvTranspose"):
         return prod(first) * prod(second[1:])
     if node.op_type == "MatMul":
