@@ -15,7 +15,7 @@ import pytest
 
 import sparse_lower
 from sparse_lower import SparseLowerError, runtime
-from sparse_lower.models import NvidiaEmitter, centerpoint_head_stack, sp_middle_resnet_fhd
+from sparse_lower.models import CanonicalEmitter, NvidiaEmitter, centerpoint_head_stack, sp_middle_resnet_fhd
 from sparse_lower.verify import given_inputs
 
 PACKAGE = Path(sparse_lower.__file__).parent
@@ -187,3 +187,38 @@ def test_gpu_segments_count_the_macs_of_indexed_conv():
     (line,) = [line for line in parts.summary().splitlines() if line.startswith("00 ")]
     macs = int(line.split()[-3].replace(",", ""))
     assert rows is not None and macs == 300 * 27 * (5 * 16 + 16 * 16) + rows * 27 * 16 * 32
+
+
+@pytest.fixture(scope="module")
+def centerpoint_path(tmp_path_factory) -> Path:
+    """The README's flagship: CenterPoint's backbone in section-3 ops, ending in ToDense with batch_size 1."""
+    path = tmp_path_factory.mktemp("centerpoint") / "centerpoint.onnx"
+    onnx.save(sp_middle_resnet_fhd(CanonicalEmitter(), np.random.default_rng(0)), path)
+    return path
+
+
+def test_convert_verifies_centerpoint_within_its_batch_of_one(centerpoint_path, tmp_path):
+    """The random verification inputs stay within the batches ToDense holds (they used batch 2, and the
+    check failed the model it had just written)."""
+    run = sparse_lower_cli("convert", str(centerpoint_path), "-o", "cp.onnx", cwd=tmp_path)
+    assert run.returncode == 0 and run.stdout.rstrip().endswith("verify: ok"), run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("options", [["--target", "nna", "--max-active", "100000", "--combine", "scatter",
+                                      "--fuse-taps"],
+                                     ["--target", "hybrid", "--max-active", "100000"]], ids=["nna", "hybrid"])
+def test_the_flagship_lowers_for_nna_with_a_capacity(centerpoint_path, tmp_path, options):
+    """onnx-graphsurgeon's recursive toposort used to raise RecursionError on the backbone's deep graph."""
+    run = sparse_lower_cli("convert", str(centerpoint_path), "-o", "cp.onnx", *options, "--no-verify", cwd=tmp_path)
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+    assert (tmp_path / "cp.onnx").is_file()
+
+
+def test_the_repository_points_to_its_own_docs():
+    """Users of the repository do not have the internal contract: nothing refers them to it."""
+    root = Path(__file__).resolve().parents[1]
+    files = [*root.glob("*.md"), *root.glob("docs/**/*.md"), *root.glob("sparse_lower/**/*.py"),
+             *root.glob("tests/*.py"), *root.glob("custom_ops/**/*.[ch]*")]
+    mentions = [str(f.relative_to(root)) for f in files if f.name != "test_first_run.py" and "DESIGN.md" in
+                f.read_text(errors="ignore")]
+    assert mentions == []
