@@ -26,7 +26,9 @@ from sparse_lower.importers import SECTION3, detect_format, import_model
 from sparse_lower.models import AimetEmitter, NvidiaEmitter, sp_middle_resnet_fhd
 
 WILD = DATA / "wild"
-EXPORTS = Path(__file__).parent / "data" / "exports"  # small real exports kept in the repository (README there)
+MODELS = Path(__file__).resolve().parents[1] / "models"  # the sample models, real exports among them
+EXPORTS = Path(__file__).parent / "data" / "exports"  # the expected outputs of those exports (README there)
+FOREIGN_SAMPLES = ["nvidia_unet.scn.onnx", "aimet_three_layer.aimet.onnx", "autoware_encoder.onnx"]
 NVIDIA = WILD / "nvidia_exptool" / "centerpoint.scn.onnx"
 AIMET = WILD / "aimet" / "two_layer_spconv.aimet.onnx"
 FRAMES = {"centerpoint": DATA / "nuscenes_centerpoint_voxels.npz", "bevfusion": DATA / "nuscenes_bevfusion_voxels.npz"}
@@ -65,7 +67,7 @@ def convert(source: Path, out: Path, target: str, options: dict, capsys) -> str:
 
 
 def wild_files() -> list[Path]:
-    return (sorted(WILD.rglob("*.onnx")) if WILD.is_dir() else []) + sorted(EXPORTS.glob("*.onnx"))
+    return (sorted(WILD.rglob("*.onnx")) if WILD.is_dir() else []) + [MODELS / name for name in FOREIGN_SAMPLES]
 
 
 @pytest.mark.parametrize("path", wild_files(), ids=lambda p: p.name)
@@ -412,7 +414,7 @@ def test_aimet_export_whose_forward_casts_its_inputs(tmp_path, capsys):
         assert relative_error(dense, want) < 1e-5, target
 
 
-# -- small real exports kept in the repository (tests/data/exports/README.md) ------------------------
+# -- the real exports among the sample models (models/, tests/data/exports/README.md) -----------------
 
 def rows_by_site(features: np.ndarray, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows and coordinates in lexicographic order of the coordinates (an engine's row order is its own)."""
@@ -425,7 +427,7 @@ def test_nvidia_unet_export_with_inverse_transposed_and_leaky_relu(target, tmp_p
     """exptool's UNet (inverse convs through two keys, a transposed conv, fused LeakyReLU(0.1) and
     Sigmoid, a 1×1 head, sparse output), with the slope the file cannot carry given at import: the
     output rows and coordinates are spconv's, for batch 1 and 2."""
-    source = EXPORTS / "nvidia_unet.scn.onnx"
+    source = MODELS / "nvidia_unet.scn.onnx"
     data = np.load(EXPORTS / "nvidia_unet.expected.npz")
     out = tmp_path / f"unet.{target}.onnx"
     assert main(["convert", str(source), "-o", str(out), "--target", target, "--leaky-relu-alpha", "0.1"]) == 0
@@ -448,7 +450,7 @@ def test_autoware_export_matches_spconv(target, tmp_path, capsys):
     """The Autoware writers' encoder (a pair op shared by two SubMs, a strided and a transposed conv,
     `.dense()` in standard ops): convert's defaults verify it (the coordinates come straight from a
     graph input), and the dense output, the output rows and their coordinates are spconv's."""
-    source = EXPORTS / "autoware_encoder.onnx"
+    source = MODELS / "autoware_encoder.onnx"
     data = np.load(EXPORTS / "autoware_encoder.expected.npz")
     out = tmp_path / f"autoware.{target}.onnx"
     convert(source, out, target, {}, capsys)
