@@ -81,6 +81,7 @@ def test_demo_check_on_the_synthetic_fallback_frame(capsys, tmp_path, monkeypatc
     assert main(["demo", "--repeat", "1", "--check", "--picture", "bev.png"]) == 0
     text = capsys.readouterr().out
     assert "synthetic LiDAR-like frame" in text and "max relative error against the NumPy reference" in text
+    assert f"picture: {tmp_path / 'bev.png'} (--picture PATH to put it elsewhere)" in text  # where it went
     looked = f"{tmp_path.parent / 'shared' / 'data' / 'nuscenes_centerpoint_voxels.npz'}"
     assert f"frame: no voxel file in {looked}," in text and "(give one with --data FILE.npz" in text
 

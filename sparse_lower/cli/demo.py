@@ -105,7 +105,8 @@ class Demo:
         print(f"output: {list(dense.shape)} float32, {int(occupied.sum()):,} of {occupied.size:,} BEV cells "
               f"non-zero, mean {dense.mean():.4f}, max {dense.max():.4f}")
         assert all(np.array_equal(run, dense) for run in runs)
-        print(f"picture: {save_bev_picture(dense, Path(args.picture))}")
+        print(f"picture: {save_bev_picture(dense, Path(args.picture)).absolute()} (--picture PATH to put it "
+              f"elsewhere)")
         if args.check:
             from .. import reference
 
