@@ -103,6 +103,7 @@ def create_session(model, **ort_kwargs) -> ort.InferenceSession:
         raise SparseLowerError(f"{what}: onnxruntime cannot run it ({error})", fix=fix) from error
 
 
+# The exporters' conv ops (the importers' signatures, spelled out: this module imports nothing of the compiler)
 _FOREIGN_OPS = {("", "SparseConvolution"), ("spconv", "SparseConvolution"), ("autoware", "ImplicitGemm"),
                 ("autoware", "IndiceConv")}
 
@@ -110,7 +111,10 @@ _FOREIGN_OPS = {("", "SparseConvolution"), ("spconv", "SparseConvolution"), ("au
 def _not_lowered(model: bytes | str) -> tuple[str, str] | None:
     """(what, fix) when a model onnxruntime refused was never lowered: it holds sparse_lower's source ops,
     or a sparse-conv exporter's ops (which `import_model` reads). A second look, only after a failure."""
-    proto = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model, load_external_data=False)
+    try:
+        proto = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model, load_external_data=False)
+    except Exception:  # not even ONNX: onnxruntime's own error says more
+        return None
     ops = sorted({f"{n.domain}::{n.op_type}" for n in proto.graph.node if n.domain == "sparse"})
     if ops:
         return (f"the model holds sparse_lower's source ops ({', '.join(ops)}), not their lowered form",
