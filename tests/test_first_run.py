@@ -222,3 +222,14 @@ def test_the_repository_points_to_its_own_docs():
     mentions = [str(f.relative_to(root)) for f in files if f.name != "test_first_run.py" and "DESIGN.md" in
                 f.read_text(errors="ignore")]
     assert mentions == []
+
+
+def test_a_lowered_model_says_how_to_run_it(head_model, tmp_path):
+    """A plain onnxruntime session only says the custom ops are not registered: convert's output and the
+    model's metadata say how to register the library."""
+    run = sparse_lower_cli("convert", str(head_model), "-o", "out.onnx", "--no-verify", cwd=tmp_path)
+    assert ("wrote out.onnx: needs the sparse_lower custom-op library: sparse_lower.create_session('out.onnx'), or "
+            "in any onnxruntime session SessionOptions.register_custom_ops_library(sparse_lower.get_library_path())"
+            ) in run.stdout
+    metadata_props = {p.key: p.value for p in onnx.load(tmp_path / "out.onnx").metadata_props}
+    assert "register_custom_ops_library(sparse_lower.get_library_path())" in metadata_props["sparse_lower.runtime"]

@@ -25,6 +25,10 @@ def source_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     return [n for n in model.graph.node if n.domain == SOURCE_DOMAIN]
 
 
+RUN_HINT = ("needs the sparse_lower custom-op library: sparse_lower.create_session(model), or in any onnxruntime "
+            "session SessionOptions.register_custom_ops_library(sparse_lower.get_library_path())")
+
+
 class LowerSparse:
     """requires: validated source nodes; a default-domain opset the emitted ops exist in and onnx knows
     (a model importing none gets opset 17). ensures: no `sparse` node is left; the model imports the
@@ -72,11 +76,13 @@ class LowerSparse:
         return lowered
 
     def _stamp(self, lowered: onnx.ModelProto, source: onnx.ModelProto) -> None:
-        """Record what produced the model, and its sparse layers for the cost report."""
+        """Record what produced the model, how to run it (onnxruntime alone only says its custom ops are
+        not registered functions), and its sparse layers for the cost report."""
         options = {"target": self.target, **asdict(self.options)}
         onnx.helper.set_model_props(lowered, {**{p.key: p.value for p in lowered.metadata_props},
                                               "sparse_lower.version": version("sparse-lower"),
-                                              "sparse_lower.options": json.dumps(options)})
+                                              "sparse_lower.options": json.dumps(options),
+                                              "sparse_lower.runtime": RUN_HINT})
         record(lowered, layer_costs(source))
 
     def ensures(self, model: onnx.ModelProto) -> None:
