@@ -3,6 +3,7 @@ first-run issue."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -133,9 +134,11 @@ def test_version_is_said(tmp_path):
 
 def test_every_convert_option_has_help(tmp_path):
     run = sparse_lower_cli("convert", "--help", cwd=tmp_path)
+    entries = re.split(r"\n  (?=-)", run.stdout)  # one per option, from its flags to the next option's
     for option in ("--target", "--seed", "--tolerance"):
-        block = run.stdout.split(option, 1)[1].split("\n  -", 1)[0]
-        assert len(block.split()) > 3, (option, block)  # more than the metavar and choices
+        (entry,) = [e for e in entries if e.startswith(option)]
+        words = entry.split()[2:]  # past the flag and its metavar or choices
+        assert len(words) > 3, (option, entry)
 
 
 def test_dump_dir_says_where_it_wrote(head_model, tmp_path):
