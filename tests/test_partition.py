@@ -293,7 +293,10 @@ def test_to_onnx_writes_checked_models_and_a_manifest_of_the_flow(tmp_path, rng)
         assert (entry["index"], entry["device"], entry["nodes"]) == (segment.index, segment.device, list(segment.nodes))
         saved = onnx.load(tmp_path / entry["file"])
         onnx.checker.check_model(saved, full_check=True)
-        assert saved.ir_version == model.ir_version and saved.opset_import == model.opset_import
+        assert saved.ir_version == model.ir_version
+        domains = {o.domain for o in saved.opset_import}  # the segment's own: nna segments lose sparse_lower
+        assert domains == ({"", "sparse_lower"} if segment.device == "gpu" else {""}), (segment.device, domains)
+        assert all(o in model.opset_import for o in saved.opset_import)
         assert [v.name for v in saved.graph.input] == [i["name"] for i in entry["inputs"]]
         assert all(v.type.tensor_type.elem_type for v in (*saved.graph.input, *saved.graph.output))
         for value in entry["inputs"]:  # every input comes from the graph or an earlier segment's outputs

@@ -53,7 +53,11 @@ def segment_model(model: onnx.ModelProto, graph: NodeGraph, types: ValueTypes, s
         [t for t in source.initializer if t.name in read],
         value_info=[v for v in source.value_info if v.name in produced and v.name not in segment.outputs],
         sparse_initializer=[s for s in source.sparse_initializer if s.values.name in read])
-    result = helper.make_model(onnx_graph, opset_imports=list(model.opset_import), ir_version=model.ir_version,
+    # Only the domains the segment uses: a toolchain given an accelerator segment should not meet the
+    # custom-op domain its nodes were lowered away from (some refuse any domain they do not know).
+    used = {node.domain for node in nodes} | {node.domain for f in model.functions for node in f.node}
+    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx") or o.domain in used]
+    result = helper.make_model(onnx_graph, opset_imports=opsets, ir_version=model.ir_version,
                                producer_name="sparse_lower.partition", functions=list(model.functions))
     onnx.checker.check_model(result)
     return result
