@@ -22,6 +22,7 @@ from onnx import helper, numpy_helper
 import sparse_lower
 from conftest import DATA
 from sparse_lower.cli.main import main
+from sparse_lower.export import spconv_inference
 from sparse_lower.importers import SECTION3, detect_format, import_model
 from sparse_lower.models import AimetEmitter, NvidiaEmitter, sp_middle_resnet_fhd
 
@@ -165,22 +166,20 @@ def spconv_chain(layers: list[dict], features: np.ndarray, indices: np.ndarray, 
     spconv = pytest.importorskip("spconv.pytorch", reason="spconv (the `spconv` extra) computes the oracle")
     import torch
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # spconv's CPU kernels give wrong sums on more threads
-    try:
+    convs = []
+    for layer in layers:
+        cout, *kernel, cin = layer["weight"].shape
+        conv = spconv.SparseConv3d(cin, cout, kernel, stride=layer["stride"], padding=layer["padding"],
+                                   dilation=layer["dilation"], bias=True, algo=spconv.ConvAlgo.Native)
+        with torch.no_grad():
+            conv.weight.copy_(torch.from_numpy(layer["weight"]))
+            conv.bias.copy_(torch.from_numpy(layer["bias"]))
+        convs.append(conv)
+    network = spconv.SparseSequential(*convs)
+    with spconv_inference(network):
         x = spconv.SparseConvTensor(torch.from_numpy(features), torch.from_numpy(indices.astype(np.int32)),
                                     list(grid), batch)
-        for layer in layers:
-            cout, *kernel, cin = layer["weight"].shape
-            conv = spconv.SparseConv3d(cin, cout, kernel, stride=layer["stride"], padding=layer["padding"],
-                                       dilation=layer["dilation"], bias=True, algo=spconv.ConvAlgo.Native)
-            with torch.no_grad():
-                conv.weight.copy_(torch.from_numpy(layer["weight"]))
-                conv.bias.copy_(torch.from_numpy(layer["bias"]))
-                x = conv(x)
-        return x.dense().numpy()
-    finally:
-        torch.set_num_threads(threads)
+        return network(x).dense().numpy()
 
 
 def aimet_inputs(rng, grid, count, batch=1):
@@ -288,7 +287,7 @@ def aimet_network(name: str, bias: bool, casts: bool = False):
             return self.scatter(x)
 
     torch.manual_seed(sum(map(ord, name)))
-    network = Network()  # left in training mode: spconv's CPU kernels refuse a fused bias (eval mode)
+    network = Network()
     with torch.no_grad():
         for conv in network.convs:
             conv.sp_conv_3d.weight.normal_()
@@ -332,16 +331,11 @@ def wrapped_spconv(network, indices: np.ndarray, features: np.ndarray, name: str
     import torch
 
     grid, batch, _ = AIMET_NETWORKS[name]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # spconv's CPU kernels give wrong sums on more threads
-    try:
-        with torch.no_grad():
-            x = spconv.SparseConvTensor(torch.from_numpy(features), torch.from_numpy(indices), list(grid), batch)
-            for conv in network.convs:
-                x = conv.sp_conv_3d(x)
-            return x.dense().numpy()
-    finally:
-        torch.set_num_threads(threads)
+    with spconv_inference(network):
+        x = spconv.SparseConvTensor(torch.from_numpy(features), torch.from_numpy(indices), list(grid), batch)
+        for conv in network.convs:
+            x = conv.sp_conv_3d(x)
+        return x.dense().numpy()
 
 
 def aimet_eager(network, indices: np.ndarray, features: np.ndarray) -> np.ndarray:
@@ -349,13 +343,8 @@ def aimet_eager(network, indices: np.ndarray, features: np.ndarray) -> np.ndarra
     where no bias lands on an inactive site, i.e. for layers built without bias)."""
     import torch
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.no_grad():
-            return network(torch.from_numpy(indices), torch.from_numpy(features)).numpy()
-    finally:
-        torch.set_num_threads(threads)
+    with spconv_inference(network):
+        return network(torch.from_numpy(indices), torch.from_numpy(features)).numpy()
 
 
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
