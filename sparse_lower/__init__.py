@@ -6,8 +6,6 @@
     segments = sparse_lower.partition(sparse_lower.lower("model.onnx", target="nna", max_active=100_000))
 """
 
-from importlib import metadata
-
 from . import reference
 from .api import lower
 from .errors import SparseLowerError
@@ -15,11 +13,7 @@ from .export import export
 from .importers import import_model
 from .partition import Partition, partition
 from .runtime import create_session, get_library_path
-
-try:
-    __version__ = metadata.version("sparse-lower")
-except metadata.PackageNotFoundError:  # the source tree, never installed
-    __version__ = "unknown (not installed)"
+from .version import VERSION as __version__
 
 __all__ = ["Partition", "SparseLowerError", "__version__", "create_session", "export", "get_library_path",
            "import_model", "lower", "partition", "reference"]

@@ -13,7 +13,7 @@ from ..api import load, lower
 from ..errors import SparseLowerError
 from ..importers import SECTION3, detect_format, format_title, import_model
 from ..lowering import COMBINES, STRATEGIES, TARGETS
-from ..passes.lower import RUN_HINT
+from ..passes.lower import run_hint
 from ..verify import compare, example_inputs, given_inputs
 from ..report import render
 from .status import Status
@@ -93,7 +93,7 @@ class Convert:
                             max_active=args.max_active, fuse_taps=args.fuse_taps, dump_dir=args.dump_dir)
         onnx.save(lowered, args.output)
         print(before_after(source, lowered))
-        print(f"wrote {args.output}: {RUN_HINT.replace('(model)', f'({args.output!r})')}")
+        print(f"wrote {args.output}: {run_hint(repr(args.output))}")
         if args.dump_dir:
             print(f"wrote the model after every pass to {args.dump_dir}/ "
                   f"({', '.join(sorted(p.name for p in Path(args.dump_dir).glob('*.onnx')))})")

@@ -1,10 +1,10 @@
-"""LowerSparse: rewrite every source node with the rules of a target (README: What a lowered model looks like)."""
+"""LowerSparse: rewrite every source node with the rules of a target (README: What a lowered model looks
+like)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from importlib.metadata import version
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -14,6 +14,7 @@ from ..errors import SparseLowerError
 from ..lowering import LoweringContext, Options, rules
 from ..lowering.graph import deep_graph, export
 from ..schemas import CUSTOM_DOMAIN, SOURCE_DOMAIN
+from ..version import VERSION
 
 # The oldest default-domain opset whose ops the lowering emits: Unsqueeze with an axes input (13) for
 # gpu; Shape with start/end (15) and ScatterElements with reduction="add" (16) for nna.
@@ -25,8 +26,10 @@ def source_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     return [n for n in model.graph.node if n.domain == SOURCE_DOMAIN]
 
 
-RUN_HINT = ("needs the sparse_lower custom-op library: sparse_lower.create_session(model), or in any onnxruntime "
-            "session SessionOptions.register_custom_ops_library(sparse_lower.get_library_path())")
+def run_hint(model: str = "model") -> str:
+    """How to run a lowered `model`: onnxruntime alone only says its custom ops are not registered."""
+    return (f"needs the sparse_lower custom-op library: sparse_lower.create_session({model}), or in any "
+            f"onnxruntime session SessionOptions.register_custom_ops_library(sparse_lower.get_library_path())")
 
 
 class LowerSparse:
@@ -80,9 +83,9 @@ class LowerSparse:
         not registered functions), and its sparse layers for the cost report."""
         options = {"target": self.target, **asdict(self.options)}
         onnx.helper.set_model_props(lowered, {**{p.key: p.value for p in lowered.metadata_props},
-                                              "sparse_lower.version": version("sparse-lower"),
+                                              "sparse_lower.version": VERSION,
                                               "sparse_lower.options": json.dumps(options),
-                                              "sparse_lower.runtime": RUN_HINT})
+                                              "sparse_lower.runtime": run_hint()})
         record(lowered, layer_costs(source))
 
     def ensures(self, model: onnx.ModelProto) -> None:
