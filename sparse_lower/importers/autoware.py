@@ -70,6 +70,7 @@ class PairNode:
     padding: tuple[int, ...]
     dilation: tuple[int, ...]
     output_padding: tuple[int, ...]
+    batch_size: int | None  # the batches the traced `.dense()` holds, where the file says
 
     def readable(self) -> dict[str, str]:
         """The outputs a standard op may read, by name: out_indices and num_act_out."""
@@ -142,7 +143,9 @@ def _pair(node: onnx.NodeProto, where: str) -> PairNode:
     if min(kernel) < 1:
         raise SparseLowerError(f"attribute 'ksize'={list(kernel)} has a value below 1", where, "use values >= 1")
     kind = "subm" if subm else "deconv" if transposed else "conv"
-    return PairNode(node, where, node.input[0], kind, tuple(grid), kernel, **geometry)
+    batch = values.get("batch_size")
+    return PairNode(node, where, node.input[0], kind, tuple(grid), kernel, **geometry,
+                    batch_size=batch if isinstance(batch, int) and batch >= 1 else None)
 
 
 def _parse(model: onnx.ModelProto) -> tuple[dict[str, PairNode], dict[int, str]]:
@@ -288,7 +291,5 @@ def _describe_coordinates(t: Translation, model: onnx.ModelProto, pairs: dict[st
         t.note(first.where, f"the graph input its coordinates '{first.indices}' come from could not be traced")
         return
     source, mapping = columns
-    batch = attribute_values(first.node, first.where).get("batch_size")
-    batch = batch if isinstance(batch, int) and batch >= 1 else None
     t.describe_coords(source, [f"d{axis}" if axis >= 0 else "batch" for axis in mapping],
-                      [first.grid[axis] if axis >= 0 else batch for axis in mapping])
+                      [first.grid[axis] if axis >= 0 else first.batch_size for axis in mapping])
