@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA
+from test_first_run import sparse_lower_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,8 +30,7 @@ def commands(block: str) -> list[str]:
 def run(command: str, cwd: Path) -> subprocess.CompletedProcess:
     program, *argv = shlex.split(command)
     assert program == "sparse-lower", command
-    return subprocess.run([sys.executable, "-m", "sparse_lower.cli.main", *argv], cwd=cwd, capture_output=True,
-                          text=True, timeout=900)
+    return sparse_lower_cli(*argv, cwd=cwd)
 
 
 @pytest.fixture
