@@ -22,6 +22,12 @@ def _static_shape(value: onnx.ValueInfoProto) -> list:
     return [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
 
 
+def _fed_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The graph inputs a run must feed (older exporters also list initializers as inputs)."""
+    initializers = {t.name for t in model.graph.initializer}
+    return [v for v in model.graph.input if v.name not in initializers]
+
+
 def _input_roles(model: onnx.ModelProto) -> dict[str, tuple]:
     """For each graph input read by a source op: (role, spatial shape, partner input)."""
     roles = {}
@@ -69,10 +75,9 @@ def example_inputs(model: onnx.ModelProto, rng: np.random.Generator, active: int
     described = _described_coords(model)
     batch = min([batch, *(to_dense_attributes(n).batch_size for n in model.graph.node
                           if n.domain == SOURCE_DOMAIN and n.op_type == "ToDense")])
-    initializers = {t.name for t in model.graph.initializer}
     feeds: dict[str, np.ndarray] = {}
     rows_of: dict[str, int] = {}  # a symbolic dimension -> the rows drawn for it
-    pending = [v for v in model.graph.input if v.name not in initializers]
+    pending = _fed_inputs(model)
     order = {"coords": 0, "described": 1, "features": 2, "other": 3}
     role_of = {v.name: roles.get(v.name, ("described" if v.name in described else "other", None, None))
                for v in pending}
@@ -127,8 +132,7 @@ def given_inputs(model: onnx.ModelProto, arrays: dict[str, np.ndarray], source: 
     to its declared type where the cast is the one the user means (int32 coordinates to int64 when no
     value changes; float16 or float64 features to float32). Arrays the model does not take are ignored;
     a missing input or a cast that would change the data is refused, naming the input."""
-    initializers = {t.name for t in model.graph.initializer}
-    declared = {v.name: v.type.tensor_type.elem_type for v in model.graph.input if v.name not in initializers}
+    declared = {v.name: v.type.tensor_type.elem_type for v in _fed_inputs(model)}
     missing = [name for name in declared if name not in arrays]
     if missing:
         raise SparseLowerError(f"{source} has no array named {', '.join(map(repr, missing))} (it holds "
