@@ -20,7 +20,8 @@ from sparse_lower.models import (AimetEmitter, CanonicalEmitter, NvidiaEmitter, 
                                  sp_middle_resnet_fhd, sparse_unet)
 from sparse_lower.models.canonical import onnx_weight
 from sparse_lower.models.emitter import Sparse
-from sparse_lower.models.layers import LEAKY_RELU_ALPHA, ConvPlanner, Values
+from sparse_lower.models.layers import ConvPlanner, Values
+from sparse_lower.spconv_rules import LEAKY_RELU_ALPHA
 from sparse_lower.models.patent2d import PATENT_SITES
 from sparse_lower.models.voxels import load_voxels
 from sparse_lower.schemas import conv_geometry

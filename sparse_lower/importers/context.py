@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..errors import SparseLowerError, SparseLowerWarning
 from ..names import UniqueNames
 from ..schemas import IMPORT_METADATA, SOURCE_DOMAIN
-from .spconv_layers import LEAKY_RELU_ALPHA
+from ..spconv_rules import LEAKY_RELU_ALPHA
 
 
 @dataclass(frozen=True)

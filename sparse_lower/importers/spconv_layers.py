@@ -40,11 +40,11 @@ from onnx import helper
 
 from ..errors import SparseLowerError
 from ..schemas import SOURCE_DOMAIN, conv_geometry
+from ..spconv_rules import runs_as_matmul
 
 Note = Callable[[str, str], None]  # (node label, message): what the translation reports and records
 
 _ACTIVATIONS = {"None": None, "ReLU": "Relu", "Sigmoid": "Sigmoid", "LeakyReLU": "LeakyRelu"}
-LEAKY_RELU_ALPHA = 0.01  # torch.nn.LeakyReLU's default: spconv modules are torch modules
 PRECISIONS = ("int8", "fp16", "fp32", "float16", "float32")
 # The INT8 (PTQ/QAT) export's attributes: the engine's quantisation scales. The import computes in
 # float32 from the given weights and keeps these in the model's metadata.
@@ -267,18 +267,13 @@ def relaid_weight(layer: SpconvLayer, weight: np.ndarray, spconv_1x1: bool = Tru
         raise SparseLowerError("an inverse conv of one tap: spconv runs it as a 1×1 conv on its input rows, not "
                                "on the forward conv's input coords", layer.label,
                                "use a kernel of more than one tap, or a 1×1 submanifold conv")
-    if spconv_1x1 and runs_as_matmul(layer):
+    if spconv_1x1 and runs_as_matmul(layer.kind, layer.kernel_size, layer.stride):
         # spconv's 1×1 fast path computes features @ weight.view(Cin, Cout): the stored memory is the
         # matrix [Cin, Cout], whatever the declared [Cout, 1.., Cin] shape says. Read it as spconv does.
         matrix = weight.reshape(layer.in_channels, layer.out_channels)
         weight = np.ascontiguousarray(matrix.T).reshape(weight.shape)
     destination = 0 if layer.kind in ("deconv", "inverse") else 1
     return np.ascontiguousarray(np.moveaxis(weight, -1, destination))
-
-
-def runs_as_matmul(layer: SpconvLayer) -> bool:
-    """spconv runs a conv of one tap (stride 1 unless submanifold) as a matrix product on its input rows."""
-    return int(np.prod(layer.kernel_size)) == 1 and (layer.kind == "subm" or int(np.prod(layer.stride)) == 1)
 
 
 def checked_bias(layer: SpconvLayer, bias: np.ndarray) -> np.ndarray:

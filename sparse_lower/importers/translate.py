@@ -18,9 +18,10 @@ import onnx
 from onnx import version_converter
 
 from ..errors import SparseLowerError
+from ..spconv_rules import runs_as_matmul
 from .context import SparseTensor, Translation, label
 from .spconv_layers import (Rulebooks, checked_bias, declared_grid, parse_layer, relaid_weight,
-                            runs_as_matmul, section3_node)
+                            section3_node)
 from .standard_ops import parse_scatter_dense, scatter_dense, standard_node
 
 IR_VERSION = 10  # onnxruntime 1.31 reads IR <= 13, but not every tool in the flow does
@@ -148,7 +149,7 @@ def _conv(t: Translation, fmt: SourceFormat, rulebooks: Rulebooks, node: onnx.No
                                "channels")
     if layer.quantization:
         t.quantization[where] = layer.quantization
-    if fmt.one_tap_note and runs_as_matmul(layer):
+    if fmt.one_tap_note and runs_as_matmul(layer.kind, layer.kernel_size, layer.stride):
         t.note(where, fmt.one_tap_note)
     inputs = [operands.features, x.coords, t.add_constant(f"{where}.W", relaid_weight(layer, weight))]
     if operands.bias is not None:

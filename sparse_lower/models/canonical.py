@@ -28,10 +28,11 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..schemas import SOURCE_DOMAIN, conv_geometry
+from ..spconv_rules import LEAKY_RELU_ALPHA
 from .builder import OPSET
 from .emitter import Dense, Sparse
 from .graph_writer import GraphWriter
-from .layers import (LEAKY_RELU_ALPHA, ConvLayer, ConvPlanner, Values, check_add, check_reshape, output_name,
+from .layers import (ConvLayer, ConvPlanner, Values, check_add, check_reshape, output_name,
                      rows_after)
 
 _SOURCE_OP = {"subm": "SubmanifoldConv", "conv": "SparseConv", "deconv": "SparseDeconv", "inverse": "SparseDeconv"}

@@ -21,7 +21,7 @@ Conventions, spconv's (docs/formats.md):
   the forward conv registered under the same `indice_key`);
 * `activation` is None, "ReLU", "LeakyReLU" or "Sigmoid", applied after the bias (the NVIDIA export
   fuses it into the conv); LeakyReLU has slope 0.01 (torch.nn.LeakyReLU's default; no format carries
-  it; `layers.LEAKY_RELU_ALPHA`);
+  it; `spconv_rules.LEAKY_RELU_ALPHA`);
 * coords are `(batch, d0, d1, d2)` with the spatial order of `spatial_shape` (zyx for LiDAR);
 * `indice_key`: submanifold convs of one geometry on the same rows may share a key; a strided or
   transposed conv owns its key, which an inverse conv names (layers.ConvPlanner checks this).
@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import numpy as np
+
+from ..spconv_rules import runs_as_matmul
 
 
 @dataclass(frozen=True)
@@ -101,12 +103,6 @@ def per_dim(value, ndim: int) -> tuple[int, ...]:
     return tuple(int(v) for v in value) if isinstance(value, (list, tuple, np.ndarray)) else (int(value),) * ndim
 
 
-def spconv_runs_as_matmul(kind: str, kernel, stride) -> bool:
-    """spconv's 1×1 fast path: a kernel of one tap (and stride 1 unless submanifold; an inverse conv
-    module has stride 1) is run as `features @ weight.view(Cin, Cout)` on the input rows."""
-    return int(np.prod(kernel)) == 1 and (kind in ("subm", "inverse") or int(np.prod(stride)) == 1)
-
-
 def spconv_weight_memory(weight: np.ndarray, kind: str, stride) -> np.ndarray:
     """What a spconv module's `weight` must hold for it to compute `weight` ([Cout, *K, Cin]).
 
@@ -114,7 +110,7 @@ def spconv_weight_memory(weight: np.ndarray, kind: str, stride) -> np.ndarray:
     reinterpretation rather than a transpose, so a trained module's (and its export's) 1×1 weights
     are the transposed matrix stored in the [Cout, *K, Cin] shape.
     """
-    if not spconv_runs_as_matmul(kind, weight.shape[1:-1], stride):
+    if not runs_as_matmul(kind, weight.shape[1:-1], stride):
         return weight
     cout, cin = weight.shape[0], weight.shape[-1]
     return np.ascontiguousarray(weight.reshape(cout, cin).T).reshape(weight.shape)

@@ -39,8 +39,9 @@ import onnx
 from onnx import TensorProto, helper
 
 from .. import reference
+from ..spconv_rules import LEAKY_RELU_ALPHA
 from .emitter import Dense, Sparse, spconv_weight_memory
-from .layers import LEAKY_RELU_ALPHA, ConvLayer, ConvPlanner, Values, check_add, check_reshape, rows_after
+from .layers import ConvLayer, ConvPlanner, Values, check_add, check_reshape, rows_after
 
 OUTPUT_BOUND = 200000  # exptool's default capacity
 _ACTIVATION_OPS = {"ReLU": ("Relu", {}), "LeakyReLU": ("LeakyRelu", {"alpha": LEAKY_RELU_ALPHA}),

@@ -18,10 +18,6 @@ from .emitter import Dense, Sparse, per_dim, spconv_output_shape
 
 KINDS = ("subm", "conv", "deconv", "inverse")
 ACTIVATIONS = (None, "ReLU", "LeakyReLU", "Sigmoid")
-# torch.nn.LeakyReLU's default slope: the module an exporter fuses into the conv. (spconv's own fused
-# activation has act_alpha = 0 by default, which would make a "LeakyReLU" a ReLU.) No sparse-conv
-# format in the wild carries the slope, so every emitter uses this one.
-LEAKY_RELU_ALPHA = 0.01
 
 
 @dataclass(frozen=True)

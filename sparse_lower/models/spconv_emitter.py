@@ -18,9 +18,8 @@ import torch
 from spconv.pytorch.conv import SparseConvolution
 
 from ..export import spconv_inference
-from .emitter import (Dense, Sparse, per_dim, spconv_output_shape, spconv_runs_as_matmul,
-                      spconv_weight_memory)
-from .layers import LEAKY_RELU_ALPHA
+from ..spconv_rules import LEAKY_RELU_ALPHA, runs_as_matmul
+from .emitter import Dense, Sparse, per_dim, spconv_output_shape, spconv_weight_memory
 
 _ACTIVATIONS = {
     "ReLU": torch.relu,
@@ -128,7 +127,7 @@ class SpconvEmitter:
         value, bias = (None if v is None else np.asarray(v, self.weight_dtype).astype(np.float32)
                        for v in (weight, bias))
         value = spconv_weight_memory(value, kind, stride)  # spconv's 1x1 fast path reads view(Cin, Cout)
-        assert spconv_runs_as_matmul(kind, value.shape[1:-1], stride) == module.conv1x1
+        assert runs_as_matmul(kind, value.shape[1:-1], stride) == module.conv1x1
         with torch.no_grad():
             module.weight.copy_(torch.from_numpy(value))
             if bias is not None:
