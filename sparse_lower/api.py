@@ -10,7 +10,7 @@ import onnx
 from .errors import SparseLowerError, SparseLowerWarning
 from .importers import SECTION3, detect_format, format_title, nothing_to_lower
 from .model_io import load
-from .lowering import COMBINES, STRATEGIES, TARGETS, Options
+from .lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS, Options
 from .passes.check import CheckModel, check_model
 from .passes.lower import LowerSparse
 from .passes.manager import PassManager
@@ -23,7 +23,7 @@ def _choice(name: str, value, allowed) -> None:
 
 
 def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, strategy: str = "auto",
-          combine: str = "gather", max_active: int | None = None, fuse_taps: bool = False,
+          combine: str = "gather", max_active: int | None = None, fuse_taps: bool = False, layout: str = "image",
           dump_dir: str | os.PathLike | None = None, check_each_pass: bool = False) -> onnx.ModelProto:
     """Rewrite the sparse-convolution nodes of `model` for `target`; run the result with
     `create_session`.
@@ -35,7 +35,9 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     * target "nna": the index tables from the custom ops, the compute in standard ops only: one 1×1
       Conv per kernel tap on `[1, C, 1, N]` (`fuse_taps`: one Conv with K·Cout outputs) and a
       `combine` method ("gather", "scatter", "matmul"). `max_active` fixes the row capacity so that
-      the compute part has static shapes; more active rows than that is a run-time error. NaN/Inf
+      the compute part has static shapes; more active rows than that is a run-time error. `layout`
+      "rows" computes on `[N, C]` rows with one MatMul per tap instead (for converters that re-lay
+      4-D tensors out, such as onnx2tf; docs/toolchains.md). NaN/Inf
       features propagate as in a dense conv, except with "matmul": its 0/1 scatter matrices turn one
       non-finite value into NaN in every output of the layer (0·NaN = NaN).
     * target "hybrid": the first sparse layer of each branch on the gpu path, the rest on the nna path.
@@ -46,13 +48,15 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     _choice("target", target, TARGETS)
     _choice("strategy", strategy, STRATEGIES)
     _choice("combine method", combine, COMBINES)
+    _choice("nna layout", layout, LAYOUTS)
     if max_active is not None and (isinstance(max_active, bool) or not isinstance(max_active, int) or max_active < 1):
         raise SparseLowerError(f"max_active={max_active!r} is not a positive int", fix="give None or an int >= 1")
     if target == "gpu" and max_active is not None:
         warnings.warn(f"max_active={max_active} has no effect on the gpu target, whose custom ops take any row "
                       f"count; it fixes the rows of the nna part (target 'nna' or 'hybrid')", SparseLowerWarning,
                       stacklevel=2)
-    options = Options(strategy=strategy, combine=combine, max_active=max_active, fuse_taps=bool(fuse_taps))
+    options = Options(strategy=strategy, combine=combine, max_active=max_active, fuse_taps=bool(fuse_taps),
+                      layout=layout)
     model = load(model)
     found = detect_format(model)
     if found != SECTION3:

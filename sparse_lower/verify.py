@@ -154,6 +154,15 @@ def given_inputs(model: onnx.ModelProto, arrays: dict[str, np.ndarray], source: 
     return feeds
 
 
+def relative_error(have: np.ndarray, want: np.ndarray) -> float:
+    """The largest absolute difference relative to the largest magnitude of `want` (inf when the shapes
+    differ): one number per output that means the same for a feature map and a logit."""
+    if have.shape != want.shape:
+        return float("inf")
+    worst = float(np.abs(have.astype(np.float64) - want.astype(np.float64)).max(initial=0.0))
+    return worst / max(float(np.abs(want).max(initial=0.0)), 1e-12)
+
+
 def compare(model: onnx.ModelProto, lowered: onnx.ModelProto, feeds: dict, **session_kwargs) -> list[Difference]:
     """Run the reference on `model` and onnxruntime on `lowered`, output by output."""
     expected = reference.run(model, feeds)
@@ -166,8 +175,6 @@ def compare(model: onnx.ModelProto, lowered: onnx.ModelProto, feeds: dict, **ses
         if want.shape != have.shape:
             differences.append(Difference(name, float("inf"), float("inf"), False))
             continue
-        error = np.abs(have.astype(np.float64) - want.astype(np.float64))
-        scale = max(float(np.abs(want).max(initial=0.0)), 1e-12)
-        worst = float(error.max(initial=0.0))
-        differences.append(Difference(name, worst, worst / scale, True))
+        worst = float(np.abs(have.astype(np.float64) - want.astype(np.float64)).max(initial=0.0))
+        differences.append(Difference(name, worst, relative_error(have, want), True))
     return differences

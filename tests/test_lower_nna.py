@@ -1,5 +1,6 @@
 """The nna and hybrid targets (README: What a lowered model looks like) run in onnxruntime against the dense oracle and the
-NumPy reference: every combine method, with and without a fixed capacity, one Conv per tap or fused;
+NumPy reference: every combine method, with and without a fixed capacity, one Conv per tap or fused,
+the image and the rows layout;
 multi-layer chains; the patent's worked examples; capacity and size refusals."""
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def test_random_config_matches_dense_oracle(seed, combine, capacity):
     if capacity:  # room for the input and output rows, plus slack that stays padding
         max_active = max(len(config.coords), len(expected["out_coords"]), 1) + int(rng.integers(0, 5))
     lowered = sparse_lower.lower(model, target="nna", combine=combine, max_active=max_active,
-                                 fuse_taps=bool(seed % 2), check_each_pass=True)
+                                 fuse_taps=bool(seed % 2), layout="rows" if seed % 4 >= 2 else "image",
+                                 check_each_pass=True)
     taps = int(np.prod(config.attrs["kernel_shape"]))
     if combine == "matmul" and max_active and taps * max_active ** 2 * 4 > 2 ** 30:
         with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument, match="more than max_bytes"):
@@ -63,21 +65,46 @@ def test_the_compute_is_standard_ops_with_static_shapes_under_a_capacity():
         assert not [n for n in lowered.graph.node if n.op_type == "IndexedUnfold"]
 
 
+@pytest.mark.parametrize("combine", COMBINES)
+def test_the_rows_layout_computes_on_two_dimensional_tensors(combine):
+    model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    lowered = onnx.shape_inference.infer_shapes(sparse_lower.lower(model, target="nna", combine=combine,
+                                                                   max_active=2000, layout="rows"))
+    parts = sparse_lower.partition(lowered)
+    nna = [name for name, device in parts.assignment.items() if device == "nna"]
+    values = {v.name: v for v in (*lowered.graph.value_info, *lowered.graph.output, *lowered.graph.input)}
+    nodes = {n.name: n for n in lowered.graph.node}
+    assert Counter(nodes[name].op_type for name in nna)["MatMul"] == 3 * 27 * (2 if combine == "matmul" else 1)
+    assert not [n for n in lowered.graph.node if n.op_type in ("Conv", "Transpose")]
+    for name in nna:
+        for tensor in (*nodes[name].input, *nodes[name].output):
+            if tensor in values:  # the scatter matrices [K, M, N] are the only 3-D tensor
+                dims = values[tensor].type.tensor_type.shape.dim
+                assert len(dims) <= (3 if tensor.endswith("/S") else 2), (name, tensor)
+                assert all(d.HasField("dim_value") for d in dims), (name, tensor)
+        if nodes[name].op_type in ("Gather", "ScatterElements"):
+            assert nodes[name].attribute[0].i == 0, "sites on axis 0"
+
+
+@pytest.mark.parametrize("layout", ["image", "rows"])
 @pytest.mark.parametrize("target", ["nna", "hybrid"])
 @pytest.mark.parametrize("combine", COMBINES)
 @pytest.mark.parametrize("max_active", [None, 2000])
-def test_multi_layer_stack_matches_the_reference(target, combine, max_active, rng):
+def test_multi_layer_stack_matches_the_reference(target, combine, max_active, layout, rng):
     model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
     features, coords = random_sparse(rng, 2, 5, (10, 40, 40), count=800)
     feeds = {"features": features, "coords": coords}
-    lowered = sparse_lower.lower(model, target=target, combine=combine, max_active=max_active, check_each_pass=True)
+    lowered = sparse_lower.lower(model, target=target, combine=combine, max_active=max_active, layout=layout,
+                                 check_each_pass=True)
     got = dict(zip(["f", "c"], session(lowered, threads=2).run(None, feeds)))
     expected = reference.run(model, feeds)
     np.testing.assert_array_equal(got["c"], expected["sparseconv4.coords"])
     np.testing.assert_allclose(got["f"], expected["sparseconv4.features"], rtol=1e-4, atol=1e-5)
     ops = Counter(n.op_type for n in lowered.graph.node)
     if target == "hybrid":
-        assert ops["IndexedConv"] == 1 and ops["Conv"] == 2 * 27, "first layer on the gpu path, the rest nna"
+        per_tap = "Conv" if layout == "image" else "MatMul"
+        products = ops[per_tap] - (2 * 27 if combine == "matmul" and per_tap == "MatMul" else 0)
+        assert ops["IndexedConv"] == 1 and products == 2 * 27, "first layer on the gpu path, the rest nna"
     if max_active:  # padded rows flow through the ReLUs: only the model output is sliced back
         nna_layers = 2 if target == "hybrid" else 3
         assert ops["Slice"] == 1 + (nna_layers if combine == "scatter" else 0)  # + each scatter's dump column

@@ -12,7 +12,7 @@ import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 from ..api import load, lower
 from ..errors import SparseLowerError
 from ..importers import SECTION3, detect_format, format_title, import_model
-from ..lowering import COMBINES, STRATEGIES, TARGETS
+from ..lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS
 from ..passes.lower import run_hint
 from ..verify import compare, example_inputs, given_inputs
 from ..report import render
@@ -31,7 +31,8 @@ class Convert:
               unfold, rulebook, fused (the three in one IndexedConv) or auto (fused; the rulebook
               for a conv reading a dense input)
       nna     index tables from the custom ops; the compute in standard ops only: one 1x1 Conv per
-              kernel tap on [1, C, 1, N] (--fuse-taps: one Conv with K*Cout outputs) and a combine
+              kernel tap on [1, C, 1, N] (--layout rows: one MatMul per tap on [N, C] rows;
+              --fuse-taps: one product with K*Cout outputs) and a combine
               method: gather (default), scatter or matmul (scatter matrices, O(K*N^2) memory).
               --max-active N fixes the row capacity so that the compute has static shapes.
       hybrid  the first sparse layer of each branch on the gpu path, the rest on the nna path.
@@ -63,6 +64,8 @@ class Convert:
                             help="nna combine method (default gather)")
         parser.add_argument("--max-active", type=int, help="nna row capacity (static shapes)")
         parser.add_argument("--fuse-taps", action="store_true", help="nna: one Conv with K*Cout outputs")
+        parser.add_argument("--layout", default="image", choices=list(LAYOUTS),
+                            help="nna: compute on the [1, C, 1, N] image (default) or on [N, C] rows")
         parser.add_argument("--dump-dir", help="write the model after every pass into this folder")
         parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                             help="compare the reference and the lowered model (default: on)")
@@ -90,7 +93,8 @@ class Convert:
             print(f"imported {format_title(found)} format into section-3 ops")
         with status.step(f"lowering for the {args.target} target"):
             lowered = lower(source, target=args.target, strategy=args.strategy, combine=args.combine,
-                            max_active=args.max_active, fuse_taps=args.fuse_taps, dump_dir=args.dump_dir)
+                            max_active=args.max_active, fuse_taps=args.fuse_taps, layout=args.layout,
+                            dump_dir=args.dump_dir)
         onnx.save(lowered, args.output)
         print(before_after(source, lowered))
         print(f"wrote {args.output}: {run_hint(repr(args.output))}")

@@ -7,9 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import SparseLowerError
 from ..partition import DEFAULT_DEVICES, partition
-from ..runtime import create_session
 from ..report import render
+from ..runtime import create_session
+from ..toolchains import TOOLCHAINS, compile_partition
+from ..verify import given_inputs, relative_error
 
 
 class Partition:
@@ -34,7 +37,16 @@ class Partition:
     bytes crossing in and out ("?" where shapes are dynamic; --inputs runs the segments on an .npz
     of graph inputs to measure them and checks the outputs equal the unpartitioned model's).
 
+    --for TOOLCHAIN also compiles every nna segment with an accelerator toolchain (onnxruntime, openvino,
+    tvm, rknn, tflite; each but onnxruntime a pip extra: docs/toolchains.md) and writes its artifact
+    next to the segment (NN_nna.xml, .so, .rknn, .tflite); --calibrate FRAME.npz ... quantizes those
+    segments to int8 first, calibrated on the frames. --inputs then runs the host segments in
+    onnxruntime and the nna segments in the toolchain's runtime, and compares with the unpartitioned
+    model within the toolchain's precision (1e-4 relative for fp32, 2e-3 for fp16, 2e-2 for int8).
+    Ops the toolchain placed off its accelerator are listed.
+
     example: sparse-lower partition model.nna.onnx --out-dir segments --picture
+    example: sparse-lower partition model.nna.onnx --out-dir segments --for openvino --inputs frame.npz
     """
 
     name = "partition"
@@ -51,23 +63,31 @@ class Partition:
         parser.add_argument("--active", type=int, help="active sites for the per-layer cost table "
                             "(default: the model's max_active)")
         parser.add_argument("--inputs", help=".npz of graph inputs: run the segments and compare")
+        parser.add_argument("--for", dest="toolchain", choices=list(TOOLCHAINS),
+                            help="compile the nna segments with this accelerator toolchain")
+        parser.add_argument("--calibrate", nargs="+", metavar="FRAME.npz",
+                            help="with --for: quantize the nna segments to int8, calibrated on these inputs")
         parser.add_argument("--reasons", action="store_true",
                             help="list the nodes that did not get the first device, and why")
 
     def run(self, args) -> int:
         devices = [device.strip() for device in args.devices.split(",") if device.strip()]
         parts = partition(args.input, devices=devices, static_shapes=not args.dynamic)
-        manifest = parts.to_onnx(args.out_dir)
+        if args.calibrate and not args.toolchain:
+            raise SparseLowerError("--calibrate quantizes for a toolchain", fix="add --for TOOLCHAIN (e.g. --for onnxruntime)")
+        calibration = [given_inputs(parts.model, dict(np.load(path)), path) for path in args.calibrate or []]
+        compiled = (compile_partition(parts, args.toolchain, args.out_dir, calibration or None) if args.toolchain
+                    else None)
+        manifest = parts.to_onnx(args.out_dir) if compiled is None else compiled.directory / "manifest.json"
         status = 0
         if args.inputs:
-            feeds = dict(np.load(args.inputs))
-            got = parts.run(feeds)
+            feeds = given_inputs(parts.model, dict(np.load(args.inputs)), args.inputs)
             session = create_session(parts.model)
             expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
-            different = [name for name, value in expected.items() if not np.array_equal(value, got[name])]
-            print("run: outputs differ from the unpartitioned model: " + ", ".join(different) if different
-                  else "run: outputs equal the unpartitioned model")
-            status = 1 if different else 0
+            status = _compared(parts.run(feeds), expected) if compiled is None else _within(compiled, feeds, expected)
+        if compiled is not None:
+            for segment, op, unit, name in compiled.fallbacks:
+                print(f"{compiled.toolchain.title} placed {op} '{name}' of segment {segment:02d} on its {unit}")
         if args.reasons:
             print(reasons_table(parts, devices[0]))
         print(parts.summary(args.active))
@@ -76,6 +96,27 @@ class Partition:
         if args.picture:
             print(f"wrote {parts.save_picture(Path(args.out_dir) / 'picture.png')}")
         return status
+
+
+def _compared(got: dict, expected: dict) -> int:
+    different = [name for name, value in expected.items() if not np.array_equal(value, got[name])]
+    print("run: outputs differ from the unpartitioned model: " + ", ".join(different) if different
+          else "run: outputs equal the unpartitioned model")
+    return 1 if different else 0
+
+
+def _within(compiled, feeds: dict, expected: dict) -> int:
+    """Compare the run across runtimes with the unpartitioned model, within the toolchain's precision."""
+    got = compiled.run(feeds)
+    tolerance = compiled.toolchain.tolerance
+    status = 0
+    for name, value in expected.items():
+        error = relative_error(got[name], value)
+        worse = error > tolerance
+        status |= worse
+        print(f"run ({compiled.toolchain.title}, {compiled.toolchain.precision}): {name}: max error {error:.2e} "
+              f"relative to its largest magnitude ({'above' if worse else 'within'} {tolerance:g})")
+    return int(status)
 
 
 def reasons_table(parts, first: str) -> str:

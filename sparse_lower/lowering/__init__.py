@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .context import LoweringContext, Options
 from .gpu import GpuCompute
-from .nna import COMBINES, NnaCompute
+from .nna import COMBINES, LAYOUTS, NnaCompute
 from .rules.sparse_conv import SparseConvRule
 from .rules.sparse_deconv import SparseDeconvRule
 from .rules.submanifold_conv import SubmanifoldConvRule
@@ -31,7 +31,7 @@ def _policy(target: str, options: Options):
     every branch on the gpu path (it may read the dense input directly), the following layers on the
     nna path."""
     gpu = _gpu_compute(options.strategy)
-    nna = NnaCompute(options.combine, options.max_active, options.fuse_taps)
+    nna = NnaCompute(options.combine, options.max_active, options.fuse_taps, options.layout)
     if target == "gpu":
         return lambda node, ctx: gpu
     if target == "nna":
@@ -47,4 +47,4 @@ def rules(target: str, options: Options) -> list:
             ToDenseRule()]
 
 
-__all__ = ["COMBINES", "STRATEGIES", "TARGETS", "LoweringContext", "Options", "rules"]
+__all__ = ["COMBINES", "LAYOUTS", "STRATEGIES", "TARGETS", "LoweringContext", "Options", "rules"]

@@ -32,13 +32,15 @@ class DenseSource:
 
 @dataclass(frozen=True)
 class Options:
-    """What the user chose (README: Python): the gpu compute form, and the nna combine method, capacity
-    and whether the nna runs one 1×1 conv per tap or one conv with K·Cout outputs."""
+    """What the user chose (README: Python): the gpu compute form, and the nna combine method, capacity,
+    whether the nna runs one 1×1 conv per tap or one conv with K·Cout outputs, and its layout (the
+    `[1, C, 1, N]` image or `[N, C]` rows)."""
 
     strategy: str = "auto"
     combine: str = "gather"
     max_active: int | None = None
     fuse_taps: bool = False
+    layout: str = "image"
 
 
 class LoweringContext:

@@ -1,5 +1,7 @@
-"""The nna target's compute form: 1×1 Convs per kernel tap and a combine method, standard ops only."""
+"""The nna target's compute form: 1×1 Convs (or MatMuls on rows) per kernel tap and a combine method,
+standard ops only."""
 
 from .compute import COMBINES, NnaCompute
+from .layout import LAYOUTS
 
-__all__ = ["COMBINES", "NnaCompute"]
+__all__ = ["COMBINES", "LAYOUTS", "NnaCompute"]

@@ -1,17 +1,18 @@
 """The nna compute form of a sparse conv (README: What a lowered model looks like; the patent's NNA method).
 
-The accelerator runs standard ops only. The features enter as `[1, Cin, 1, N]`; one 1×1 `Conv` per
-kernel tap (or, with `fuse_taps`, one `Conv` with K·Cout outputs split per tap) gives each input's
-partial output for that tap, `P_k [1, Cout, 1, N]`; a combine method moves the partials to the output
-columns `[1, Cout, 1, M]`:
+The accelerator runs standard ops only. The features enter as the image `[1, Cin, 1, N]` (or as rows
+`[N, Cin]` with `layout="rows"`: layout.py); one 1×1 `Conv` per kernel tap (a `MatMul` on rows; with
+`fuse_taps`, one product with K·Cout outputs split per tap) gives each input's partial output for that
+tap, `P_k [1, Cout, 1, N]`; a combine method moves the partials to the output sites `[1, Cout, 1, M]`:
 
 * `gather`: append a zero column to `P_k` and `Gather` the column each output reads through tap k
   (the zero column where it reads nothing), then `Add` over taps — no scatter, O(N) memory;
 * `scatter`: `ScatterElements` with `reduction="add"` of `P_k` into the output columns, one scatter
   per tap so that no index repeats within one op (onnxruntime's scatter-add races on repeated
   indices); inputs that feed no output through tap k go to a dump column that is sliced off;
-* `matmul`: `MatMul` of `P_k` with the transposed scatter matrix `S_kᵀ [N, M]` and `Add` (patent
-  method 1, O(K·M·N) memory, refused at run time above `ScatterMatrices`' `max_bytes`). Known limit:
+* `matmul`: `MatMul` of `P_k` with the transposed scatter matrix `S_kᵀ [N, M]` (on rows, `S_k · P_k`)
+  and `Add` (patent method 1, O(K·M·N) memory, refused at run time above `ScatterMatrices`'
+  `max_bytes`). Known limit:
   the product multiplies every partial by the zeros of `S_k` too, and 0·NaN = 0·Inf = NaN, so one
   non-finite feature makes every output of the layer NaN where a dense conv has NaN/Inf only in its
   receptive field. No op of the accelerator's table selects without multiplying, so this method cannot
@@ -28,6 +29,7 @@ import onnx_graphsurgeon as gs
 
 from ...schemas import ConvGeometry
 from ..context import FLOAT, INT64, LoweringContext
+from .layout import layout
 from .padding import pad_to_capacity, padded_rows
 
 COMBINES = ("gather", "scatter", "matmul")
@@ -36,10 +38,11 @@ COMBINES = ("gather", "scatter", "matmul")
 class NnaCompute:
     reads_dense = False
 
-    def __init__(self, combine: str, max_active: int | None, fuse_taps: bool):
+    def __init__(self, combine: str, max_active: int | None, fuse_taps: bool, layout_name: str = "image"):
         self.combine = combine
         self.capacity = max_active
         self.fuse_taps = fuse_taps
+        self.layout = layout(layout_name)
 
     def emit(self, ctx: LoweringContext, base: str, geometry: ConvGeometry, source: gs.Tensor, dense: bool,
              coords: gs.Tensor, nbr: gs.Tensor, out_coords: gs.Tensor, matrix: np.ndarray,
@@ -54,18 +57,16 @@ class NnaCompute:
             nbr = pad_to_capacity(ctx, nbr, cap, np.int64(-1), [cap, taps])
         if self._zero_row:
             rows = self._with_zero_row(ctx, rows, cin)
-        x = self._to_columns(ctx, base, rows, cin)
+        x = self.layout.enter(ctx, rows, cin, self._columns())
         partials = self._partials(ctx, base, x, matrix, taps, cin, cout)
         combine = {"gather": self._gather, "scatter": self._scatter, "matmul": self._matmul}[self.combine]
         y = combine(ctx, base, coords, nbr, partials, cout)
         if bias is not None:
             y = self._add_bias(ctx, base, y, bias, out_coords, cout)
-        result = ctx.standard("Reshape", base, [y, ctx.shared_constant(f"shape_{cout}_-1", np.array([cout, -1]))],
-                              [("out_columns", FLOAT, [cout, cap])])[0]
         if not cap:
-            ctx.standard("Transpose", base, [result], [out_features], {"perm": [1, 0]})
+            self.layout.leave(ctx, base, y, cout, cap, out_features)
             return
-        (padded,) = ctx.standard("Transpose", base, [result], [("out_padded", FLOAT, [cap, cout])], {"perm": [1, 0]})
+        padded = self.layout.leave(ctx, base, y, cout, cap, ("out_padded", FLOAT, [cap, cout]))
         ctx.padded[out_features.name] = padded
         zero = ctx.shared_constant("zero_1", np.array([0], np.int64))
         ctx.standard("Slice", base, [padded, zero, self._row_count(ctx, out_coords), zero], [out_features])
@@ -91,39 +92,33 @@ class NnaCompute:
                                 [("with_zero_row", FLOAT, [self._columns(), cin])], {}, domain="")
         return extended
 
-    def _to_columns(self, ctx, base, rows, cin) -> gs.Tensor:
-        """Rows [N + 1, Cin] as the image [1, Cin, 1, N + 1] the 1×1 convs read."""
-        columns = self._columns()
-        (transposed,) = ctx.table("Transpose", rows.name, [rows], [("features_t", FLOAT, [cin, columns])],
-                                  {"perm": [1, 0]}, domain="")
-        shape = ctx.shared_constant(f"shape_1_{cin}_1_-1", np.array([1, cin, 1, -1]))
-        (image,) = ctx.table("Reshape", transposed.name, [transposed, shape], [("image", FLOAT, [1, cin, 1, columns])],
-                             {}, domain="")
-        return image
-
     def _partials(self, ctx, base, x, matrix, taps, cin, cout) -> list[gs.Tensor]:
-        """P_k [1, Cout, 1, N] for every tap: one 1×1 Conv per tap, or one fused Conv split per tap."""
-        per_tap = [matrix[k * cin:(k + 1) * cin].T.reshape(cout, cin, 1, 1) for k in range(taps)]
-        spec = [("partial", FLOAT, [1, cout, 1, self._columns()])]
+        """P_k for every tap: x times each tap's [Cin, Cout] weight, or one product by all taps' weights
+        side by side, split per tap (the channel axis is 1 in both layouts)."""
+        per_tap = [matrix[k * cin:(k + 1) * cin] for k in range(taps)]
+        spec = ("partial", FLOAT, self.layout.shape(cout, self._columns()))
         if not self.fuse_taps:
-            return [ctx.standard("Conv", f"{base}/tap{k}", [x, ctx.constant(f"{base}/W{k}", w)], spec,
-                                 {"kernel_shape": [1, 1]})[0] for k, w in enumerate(per_tap)]
-        weights = ctx.constant(f"{base}/W", np.concatenate(per_tap, axis=0))
-        (fused,) = ctx.standard("Conv", base, [x, weights], [("partials", FLOAT, [1, taps * cout, 1, self._columns()])],
-                                {"kernel_shape": [1, 1]})
+            return [self.layout.multiply(ctx, f"{base}/tap{k}", x, w, spec) for k, w in enumerate(per_tap)]
+        fused = self.layout.multiply(ctx, base, x, np.concatenate(per_tap, axis=1),
+                                     ("partials", FLOAT, self.layout.shape(taps * cout, self._columns())))
         split = ctx.shared_constant(f"split_{taps}x{cout}", np.full(taps, cout, np.int64))
-        return ctx.standard("Split", base, [fused, split], spec * taps, {"axis": 1})
+        return ctx.standard("Split", base, [fused, split], [spec] * taps, {"axis": 1})
 
     def _gather(self, ctx, base, coords, nbr, partials, cout) -> gs.Tensor:
         cap = self.capacity
         indices = self._tap_rows(ctx, nbr, self._input_count(ctx, coords), len(partials))
         total = None
         for k, (partial, index) in enumerate(zip(partials, indices)):
-            (moved,) = ctx.standard("Gather", f"{base}/tap{k}", [partial, index], [("moved", FLOAT, [1, cout, 1, cap])],
-                                    {"axis": 3})
-            total = moved if total is None else ctx.standard("Add", f"{base}/tap{k}", [total, moved],
-                                                             [("sum", FLOAT, [1, cout, 1, cap])])[0]
+            (moved,) = ctx.standard("Gather", f"{base}/tap{k}", [partial, index],
+                                    [("moved", FLOAT, self.layout.shape(cout, cap))], {"axis": self.layout.axis})
+            total = self._sum(ctx, f"{base}/tap{k}", total, moved, cout)
         return total
+
+    def _sum(self, ctx, base, total, moved, cout) -> gs.Tensor:
+        """The running sum over taps."""
+        if total is None:
+            return moved
+        return ctx.standard("Add", base, [total, moved], [("sum", FLOAT, self.layout.shape(cout, self.capacity))])[0]
 
     def _scatter(self, ctx, base, coords, nbr, partials, cout) -> gs.Tensor:
         cap = self.capacity
@@ -132,11 +127,12 @@ class NnaCompute:
         accumulator = self._zeros(ctx, outputs, cout)
         for k, (partial, index) in enumerate(zip(partials, indices)):
             (accumulator,) = ctx.standard("ScatterElements", f"{base}/tap{k}", [accumulator, index, partial],
-                                          [("scattered", FLOAT, [1, cout, 1, cap + 1 if cap else None])],
-                                          {"axis": 3, "reduction": "add"})
+                                          [("scattered", FLOAT, self.layout.shape(cout, cap + 1 if cap else None))],
+                                          {"axis": self.layout.axis, "reduction": "add"})
         zero = ctx.shared_constant("zero_1", np.array([0], np.int64))
-        axis = ctx.shared_constant("axis_3", np.array([3], np.int64))
-        (y,) = ctx.standard("Slice", base, [accumulator, zero, outputs, axis], [("combined", FLOAT, [1, cout, 1, cap])])
+        axis = ctx.shared_constant(f"axis_{self.layout.axis}", np.array([self.layout.axis], np.int64))
+        (y,) = ctx.standard("Slice", base, [accumulator, zero, outputs, axis],
+                            [("combined", FLOAT, self.layout.shape(cout, cap))])
         return y
 
     def _matmul(self, ctx, base, coords, nbr, partials, cout) -> gs.Tensor:
@@ -148,22 +144,20 @@ class NnaCompute:
         for k, partial in enumerate(partials):
             (chosen,) = ctx.table("Gather", f"{nbr.name}/tap{k}", [matrices, ctx.shared_constant(f"index_{k}", np.array(k))],
                                   [("S_k", FLOAT, [cap, columns])], {"axis": 0}, domain="")
-            (transposed,) = ctx.table("Transpose", f"{nbr.name}/tap{k}", [chosen], [("S_kT", FLOAT, [columns, cap])],
-                                      {"perm": [1, 0]}, domain="")
-            (moved,) = ctx.standard("MatMul", f"{base}/tap{k}", [partial, transposed], [("moved", FLOAT, [1, cout, 1, cap])])
-            total = moved if total is None else ctx.standard("Add", f"{base}/tap{k}", [total, moved],
-                                                             [("sum", FLOAT, [1, cout, 1, cap])])[0]
+            moved = self.layout.moved_by_matrix(ctx, f"{base}/tap{k}", partial, chosen,
+                                                ("moved", FLOAT, self.layout.shape(cout, cap)))
+            total = self._sum(ctx, f"{base}/tap{k}", total, moved, cout)
         return total
 
     def _add_bias(self, ctx, base, y, bias, out_coords, cout) -> gs.Tensor:
         """Bias on the real output columns only: with a capacity, padding columns stay zero."""
         cap = self.capacity
-        value = ctx.constant(f"{base}/B", bias.astype(np.float32).reshape(1, cout, 1, 1))
+        value = ctx.constant(f"{base}/B", self.layout.channel_vector(bias.astype(np.float32)))
         if cap:
             (masked,) = ctx.standard("Mul", base, [value, self._valid_columns(ctx, out_coords)],
-                                     [("bias_columns", FLOAT, [1, cout, 1, cap])])
+                                     [("bias_columns", FLOAT, self.layout.shape(cout, cap))])
             value = masked
-        (y,) = ctx.standard("Add", base, [y, value], [("biased", FLOAT, [1, cout, 1, cap])])
+        (y,) = ctx.standard("Add", base, [y, value], [("biased", FLOAT, self.layout.shape(cout, cap))])
         return y
 
     # -- the index part (outside the accelerator) -------------------------------------------------
@@ -205,7 +199,7 @@ class NnaCompute:
         return self._per_tap(ctx, columns, taps, 1, self.capacity)
 
     def _scatter_indices(self, ctx, like, nbr, outputs, taps, cout) -> list[gs.Tensor]:
-        """Per tap, the output column each input lands in, broadcast to [1, Cout, 1, N] as
+        """Per tap, the output column each input lands in, broadcast to the partial's shape as
         ScatterElements wants; M (the dump column) for inputs that feed nothing through that tap."""
         columns = self._columns()
         (inverse,) = ctx.table("InverseMap", nbr.name, [nbr, like], [("inverse", INT64, [taps, columns])], {})
@@ -214,14 +208,13 @@ class NnaCompute:
                                domain="")
         (targets,) = ctx.table("Where", inverse.name, [missing, outputs, inverse], [("targets", INT64, [taps, columns])], {},
                                domain="")
-        expand = ctx.shared_constant(f"expand_1_{cout}_1_1", np.array([1, cout, 1, 1], np.int64))
+        channels = self.layout.shape(cout, 1)
+        expand = ctx.shared_constant("expand_" + "_".join(map(str, channels)), np.array(channels, np.int64))
         indices = []
         for k, row in enumerate(self._per_tap(ctx, targets, taps, 0, columns)):
-            (image,) = ctx.table("Reshape", row.name, [row, ctx.shared_constant("shape_1_1_1_-1",
-                                                                                 np.array([1, 1, 1, -1]))],
-                                 [("image", INT64, [1, 1, 1, columns])], {}, domain="")
-            (broadcast,) = ctx.table("Expand", f"{row.name}/{cout}", [image, expand],
-                                     [("broadcast", INT64, [1, cout, 1, columns])], {}, domain="")
+            placed = self.layout.site_vector(ctx, row, INT64, columns)
+            (broadcast,) = ctx.table("Expand", f"{placed.name}/{cout}", [placed, expand],
+                                     [("broadcast", INT64, self.layout.shape(cout, columns))], {}, domain="")
             indices.append(broadcast)
         return indices
 
@@ -231,26 +224,25 @@ class NnaCompute:
                           [("tap", INT64, [length])], {"axis": axis}, domain="")[0] for k in range(taps)]
 
     def _zeros(self, ctx, outputs, cout) -> gs.Tensor:
-        """The scatter accumulator [1, Cout, 1, M + 1] (the last column collects what feeds nothing)."""
+        """The scatter accumulator with M + 1 sites (the last collects what feeds nothing)."""
         if self.capacity:
-            return ctx.shared_constant(f"zeros_{cout}_{self.capacity + 1}",
-                                       np.zeros((1, cout, 1, self.capacity + 1), np.float32))
+            shape = self.layout.shape(cout, self.capacity + 1)
+            return ctx.shared_constant("zeros_" + "_".join(map(str, shape)), np.zeros(shape, np.float32))
         one = ctx.shared_constant("one_1", np.array([1], np.int64))
         (columns,) = ctx.table("Add", outputs.name, [outputs, one], [("plus_one", INT64, [1])], {}, domain="")
-        prefix = ctx.shared_constant(f"prefix_1_{cout}_1", np.array([1, cout, 1], np.int64))
-        (shape,) = ctx.table("Concat", f"{columns.name}/{cout}", [prefix, columns], [("shape", INT64, [4])],
-                             {"axis": 0}, domain="")
-        (zeros,) = ctx.table("ConstantOfShape", shape.name, [shape], [("zeros", FLOAT, [1, cout, 1, None])],
+        shape = self.layout.shape(cout, None)
+        parts = [columns if d is None else ctx.shared_constant(f"dim_{d}", np.array([d], np.int64)) for d in shape]
+        (shape_tensor,) = ctx.table("Concat", f"{columns.name}/{self.layout.name}{cout}", parts,
+                                    [("shape", INT64, [len(shape)])], {"axis": 0}, domain="")
+        (zeros,) = ctx.table("ConstantOfShape", shape_tensor.name, [shape_tensor], [("zeros", FLOAT, shape)],
                              {"value": gs.Constant("zero", np.zeros(1, np.float32))}, domain="")
         return zeros
 
     def _valid_columns(self, ctx, out_coords) -> gs.Tensor:
-        """1 for the real output columns, 0 for the padding ones: [1, 1, 1, capacity] float."""
+        """1 for the real output sites, 0 for the padding ones, broadcasting over channels."""
         cap = self.capacity
         count = self._row_count(ctx, out_coords)
         positions = ctx.shared_constant(f"range_{cap}", np.arange(cap, dtype=np.int64))
         (real,) = ctx.table("Less", f"{count.name}/valid", [positions, count], [("real", np.bool_, [cap])], {}, domain="")
         (mask,) = ctx.table("Cast", real.name, [real], [("mask", FLOAT, [cap])], {"to": 1}, domain="")
-        (image,) = ctx.table("Reshape", mask.name, [mask, ctx.shared_constant("shape_1_1_1_-1", np.array([1, 1, 1, -1]))],
-                             [("mask_image", FLOAT, [1, 1, 1, cap])], {}, domain="")
-        return image
+        return self.layout.site_vector(ctx, mask, FLOAT, cap)

@@ -1,0 +1,77 @@
+"""What every accelerator toolchain adapter provides (one module per toolchain in this package).
+
+A toolchain takes an accelerator segment (a standalone ONNX model of standard ops with static
+shapes), compiles it into its own artifact and runs that artifact in its own runtime. Adapters
+import their toolchain only inside `build` and `load`, so that this package imports without any of
+them; `missing()` says which pip extra brings one in.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+Run = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+class Toolchain(ABC):
+    name: str
+    title: str
+    module: str  # the Python module the adapter imports
+    distribution: str  # the PyPI distribution whose version is reported
+    suffix: str  # of the artifact file
+    precision: str = "fp32"  # what the accelerator computes in; "int8" once quantized
+    index_type: int = onnx.TensorProto.INT32  # integer width the toolchain takes for gather/scatter indices
+
+    @property
+    def extra(self) -> str:
+        return self.name
+
+    @property
+    def tolerance(self) -> float:
+        """The largest error relative to the output's magnitude expected from its precision."""
+        return {"fp32": 1e-4, "fp16": 2e-3, "int8": 2e-2}[self.precision]
+
+    def missing(self) -> str | None:
+        """Why the toolchain cannot be used here, with the fix; None when it can."""
+        if importlib.util.find_spec(self.module.split(".")[0]) is None:
+            return (f"{self.title} is not installed (Python module '{self.module}'): "
+                    f"pip install 'sparse-lower[{self.extra}]'")
+        return None
+
+    def version(self) -> str:
+        return metadata.version(self.distribution)
+
+    def refuses(self, model: onnx.ModelProto) -> tuple[str, str] | None:
+        """(why, fix) when this toolchain must not be given the segment (a form measured to convert
+        wrongly); None when it may."""
+        return None
+
+    def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str]) -> onnx.ModelProto:
+        """The segment for int8: by default onnxruntime's QDQ form (quantize.py), which the toolchains
+        that read QDQ run as int8; a toolchain that quantizes by itself keeps the samples instead."""
+        from .quantize import quantize_qdq
+
+        self.precision = "int8"
+        return quantize_qdq(model, samples, keep_float)
+
+    @abstractmethod
+    def build(self, model: onnx.ModelProto, path: Path) -> None:
+        """Compile the (prepared) segment model into the artifact `path`; `path.with_suffix(".onnx")`
+        holds `model` (converters that read only files take it from there)."""
+
+    @abstractmethod
+    def load(self, path: Path, model: onnx.ModelProto) -> Run:
+        """The artifact as a function from the segment's inputs to its outputs, by name; `model` is the
+        prepared segment the artifact was built from (its input order and types)."""
+
+    def placement(self, path: Path) -> list[tuple[str, str, str]]:
+        """(op, unit, name) for every op of a built artifact whose toolchain reports where ops run: the
+        units other than the accelerator are its fallbacks. Empty where the toolchain does not say."""
+        return []

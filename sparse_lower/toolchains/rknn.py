@@ -1,0 +1,117 @@
+"""Rockchip rknn-toolkit2: the segment built for the RK3588 NPU (fp16) and run in the toolkit's x86
+simulator.
+
+The simulator runs only a model built in the same process (it does not load `.rknn` files), so
+`load` builds again from the prepared ONNX segment that sits next to the artifact; the `.rknn` file is
+what a board runs. The build log's layer table says where each op runs (NPU or CPU): `placement`
+reads it back, so callers can check that no compute fell back to the CPU. Measured (docs/toolchains.md):
+only the `matmul` combine keeps every op on the NPU; `Gather` and `ScatterElements` always run on the
+CPU, in any integer width and either layout.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from ..errors import SparseLowerError
+from .base import Run, Toolchain
+from .prepare import fed
+from .quiet import output_to
+
+TARGET = "rk3588"
+_LAYER = re.compile(r"^D RKNN: \[[0-9:.]*\] +\d+ +(\w+) +(?:FLOAT16|FLOAT|INT8|UINT8|INT16|INT32|INT64|BOOL) +(\w+) "
+                    r".* \w+:(\S+)\s*$")  # op, unit, ..., OpType:name
+
+
+class Rknn(Toolchain):
+    name = "rknn"
+    title = "rknn-toolkit2 (RK3588 simulator)"
+    module = "rknn.api"
+    distribution = "rknn-toolkit2"
+    suffix = ".rknn"
+    precision = "fp16"
+
+    def __init__(self):
+        self.dataset: list[dict[str, np.ndarray]] | None = None  # int8 calibration inputs; None: fp16
+
+    def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str]) -> onnx.ModelProto:
+        """rknn quantizes by itself at build time (`do_quantization`, its own calibration on `samples`);
+        it takes no list of layers to keep float."""
+        self.precision = "int8"
+        self.dataset = samples
+        return model
+
+    def missing(self) -> str | None:
+        try:
+            return super().missing()
+        except ModuleNotFoundError:  # find_spec imports the parent package `rknn`
+            return f"{self.title} is not installed: pip install 'sparse-lower[{self.extra}]'"
+
+    def _built(self, onnx_path: Path, model: onnx.ModelProto, log: Path):
+        from rknn.api import RKNN
+
+        toolkit = RKNN(verbose=True)
+        with output_to(log):
+            toolkit.config(target_platform=TARGET)
+            status = toolkit.load_onnx(model=str(onnx_path))
+            if status == 0:
+                status = toolkit.build(do_quantization=self.dataset is not None, dataset=self._dataset_file(onnx_path, model))
+        if status != 0:
+            raise SparseLowerError(f"rknn-toolkit2 could not build {onnx_path.name} (status {status})",
+                                   fix=f"read its log {log}")
+        return toolkit
+
+    def _dataset_file(self, onnx_path: Path, model: onnx.ModelProto) -> str | None:
+        """The calibration list rknn reads: one line per sample, one .npy per input in input order."""
+        if self.dataset is None:
+            return None
+        lines = []
+        for i, sample in enumerate(self.dataset):
+            arrays = fed(model, sample)
+            files = []
+            for j, value in enumerate(model.graph.input):
+                path = onnx_path.with_name(f"{onnx_path.stem}.calibration{i}_{j}.npy")
+                np.save(path, arrays[value.name])
+                files.append(path.name)
+            lines.append(" ".join(files))
+        listing = onnx_path.with_name(f"{onnx_path.stem}.calibration.txt")
+        listing.write_text("\n".join(lines) + "\n")
+        return str(listing)
+
+    def build(self, model: onnx.ModelProto, path: Path) -> None:
+        onnx_path = path.with_suffix(".onnx")
+        log = path.with_suffix(".log")
+        log.unlink(missing_ok=True)
+        toolkit = self._built(onnx_path, model, log)
+        with output_to(log):
+            toolkit.export_rknn(str(path))
+        toolkit.release()
+        layers = [match.groups() for match in map(_LAYER.match, log.read_text(errors="replace").splitlines()) if match]
+        path.with_suffix(".placement.json").write_text(json.dumps(layers) + "\n")
+
+    def placement(self, path: Path) -> list[tuple[str, str, str]]:
+        return [tuple(row) for row in json.loads(path.with_suffix(".placement.json").read_text())
+                if row[0] not in ("InputOperator", "OutputOperator")]
+
+    def load(self, path: Path, model: onnx.ModelProto) -> Run:
+        log = path.with_suffix(".log")
+        toolkit = self._built(path.with_suffix(".onnx"), model, log)
+        with output_to(log):
+            if toolkit.init_runtime() != 0:
+                raise SparseLowerError("rknn-toolkit2's simulator did not start", fix=f"read its log {log}")
+        order = [value.name for value in model.graph.input]
+        names = [value.name for value in model.graph.output]
+        shapes = {value.name: [d.dim_value for d in value.type.tensor_type.shape.dim] for value in model.graph.output}
+
+        def run(inputs):
+            arrays = fed(model, inputs)
+            with output_to(log):
+                results = toolkit.inference(inputs=[arrays[name] for name in order])
+            return {name: np.asarray(value, np.float32).reshape(shapes[name]) for name, value in zip(names, results)}
+
+        return run

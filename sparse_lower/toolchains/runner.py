@@ -1,0 +1,118 @@
+"""A partition compiled for a toolchain, and run across runtimes: the host segments (index tables,
+final fold) in onnxruntime with the custom-op library, the accelerator segments in the toolchain's
+own runtime.
+
+`compile_partition` writes everything a deployment needs into one folder (pre: a partition of a
+lowered model whose accelerator segments have static shapes; post: the folder holds every segment as
+ONNX, each accelerator segment's artifact, and manifest.json saying which file runs where), and
+`CompiledPartition` runs that folder knowing only what is in it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from ..errors import SparseLowerError
+from ..partition import Partition
+from ..runtime import create_session
+from .base import Run, Toolchain
+from .prepare import prepare
+from .quantize import first_and_last_products, segment_samples
+from .registry import toolchain
+
+ACCELERATOR = "nna"
+
+
+def compile_partition(parts: Partition, name: str | Toolchain, directory: str | os.PathLike,
+                      calibration: Iterable[Mapping[str, np.ndarray]] | None = None) -> "CompiledPartition":
+    """Write `parts` into `directory` with its accelerator segments compiled by toolchain `name`
+    ("onnxruntime", "openvino", "tvm", "rknn", "tflite"); returns the compiled partition, ready to run.
+    With `calibration` (graph feeds, e.g. real frames) the accelerator segments are quantized to int8
+    (quantize.py) on what they read from those feeds."""
+    chain = toolchain(name) if isinstance(name, str) else name
+    reason = chain.missing()
+    if reason:
+        raise SparseLowerError(reason)
+    directory = Path(directory)
+    manifest_path = parts.to_onnx(directory)
+    manifest = json.loads(manifest_path.read_text())
+    samples = segment_samples(parts, calibration) if calibration is not None else None
+    keep_float = first_and_last_products(parts.model) if calibration is not None else set()
+    for entry in manifest["segments"]:
+        if entry["device"] != ACCELERATOR:
+            continue
+        file = directory / entry["file"]
+        for value in parts.segment_model(entry["index"]).graph.input:
+            if any(d.dim_param or not d.HasField("dim_value") for d in value.type.tensor_type.shape.dim):
+                raise SparseLowerError(f"accelerator segment {entry['index']} has the dynamic input '{value.name}'",
+                                       fix="lower with max_active so that the accelerator segments have static shapes")
+        segment = parts.segment_model(entry["index"])
+        if samples is not None:
+            segment = chain.quantized(segment, samples[entry["index"]], keep_float)
+        prepared = prepare(segment, chain.index_type)
+        refusal = chain.refuses(prepared)
+        if refusal:
+            raise SparseLowerError(f"accelerator segment {entry['index']}: {refusal[0]}", fix=refusal[1])
+        onnx.save(prepared, file)  # the file the toolchain took
+        artifact = file.with_suffix(chain.suffix)
+        chain.build(prepared, artifact)
+        entry["artifact"] = artifact.name
+        entry["placement"] = [list(row) for row in chain.placement(artifact)]
+    manifest["toolchain"] = {"name": chain.name, "version": chain.version(), "precision": chain.precision}
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    return CompiledPartition(directory, chain)
+
+
+class CompiledPartition:
+    """The folder `compile_partition` wrote, run segment by segment (sessions and toolchain runtimes
+    are made on the first run and kept)."""
+
+    def __init__(self, directory: str | os.PathLike, chain: Toolchain | None = None):
+        self.directory = Path(directory)
+        self.manifest = json.loads((self.directory / "manifest.json").read_text())
+        if "toolchain" not in self.manifest:
+            raise SparseLowerError(f"{self.directory} holds no compiled partition (its manifest names no toolchain)",
+                                   fix="write it with compile_partition or `sparse-lower partition --for TOOLCHAIN`")
+        self.toolchain = chain or toolchain(self.manifest["toolchain"]["name"])
+        self.toolchain.precision = self.manifest["toolchain"]["precision"]
+        self._runs: dict[int, Run] = {}
+
+    @property
+    def fallbacks(self) -> list[tuple[int, str, str, str]]:
+        """(segment, op, unit, name) for every op the toolchain placed off its accelerator (rknn: the
+        CPU), as its build log names them."""
+        return [(entry["index"], op, unit, name) for entry in self.manifest["segments"]
+                for op, unit, name in entry.get("placement", []) if unit != "NPU"]
+
+    def _run(self, entry: dict) -> Run:
+        index = entry["index"]
+        if index not in self._runs:
+            if "artifact" in entry:
+                self._runs[index] = self.toolchain.load(self.directory / entry["artifact"],
+                                                        onnx.load(self.directory / entry["file"]))
+            else:
+                session = create_session(str(self.directory / entry["file"]))
+                names = [o["name"] for o in entry["outputs"]]
+                self._runs[index] = lambda inputs, s=session, n=names: dict(zip(n, s.run(n, dict(inputs))))
+        return self._runs[index]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph outputs by name, as the unpartitioned model returns them."""
+        expected = [value["name"] for value in self.manifest["inputs"]]
+        if sorted(feeds) != sorted(expected):
+            raise SparseLowerError(f"feeds {sorted(feeds)} do not match the graph inputs", fix=f"feed exactly {expected}")
+        values = dict(feeds)
+        for entry in self.manifest["segments"]:
+            outputs = self._run(entry)({value["name"]: values[value["name"]] for value in entry["inputs"]})
+            values.update(outputs)
+        missing = [value["name"] for value in self.manifest["outputs"] if value["name"] not in values]
+        if missing:
+            raise SparseLowerError(f"graph outputs {missing} come from no segment (initializers)",
+                                   fix="read them from the model")
+        return {value["name"]: values[value["name"]] for value in self.manifest["outputs"]}

@@ -1,0 +1,219 @@
+"""Accelerator toolchains (docs/toolchains.md): the nna segments of a partition compiled by OpenVINO,
+Apache TVM, rknn-toolkit2 (simulator) and LiteRT through onnx2tf, run across runtimes (host segments in
+onnxruntime) and compared with the unpartitioned model within the toolchain's precision; index inputs
+narrowed to int32; the forms a toolchain is measured to mistranslate refused. Each toolchain's tests
+skip, with the reason, where its pip extra is not installed."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import sparse_lower
+from conftest import DATA
+from oracle import IR_VERSION
+from sparse_lower.cli.main import main
+from sparse_lower.errors import SparseLowerError
+from sparse_lower.models import CanonicalEmitter, SparseModelBuilder, centerpoint_head_stack, patent_2d_stack
+from sparse_lower.models.voxels import load_voxels
+from sparse_lower.toolchains import TOOLCHAINS, CompiledPartition, compile_partition, toolchain
+from sparse_lower.toolchains.prepare import fed, narrowable_inputs, prepare
+from sparse_lower.toolchains.quantize import first_and_last_products, weight_products
+from sparse_lower.verify import example_inputs, relative_error
+
+
+def models():
+    """Small networks of every layer kind: (name, model, active sites, capacity)."""
+    rng = np.random.default_rng(3)
+    single = SparseModelBuilder(3, 4, rng).conv("SubmanifoldConv", 8, (3, 3, 3), (10, 12, 14)).build()
+    strided = (SparseModelBuilder(3, 4, rng)
+               .conv("SparseConv", 8, (3, 3, 3), (10, 12, 14), strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1]).build())
+    transposed = SparseModelBuilder(3, 4, rng).conv("SparseDeconv", 8, (2, 2, 2), (5, 6, 7), strides=[2, 2, 2]).build()
+    patent = patent_2d_stack(CanonicalEmitter(), rng, in_channels=8, channels=(16, 16), spatial_shape=(40, 40),
+                             dense_io=False)
+    return [("single SubM", single, 200, 1700), ("strided", strided, 200, 1700), ("transposed", transposed, 100, 900),
+            ("patent 2D", patent, 300, 400), ("head stack", centerpoint_head_stack(spatial_shape=(10, 40, 40)), 150, 1200)]
+
+
+MODELS = models()
+
+
+def available(name):
+    reason = toolchain(name).missing()
+    if reason:
+        pytest.skip(reason)
+    return toolchain(name)
+
+
+def whole(model, feeds):
+    session = sparse_lower.create_session(model)
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+
+
+def assert_runs_across_runtimes(lowered, feeds, name, directory, tolerance=None):
+    compiled = compile_partition(sparse_lower.partition(lowered), name, directory)
+    assert {e["device"] for e in compiled.manifest["segments"]} >= {"nna"}
+    assert all("artifact" in e for e in compiled.manifest["segments"] if e["device"] == "nna")
+    expected = whole(lowered, feeds)
+    for run in (compiled, CompiledPartition(directory)):  # fresh, and again from the files alone
+        got = run.run(feeds)
+        assert list(got) == list(expected)
+        for output, value in expected.items():
+            assert relative_error(got[output], value) <= (tolerance or compiled.toolchain.tolerance), output
+    return compiled
+
+
+# (toolchain, layout, combine): the forms each toolchain runs on its accelerator (docs/toolchains.md)
+FORMS = [("openvino", "image", "gather"), ("openvino", "image", "scatter"), ("openvino", "rows", "matmul"),
+         ("tvm", "image", "gather"), ("tvm", "rows", "scatter"), ("tvm", "image", "matmul"),
+         ("rknn", "rows", "matmul"), ("tflite", "rows", "gather"), ("tflite", "rows", "matmul")]
+
+
+@pytest.mark.parametrize("case", range(len(MODELS)), ids=[m[0] for m in MODELS])
+@pytest.mark.parametrize("name,layout,combine", FORMS)
+def test_every_table_model_runs_in_the_toolchain_like_onnxruntime(name, layout, combine, case, tmp_path):
+    available(name)
+    _, model, active, capacity = MODELS[case]
+    if name == "rknn" and case != 0:
+        pytest.skip("rknn-toolkit2 builds take a minute each: the single SubM stands for the others here")
+    feeds = example_inputs(model, np.random.default_rng(case), active=active)
+    lowered = sparse_lower.lower(model, target="nna", combine=combine, max_active=capacity, layout=layout)
+    compiled = assert_runs_across_runtimes(lowered, feeds, name, tmp_path)
+    assert_on_the_accelerator(compiled)
+
+
+def assert_on_the_accelerator(compiled):
+    """Every op on the accelerator but rknn's reshapes of 2-D segment inputs into its 4-D input layout."""
+    inputs = {value["name"] for entry in compiled.manifest["segments"] for value in entry["inputs"]}
+    for _, op, _, name in compiled.fallbacks:
+        assert op == "Reshape" and name.removesuffix("_rs") in inputs, (op, name)
+
+
+def test_rknn_places_gathers_on_its_cpu(tmp_path):
+    available("rknn")
+    _, model, active, capacity = MODELS[0]
+    lowered = sparse_lower.lower(model, target="nna", combine="gather", max_active=capacity, layout="rows")
+    compiled = assert_runs_across_runtimes(lowered, example_inputs(model, np.random.default_rng(0), active=active),
+                                           "rknn", tmp_path)
+    assert {op for _, op, _, _ in compiled.fallbacks} >= {"Gather"}
+
+
+def test_litert_refuses_the_image_layout_that_onnx2tf_mistranslates(tmp_path):
+    available("tflite")
+    _, model, _, capacity = MODELS[0]
+    parts = sparse_lower.partition(sparse_lower.lower(model, target="nna", combine="matmul", max_active=capacity))
+    with pytest.raises(SparseLowerError, match="onnx2tf mistranslates the nna image layout.*fix: lower with "
+                                               "layout='rows'"):
+        compile_partition(parts, "tflite", tmp_path)
+
+
+def test_litert_reports_onnx2tf_refusing_scatter_add(tmp_path):
+    available("tflite")
+    _, model, _, capacity = MODELS[0]
+    parts = sparse_lower.partition(sparse_lower.lower(model, target="nna", combine="scatter", max_active=capacity,
+                                                      layout="rows"))
+    with pytest.raises(SparseLowerError, match="onnx2tf could not convert 01_nna: .*ScatterElements currently "
+                                               "supports only reduction=\\['none'\\]"):
+        compile_partition(parts, "tflite", tmp_path)
+
+
+@pytest.mark.skipif(not (DATA / "nuscenes_bevfusion_voxels.npz").is_file(), reason="needs ../shared/data")
+@pytest.mark.parametrize("layout", ["image", "rows"])
+def test_the_unet_on_a_real_frame_runs_in_openvino_from_the_command_line(layout, tmp_path, capsys):
+    available("openvino")
+    features, coords, _ = load_voxels(DATA / "nuscenes_bevfusion_voxels.npz")
+    np.savez(tmp_path / "frame.npz", features=features, coords=coords)  # float16 and int32, as the data comes
+    unet = sparse_lower.models.sparse_unet(CanonicalEmitter(), np.random.default_rng(0))
+    onnx.save(sparse_lower.lower(unet, target="nna", max_active=30000, layout=layout), tmp_path / "unet.nna.onnx")
+    status = main(["partition", str(tmp_path / "unet.nna.onnx"), "--out-dir", str(tmp_path / "segments"),
+                   "--for", "openvino", "--inputs", str(tmp_path / "frame.npz")])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "run (OpenVINO, fp32): output: max error" in out and "(within 0.0001)" in out
+    manifest = json.loads((tmp_path / "segments" / "manifest.json").read_text())
+    assert manifest["toolchain"]["name"] == "openvino"
+    assert (tmp_path / "segments" / "01_nna.xml").is_file() and (tmp_path / "segments" / "01_nna.bin").is_file()
+
+
+def calibration_frames(model, count=3):
+    return [example_inputs(model, np.random.default_rng(100 + i), active=150) for i in range(count)]
+
+
+@pytest.mark.parametrize("name,layout,combine", [("onnxruntime", "image", "gather"), ("onnxruntime", "rows", "matmul"),
+                                                 ("openvino", "image", "gather"), ("rknn", "rows", "matmul")])
+def test_int8_segments_stay_within_two_percent(name, layout, combine, tmp_path):
+    available(name)
+    model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    lowered = sparse_lower.lower(model, target="nna", combine=combine, max_active=1200, layout=layout)
+    parts = sparse_lower.partition(lowered)
+    compiled = compile_partition(parts, name, tmp_path, calibration=calibration_frames(model))
+    assert compiled.manifest["toolchain"]["precision"] == "int8"
+    feeds = example_inputs(model, np.random.default_rng(7), active=150)  # not a calibration frame
+    expected, got = whole(lowered, feeds), CompiledPartition(tmp_path).run(feeds)
+    errors = {output: relative_error(got[output], value) for output, value in expected.items()}
+    assert max(errors.values()) <= 2e-2, errors
+    assert max(errors.values()) > 1e-5, "really int8"
+    if name != "rknn":  # QDQ: the middle layer's products in int8, the first and last layer's float
+        segment = onnx.load(tmp_path / "01_nna.onnx")
+        dequantized = {n.output[0] for n in segment.graph.node if n.op_type == "DequantizeLinear"}
+        quantized = {n.name.split("/")[0] for n in segment.graph.node
+                     if n.op_type in ("Conv", "MatMul") and n.input[0] in dequantized}
+        assert quantized == {"submanifoldconv2"}
+
+
+def test_the_first_and_last_layers_are_found_on_the_data_flow():
+    lowered = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="nna", max_active=1200,
+                                 fuse_taps=True)
+    assert {name.split("/")[0] for name in first_and_last_products(lowered)} == {"submanifoldconv0", "sparseconv4"}
+    assert len(weight_products(lowered)) == 3
+
+
+def index_segment():
+    """A segment whose int64 input `columns` feeds only a Gather's indices, and `shift` also an Add."""
+    nodes = [helper.make_node("Gather", ["x", "columns"], ["g"], axis=0),
+             helper.make_node("Gather", ["x", "shift"], ["h"], axis=0),
+             helper.make_node("Add", ["shift", "shift"], ["twice"]),
+             helper.make_node("Add", ["g", "h"], ["y"])]
+    graph = helper.make_graph(nodes, "segment", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2]),
+                                                 helper.make_tensor_value_info("columns", TensorProto.INT64, [3]),
+                                                 helper.make_tensor_value_info("shift", TensorProto.INT64, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2]),
+                               helper.make_tensor_value_info("twice", TensorProto.INT64, [3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION)
+
+
+def test_index_inputs_read_only_as_indices_become_int32():
+    model = index_segment()
+    assert narrowable_inputs(model) == ["columns"]
+    prepared = prepare(model, TensorProto.INT32)
+    types = {v.name: v.type.tensor_type.elem_type for v in prepared.graph.input}
+    assert types == {"x": TensorProto.FLOAT, "columns": TensorProto.INT32, "shift": TensorProto.INT64}
+    assert model.graph.input[1].type.tensor_type.elem_type == TensorProto.INT64, "the original is kept"
+    arrays = fed(prepared, {"x": np.ones((5, 2), np.float32), "columns": np.array([0, 4, 2]), "shift": np.zeros(3)})
+    assert arrays["columns"].dtype == np.int32 and arrays["shift"].dtype == np.int64
+    with pytest.raises(SparseLowerError, match="index input 'columns' holds 0..4294967296, outside int32"):
+        fed(prepared, {"x": np.ones((5, 2), np.float32), "columns": np.array([0, 2 ** 32, 1]), "shift": np.zeros(3)})
+
+
+def test_dynamic_accelerator_segments_and_unknown_toolchains_are_refused(tmp_path):
+    _, model, _, _ = MODELS[0]
+    with pytest.raises(SparseLowerError, match="unknown toolchain 'tensorrt'.*fix: use one of onnxruntime, openvino, tvm, rknn, tflite"):
+        toolchain("tensorrt")
+    available("openvino")
+    parts = sparse_lower.partition(sparse_lower.lower(model, target="nna"), static_shapes=False)
+    with pytest.raises(SparseLowerError, match="accelerator segment 1 has the dynamic input .*fix: lower with max_active"):
+        compile_partition(parts, "openvino", tmp_path)
+    with pytest.raises(SparseLowerError, match="holds no compiled partition"):
+        sparse_lower.partition(sparse_lower.lower(model, target="gpu")).to_onnx(tmp_path / "plain")
+        CompiledPartition(tmp_path / "plain")
+
+
+def test_a_missing_toolchain_names_its_extra(monkeypatch):
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *args: None)
+    assert toolchain("onnxruntime").missing() is None, "a dependency of sparse_lower"
+    for name in set(TOOLCHAINS) - {"onnxruntime"}:
+        assert f"pip install 'sparse-lower[{name}]'" in toolchain(name).missing()
