@@ -15,8 +15,9 @@ from .centerpoint import sp_middle_resnet_fhd
 from .emitter import Dense, Emitter, Sparse
 from .formats import AimetEmitter, NvidiaEmitter
 from .patent2d import patent_2d_stack, patent_example
-from .samples import centerpoint_head_stack
+from .samples import SmallNetwork, centerpoint_head_stack, small_networks
 from .unet import sparse_unet
 
-__all__ = ["AimetEmitter", "CanonicalEmitter", "Dense", "Emitter", "NvidiaEmitter", "Sparse", "SparseModelBuilder",
-           "centerpoint_head_stack", "patent_2d_stack", "patent_example", "sp_middle_resnet_fhd", "sparse_unet"]
+__all__ = ["AimetEmitter", "CanonicalEmitter", "Dense", "Emitter", "NvidiaEmitter", "SmallNetwork", "Sparse",
+           "SparseModelBuilder", "centerpoint_head_stack", "patent_2d_stack", "patent_example", "small_networks",
+           "sp_middle_resnet_fhd", "sparse_unet"]

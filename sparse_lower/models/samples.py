@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import onnx
 
 from .builder import SparseModelBuilder
+from .canonical import CanonicalEmitter
+from .patent2d import patent_2d_stack
 
 CENTERPOINT_GRID = (41, 1440, 1440)
 
@@ -19,3 +23,25 @@ def centerpoint_head_stack(seed: int = 0, spatial_shape=CENTERPOINT_GRID) -> onn
     builder.conv("SubmanifoldConv", 16, (3, 3, 3), spatial_shape).relu()
     builder.conv("SparseConv", 32, (3, 3, 3), spatial_shape, strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1])
     return builder.build("centerpoint_head_stack")
+
+
+class SmallNetwork(NamedTuple):
+    name: str
+    model: onnx.ModelProto
+    active: int  # the active sites it is run at
+    capacity: int  # a max_active that every layer's rows fit at those sites
+
+
+def small_networks() -> list[SmallNetwork]:
+    """One network per layer kind, the patent's 2-D stack and the head stack: the models the toolchains
+    are measured on (tools/toolchain_table.py) and tested with."""
+    rng = np.random.default_rng(3)
+    single = SparseModelBuilder(3, 4, rng).conv("SubmanifoldConv", 16, (3, 3, 3), (10, 12, 14)).build()
+    strided = (SparseModelBuilder(3, 4, rng)
+               .conv("SparseConv", 16, (3, 3, 3), (10, 12, 14), strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1]).build())
+    transposed = SparseModelBuilder(3, 4, rng).conv("SparseDeconv", 16, (2, 2, 2), (5, 6, 7), strides=[2, 2, 2]).build()
+    patent = patent_2d_stack(CanonicalEmitter(), rng, in_channels=8, channels=(16, 16), spatial_shape=(40, 40),
+                             dense_io=False)
+    return [SmallNetwork("single SubM", single, 300, 1700), SmallNetwork("strided", strided, 300, 1700),
+            SmallNetwork("transposed", transposed, 150, 1300), SmallNetwork("patent 2D stack", patent, 300, 400),
+            SmallNetwork("head stack", centerpoint_head_stack(spatial_shape=(10, 40, 40)), 150, 1200)]

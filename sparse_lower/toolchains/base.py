@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 Run = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+ACCELERATOR = "nna"  # the partition device whose segments a toolchain compiles
 
 
 class Toolchain(ABC):
@@ -72,6 +73,7 @@ class Toolchain(ABC):
         prepared segment the artifact was built from (its input order and types)."""
 
     def placement(self, path: Path) -> list[tuple[str, str, str]]:
-        """(op, unit, name) for every op of a built artifact whose toolchain reports where ops run: the
-        units other than the accelerator are its fallbacks. Empty where the toolchain does not say."""
+        """(op, unit, name) for every op of a built artifact whose toolchain reports where ops run: unit
+        "CPU" is a fallback off the accelerator, "input" the conversion of an input into the
+        accelerator's layout. Empty where the toolchain does not say."""
         return []

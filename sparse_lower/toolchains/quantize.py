@@ -28,9 +28,7 @@ import networkx as nx
 
 from ..partition import Partition
 from ..runtime import create_session
-
-ACCELERATOR = "nna"
-
+from .base import ACCELERATOR
 
 def segment_samples(parts: Partition, calibration: Iterable[Mapping[str, np.ndarray]]) -> dict[int, list[dict]]:
     """For every accelerator segment of `parts`, its inputs on each calibration feed (in onnxruntime)."""
@@ -55,7 +53,9 @@ def weight_products(model: onnx.ModelProto) -> list[str]:
 
 def first_and_last_products(model: onnx.ModelProto) -> set[str]:
     """The weight products of the network's first and last layers: those with no other weight product
-    upstream, or none downstream (found on the data flow, so any naming and any number of branches)."""
+    upstream, or none downstream (found on the data flow, so any naming and any number of branches).
+    Empty when that would be every product (a network of one or two layers): int8 means quantizing
+    them."""
     flow = nx.DiGraph()
     made_by = {name: node.name for node in model.graph.node for name in node.output}
     for node in model.graph.node:
@@ -72,7 +72,8 @@ def first_and_last_products(model: onnx.ModelProto) -> set[str]:
         return behind
 
     after, before = behind_a_product(flow), behind_a_product(flow.reverse(copy=False))
-    return (products - after) | (products - before)
+    edges = (products - after) | (products - before)
+    return edges if edges != products else set()
 
 
 class _Samples:
@@ -90,11 +91,14 @@ def quantize_qdq(model: onnx.ModelProto, samples: list[dict], keep_float: set[st
     inputs)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
+    chosen = [name for name in weight_products(model) if name not in keep_float]
+    if not chosen:  # onnxruntime reads an empty nodes_to_quantize as "every node"
+        return model
     with tempfile.TemporaryDirectory() as work:
         source, target = Path(work) / "float.onnx", Path(work) / "int8.onnx"
         onnx.save(model, source)
         quantize_static(str(source), str(target), _Samples(samples), quant_format=QuantFormat.QDQ,
-                        op_types_to_quantize=["Conv", "MatMul"], nodes_to_quantize=[name for name in weight_products(model) if name not in keep_float],
+                        op_types_to_quantize=["Conv", "MatMul"], nodes_to_quantize=chosen,
                         per_channel=True, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                         extra_options={"QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},
                                        "OpTypesToExcludeOutputQuantization": ["Conv", "MatMul"]})

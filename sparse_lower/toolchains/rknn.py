@@ -91,7 +91,11 @@ class Rknn(Toolchain):
         with output_to(log):
             toolkit.export_rknn(str(path))
         toolkit.release()
+        inputs = {value.name for value in model.graph.input}
         layers = [match.groups() for match in map(_LAYER.match, log.read_text(errors="replace").splitlines()) if match]
+        # rknn reshapes each 2-D input into its 4-D input layout on the CPU: a copy, not compute
+        layers = [(op, "input" if op == "Reshape" and name.removesuffix("_rs") in inputs else unit, name)
+                  for op, unit, name in layers]
         path.with_suffix(".placement.json").write_text(json.dumps(layers) + "\n")
 
     def placement(self, path: Path) -> list[tuple[str, str, str]]:

@@ -21,13 +21,10 @@ import onnx
 from ..errors import SparseLowerError
 from ..partition import Partition
 from ..runtime import create_session
-from .base import Run, Toolchain
+from .base import ACCELERATOR, Run, Toolchain
 from .prepare import prepare
 from .quantize import first_and_last_products, segment_samples
 from .registry import toolchain
-
-ACCELERATOR = "nna"
-
 
 def compile_partition(parts: Partition, name: str | Toolchain, directory: str | os.PathLike,
                       calibration: Iterable[Mapping[str, np.ndarray]] | None = None) -> "CompiledPartition":
@@ -48,17 +45,10 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
         if entry["device"] != ACCELERATOR:
             continue
         file = directory / entry["file"]
-        for value in parts.segment_model(entry["index"]).graph.input:
-            if any(d.dim_param or not d.HasField("dim_value") for d in value.type.tensor_type.shape.dim):
-                raise SparseLowerError(f"accelerator segment {entry['index']} has the dynamic input '{value.name}'",
-                                       fix="lower with max_active so that the accelerator segments have static shapes")
-        segment = parts.segment_model(entry["index"])
+        segment = _accepted(parts.segment_model(entry["index"]), entry["index"], chain)
         if samples is not None:
             segment = chain.quantized(segment, samples[entry["index"]], keep_float)
         prepared = prepare(segment, chain.index_type)
-        refusal = chain.refuses(prepared)
-        if refusal:
-            raise SparseLowerError(f"accelerator segment {entry['index']}: {refusal[0]}", fix=refusal[1])
         onnx.save(prepared, file)  # the file the toolchain took
         artifact = file.with_suffix(chain.suffix)
         chain.build(prepared, artifact)
@@ -67,6 +57,18 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
     manifest["toolchain"] = {"name": chain.name, "version": chain.version(), "precision": chain.precision}
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     return CompiledPartition(directory, chain)
+
+
+def _accepted(segment: onnx.ModelProto, index: int, chain: Toolchain) -> onnx.ModelProto:
+    """The segment, once checked to have static shapes and a form the toolchain takes."""
+    for value in segment.graph.input:
+        if any(d.dim_param or not d.HasField("dim_value") for d in value.type.tensor_type.shape.dim):
+            raise SparseLowerError(f"accelerator segment {index} has the dynamic input '{value.name}'",
+                                   fix="lower with max_active so that the accelerator segments have static shapes")
+    refusal = chain.refuses(segment)
+    if refusal:
+        raise SparseLowerError(f"accelerator segment {index}: {refusal[0]}", fix=refusal[1])
+    return segment
 
 
 class CompiledPartition:
@@ -85,10 +87,10 @@ class CompiledPartition:
 
     @property
     def fallbacks(self) -> list[tuple[int, str, str, str]]:
-        """(segment, op, unit, name) for every op the toolchain placed off its accelerator (rknn: the
-        CPU), as its build log names them."""
+        """(segment, op, unit, name) for every op the toolchain placed off its accelerator (rknn: on
+        its CPU), as its build log names them."""
         return [(entry["index"], op, unit, name) for entry in self.manifest["segments"]
-                for op, unit, name in entry.get("placement", []) if unit != "NPU"]
+                for op, unit, name in entry.get("placement", []) if unit == "CPU"]
 
     def _run(self, entry: dict) -> Run:
         index = entry["index"]
