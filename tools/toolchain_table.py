@@ -15,6 +15,14 @@ Each toolchain runs in its own worker process with the interpreter given by --py
 onnx2tf pin conflicting packages: give each its own environment), default this one; a toolchain that is
 not installed there is listed as such. Rows are written as they finish, so a worker stopped by
 --time-limit still reports what it measured. Times are medians of 3 runs (1 on the real frames).
+
+The rows are kept in docs/toolchains_results.jsonl: a run replaces the rows it measured (same
+toolchain, model, layout and combine) and the table is rendered from the whole file, so that one
+toolchain or the real frames can be measured again alone (--toolchains, --models).
+
+On the real frames only the gather combine is measured, in the toolchain's first layout: at their
+capacity the scatter combine's broadcast int64 indices (K·Cout·N per layer, all built by the host
+segment before the nna segment runs) and the matmul combine's scatter matrices (K·N²) take tens of GB.
 """
 
 from __future__ import annotations
@@ -33,13 +41,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+RESULTS = ROOT / "docs" / "toolchains_results.jsonl"
 BEGIN, END = "<!-- toolchain-table -->", "<!-- /toolchain-table -->"
 LAYOUTS = {"onnxruntime": ("image", "rows"), "openvino": ("image", "rows"), "tvm": ("image", "rows"),
            "rknn": ("rows",), "tflite": ("image", "rows")}
 COMBINES = ("gather", "scatter", "matmul")
 REAL_FRAME = "nuscenes_bevfusion_voxels.npz"
 FRAMES = ("nuscenes_bevfusion_voxels.npz", "nuscenes_centerpoint_voxels.npz")
-MATMUL_LIMIT = 2 ** 31  # bytes of scatter matrices beyond which the matmul combine is not attempted
 
 
 def real_models():
@@ -119,7 +127,7 @@ def measure(chain_name, model, lowered, feeds_list, calibration, repeats) -> dic
     return row
 
 
-def work(chain_name: str, out: Path, real: bool) -> None:
+def work(chain_name: str, out: Path, models: list[str]) -> None:
     """One toolchain's rows, appended to `out` as JSON lines as they finish."""
     import sparse_lower
     from sparse_lower.models import small_networks
@@ -137,20 +145,23 @@ def work(chain_name: str, out: Path, real: bool) -> None:
         return
     emit(model="*", version=chain.version(), precision=chain.precision)
     cases = []
-    for name, model, active, capacity in small_networks():
-        frames = [example_inputs(model, np.random.default_rng(seed), active=active) for seed in range(4)]
-        cases.append((name, model, capacity, frames[:1], frames[1:], 3))
-    if real:
+    if "small" in models:
+        for name, model, active, capacity in small_networks():
+            frames = [example_inputs(model, np.random.default_rng(seed), active=active) for seed in range(4)]
+            cases.append((name, model, capacity, frames[:1], frames[1:], 3, LAYOUTS[chain_name]))
+    if "real" in models:
         frames = [frame(name) for name in FRAMES]
         for name, model in real_models():
-            cases.append((name, model, capacity_for(model, frames), frames, frames, 1))
-    for name, model, capacity, measured, calibration, repeats in cases:
-        for layout in LAYOUTS[chain_name]:
+            cases.append((name, model, capacity_for(model, frames), frames, frames, 1, LAYOUTS[chain_name][:1]))
+    for name, model, capacity, measured, calibration, repeats, layouts in cases:
+        for layout in layouts:
             for combine in COMBINES:
-                matrices = max(np.prod(kernel) for kernel in _kernels(model)) * capacity * capacity * 4
-                if combine == "matmul" and matrices > MATMUL_LIMIT:
+                if repeats == 1 and combine != "gather":
+                    taps, channels = _widest(model)
+                    size = (taps * channels * capacity * 8 if combine == "scatter" else taps * capacity ** 2 * 4) / 2 ** 30
                     emit(model=name, layout=layout, combine=combine, accepted=False,
-                         why=f"not attempted: scatter matrices of {matrices / 2 ** 30:.0f} GiB at capacity {capacity:,}")
+                         why=f"not attempted: its {'int64 scatter indices' if combine == 'scatter' else 'scatter matrices'}"
+                             f" take {size:,.0f} GiB per layer at capacity {capacity:,}")
                     continue
                 lowered = sparse_lower.lower(model, target="nna", combine=combine, max_active=capacity, layout=layout)
                 fp32 = measure(chain_name, model, lowered, measured[:1], None, repeats)
@@ -158,15 +169,19 @@ def work(chain_name: str, out: Path, real: bool) -> None:
                 emit(model=name, layout=layout, combine=combine, capacity=capacity, **fp32, int8=int8)
 
 
-def _kernels(model) -> list[list[int]]:
-    return [list(a.ints) for n in model.graph.node for a in n.attribute if a.name == "kernel_shape"] or [[1]]
+def _widest(model) -> tuple[int, int]:
+    """The most taps and the most channels of the model's conv weights ([Cout, Cin, *K] or [Cin, Cout, *K])."""
+    from onnx import numpy_helper
+
+    shapes = [numpy_helper.to_array(t).shape for t in model.graph.initializer if len(t.dims) >= 4]
+    return max(int(np.prod(s[2:])) for s in shapes), max(max(s[:2]) for s in shapes)
 
 
 def _number(value: float) -> str:
     return f"{value:.1e}" if value < 1e-2 else f"{100 * value:.1f} %"
 
 
-def render(rows: list[dict], parallel: bool) -> str:
+def render(rows: list[dict]) -> str:
     """The Markdown table (and a line per toolchain with its version or why it is missing)."""
     heads = [r for r in rows if r["model"] == "*"]
     lines = ["| toolchain | model | layout | combine | accepted | max error vs onnxruntime | off the accelerator "
@@ -188,8 +203,21 @@ def render(rows: list[dict], parallel: bool) -> str:
                      f"{row['compile_s']:.1f} | {row['run_ms']:.1f} | {quantized} |")
     versions = [f"{h['toolchain']} {h['version']} ({h['precision']})" if "version" in h
                 else f"{h['toolchain']}: not measured ({h['missing']})" for h in heads]
-    how = " (the toolchains ran at once, sharing the cores: times are indicative)" if parallel else ""
-    return "Measured with " + "; ".join(versions) + how + ".\n\n" + "\n".join(lines)
+    return "Measured with " + "; ".join(versions) + ".\n\n" + "\n".join(lines)
+
+
+def merged(new: list[dict]) -> list[dict]:
+    """The results file with `new` replacing the rows of the same case; written back, and returned."""
+
+    def key(row):
+        return row["toolchain"], row["model"], row.get("layout"), row.get("combine")
+
+    kept = [json.loads(line) for line in RESULTS.read_text().splitlines()] if RESULTS.is_file() else []
+    fresh = {key(row) for row in new}
+    rows = sorted([row for row in kept if key(row) not in fresh] + new,
+                  key=lambda row: (list(LAYOUTS).index(row["toolchain"]), row["model"] != "*"))
+    RESULTS.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return rows
 
 
 def main() -> int:
@@ -197,7 +225,8 @@ def main() -> int:
     parser.add_argument("--python", action="append", default=[], metavar="TOOLCHAIN=PATH",
                         help="the interpreter whose environment has TOOLCHAIN installed")
     parser.add_argument("--toolchains", default=",".join(LAYOUTS), help="comma-separated (default: all)")
-    parser.add_argument("--no-real", action="store_true", help="only the small models (no ../shared/data)")
+    parser.add_argument("--models", default="small,real",
+                        help="small (random frames), real (the nuScenes frames, ../shared/data) or both (default)")
     parser.add_argument("--time-limit", type=int, default=5400, help="seconds per toolchain worker")
     parser.add_argument("--parallel", action="store_true",
                         help="run the toolchain workers at once (faster; the times then share the cores)")
@@ -206,7 +235,7 @@ def main() -> int:
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        work(args.worker, Path(args.out), not args.no_real)
+        work(args.worker, Path(args.out), args.models.split(","))
         return 0
     pythons = dict(item.split("=", 1) for item in args.python)
     rows = []
@@ -214,7 +243,7 @@ def main() -> int:
         def start(name):
             out = Path(scratch) / f"{name}.jsonl"
             command = [pythons.get(name, sys.executable), __file__, "--worker", name, "--out", str(out)]
-            return name, out, subprocess.Popen(command + (["--no-real"] if args.no_real else []),
+            return name, out, subprocess.Popen(command + ["--models", args.models],
                                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
         names = args.toolchains.split(",")
@@ -228,7 +257,8 @@ def main() -> int:
                 process.kill()
                 print(f"{name}: stopped after {args.time_limit} s; the rows it finished are kept", file=sys.stderr)
             rows += [json.loads(line) for line in out.read_text().splitlines()] if out.is_file() else []
-    table = render(rows, args.parallel)
+    rows = merged(rows)
+    table = render(rows)
     print(table)
     if args.write_readme:
         text = README.read_text()
