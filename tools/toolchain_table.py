@@ -243,14 +243,14 @@ def main() -> int:
         def start(name):
             out = Path(scratch) / f"{name}.jsonl"
             command = [pythons.get(name, sys.executable), __file__, "--worker", name, "--out", str(out)]
-            return name, out, subprocess.Popen(command + ["--models", args.models],
-                                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            return name, out, time.monotonic() + args.time_limit, subprocess.Popen(
+                command + ["--models", args.models], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
         names = args.toolchains.split(",")
         workers = map(start, names) if not args.parallel else [start(name) for name in names]
-        for name, out, process in workers:  # lazily started one after the other unless --parallel
+        for name, out, deadline, process in workers:  # lazily started one after the other unless --parallel
             try:
-                _, errors = process.communicate(timeout=args.time_limit)
+                _, errors = process.communicate(timeout=max(deadline - time.monotonic(), 0))
                 if process.returncode:
                     print(f"{name}: the worker failed:\n{errors.decode(errors='replace')[-2000:]}", file=sys.stderr)
             except subprocess.TimeoutExpired:

@@ -3,7 +3,7 @@
 `segment_samples` runs a partition on calibration feeds and keeps what each accelerator segment
 reads; `quantize_qdq` turns a segment into onnxruntime's QDQ form (QuantizeLinear/DequantizeLinear
 pairs around the int8 ops, which onnxruntime, OpenVINO and TVM run as int8): per-output-channel int8
-weights and per-tensor int8 activations, MinMax-calibrated on those samples.
+weights and per-tensor int8 activations, MinMax-calibrated on those samples (`activation_ranges`).
 
 Only the products by weights are quantized (the 1×1 Convs, or the MatMuls by a constant weight in the
 rows layout), and their outputs stay float (int32 sums dequantized): the combine (gather,
@@ -76,28 +76,43 @@ def first_and_last_products(model: onnx.ModelProto) -> set[str]:
     return edges if edges != products else set()
 
 
-class _Samples:
-    """onnxruntime's CalibrationDataReader protocol over a list of feeds."""
-
-    def __init__(self, samples: list[dict]):
-        self._left = iter(samples)
-
-    def get_next(self):
-        return next(self._left, None)
+def activation_ranges(model: onnx.ModelProto, samples: list[dict], products: list[str]) -> dict[str, tuple]:
+    """MinMax over `samples` of the activations that `products` read: the only ranges a QDQ model whose
+    products keep float outputs needs. onnxruntime's own calibrator would also keep every product's
+    output, 27 partials of `[capacity, Cout]` per layer: tens of GB on a real frame."""
+    wanted = sorted({node.input[0] for node in model.graph.node if node.name in set(products)})
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None) for name in wanted)
+    session = create_session(probe)
+    ranges: dict[str, tuple] = {}
+    for sample in samples:
+        for name, value in zip(wanted, session.run(wanted, sample)):
+            low, high = np.float32(value.min(initial=0.0)), np.float32(value.max(initial=0.0))
+            if name in ranges:
+                low, high = min(low, ranges[name][0]), max(high, ranges[name][1])
+            ranges[name] = (low, high)
+    return ranges
 
 
 def quantize_qdq(model: onnx.ModelProto, samples: list[dict], keep_float: set[str] = frozenset()) -> onnx.ModelProto:
     """`model` with its weight products but `keep_float` in int8 QDQ form, calibrated on `samples` (its
     inputs)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.calibrate import CalibrationMethod, TensorData, TensorsData, save_tensors_data
 
     chosen = [name for name in weight_products(model) if name not in keep_float]
     if not chosen:  # onnxruntime reads an empty nodes_to_quantize as "every node"
         return model
+    ranges = activation_ranges(model, samples, chosen)
     with tempfile.TemporaryDirectory() as work:
-        source, target = Path(work) / "float.onnx", Path(work) / "int8.onnx"
+        source, target, cache = Path(work) / "float.onnx", Path(work) / "int8.onnx", Path(work) / "ranges.json"
         onnx.save(model, source)
-        quantize_static(str(source), str(target), _Samples(samples), quant_format=QuantFormat.QDQ,
+        save_tensors_data(TensorsData(CalibrationMethod.MinMax, {
+            name: TensorData(lowest=np.array(low), highest=np.array(high)) for name, (low, high) in ranges.items()}),
+            cache)
+        quantize_static(str(source), str(target), None, quant_format=QuantFormat.QDQ, calibration_cache_path=cache,
                         op_types_to_quantize=["Conv", "MatMul"], nodes_to_quantize=chosen,
                         per_channel=True, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                         extra_options={"QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},
