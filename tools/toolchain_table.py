@@ -231,6 +231,7 @@ def main() -> int:
     parser.add_argument("--parallel", action="store_true",
                         help="run the toolchain workers at once (faster; the times then share the cores)")
     parser.add_argument("--write-readme", action="store_true", help="replace the table in README.md")
+    parser.add_argument("--render-only", action="store_true", help="measure nothing: render the kept rows")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -240,13 +241,15 @@ def main() -> int:
     pythons = dict(item.split("=", 1) for item in args.python)
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
+        if args.render_only:
+            args.toolchains = ""
         def start(name):
             out = Path(scratch) / f"{name}.jsonl"
             command = [pythons.get(name, sys.executable), __file__, "--worker", name, "--out", str(out)]
             return name, out, time.monotonic() + args.time_limit, subprocess.Popen(
                 command + ["--models", args.models], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
-        names = args.toolchains.split(",")
+        names = [name for name in args.toolchains.split(",") if name]
         workers = map(start, names) if not args.parallel else [start(name) for name in names]
         for name, out, deadline, process in workers:  # lazily started one after the other unless --parallel
             try:
