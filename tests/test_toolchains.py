@@ -190,11 +190,13 @@ def test_index_inputs_read_only_as_indices_become_int32():
 
 def test_dynamic_accelerator_segments_and_unknown_toolchains_are_refused(tmp_path):
     _, model, _, _ = MODELS[0]
-    with pytest.raises(SparseLowerError, match="unknown toolchain 'tensorrt'.*fix: use one of onnxruntime, openvino, tvm, rknn, tflite"):
+    with pytest.raises(SparseLowerError,
+                       match="unknown toolchain 'tensorrt'.*fix: use one of onnxruntime, openvino, tvm, rknn, tflite"):
         toolchain("tensorrt")
     available("openvino")
     parts = sparse_lower.partition(sparse_lower.lower(model, target="nna"), static_shapes=False)
-    with pytest.raises(SparseLowerError, match="accelerator segment 1 has the dynamic input .*fix: lower with max_active"):
+    with pytest.raises(SparseLowerError,
+                       match="accelerator segment 1 has the dynamic input .*fix: lower with max_active"):
         compile_partition(parts, "openvino", tmp_path)
     with pytest.raises(SparseLowerError, match="holds no compiled partition"):
         sparse_lower.partition(sparse_lower.lower(model, target="gpu")).to_onnx(tmp_path / "plain")

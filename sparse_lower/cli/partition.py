@@ -74,7 +74,8 @@ class Partition:
         devices = [device.strip() for device in args.devices.split(",") if device.strip()]
         parts = partition(args.input, devices=devices, static_shapes=not args.dynamic)
         if args.calibrate and not args.toolchain:
-            raise SparseLowerError("--calibrate quantizes for a toolchain", fix="add --for TOOLCHAIN (e.g. --for onnxruntime)")
+            raise SparseLowerError("--calibrate quantizes for a toolchain",
+                                   fix="add --for TOOLCHAIN (e.g. --for onnxruntime)")
         calibration = [given_inputs(parts.model, dict(np.load(path)), path) for path in args.calibrate or []]
         compiled = (compile_partition(parts, args.toolchain, args.out_dir, calibration or None) if args.toolchain
                     else None)

@@ -33,7 +33,8 @@ class LiteRt(Toolchain):
     def missing(self) -> str | None:
         reason = super().missing()
         if reason is None and importlib.util.find_spec("ai_edge_litert") is None:
-            reason = f"LiteRT is not installed (Python module 'ai_edge_litert'): pip install 'sparse-lower[{self.extra}]'"
+            reason = (f"LiteRT is not installed (Python module 'ai_edge_litert'): "
+                      f"pip install 'sparse-lower[{self.extra}]'")
         return reason
 
     def refuses(self, model: onnx.ModelProto) -> tuple[str, str] | None:
@@ -68,7 +69,8 @@ class LiteRt(Toolchain):
                 lines = [line for line in text.splitlines() if "ERROR" in line and "trace log" not in line]
                 raise SparseLowerError(f"onnx2tf could not convert {path.stem}: "
                                        f"{' '.join(lines[:2]) or type(error).__name__}",
-                                       fix=f"lower with layout='rows' and combine 'gather' or 'matmul'; log: {log}") from None
+                                       fix=f"lower with layout='rows' and combine 'gather' or 'matmul'; "
+                                           f"log: {log}") from None
             shutil.copy(Path(work) / "out" / "segment_float32.tflite", path)
 
     def load(self, path: Path, model: onnx.ModelProto) -> Run:

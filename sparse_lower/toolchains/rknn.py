@@ -60,7 +60,8 @@ class Rknn(Toolchain):
             toolkit.config(target_platform=TARGET)
             status = toolkit.load_onnx(model=str(onnx_path))
             if status == 0:
-                status = toolkit.build(do_quantization=self.dataset is not None, dataset=self._dataset_file(onnx_path, model))
+                status = toolkit.build(do_quantization=self.dataset is not None,
+                                       dataset=self._dataset_file(onnx_path, model))
         if status != 0:
             raise SparseLowerError(f"rknn-toolkit2 could not build {onnx_path.name} (status {status})",
                                    fix=f"read its log {log}")

@@ -108,7 +108,8 @@ class CompiledPartition:
         """The graph outputs by name, as the unpartitioned model returns them."""
         expected = [value["name"] for value in self.manifest["inputs"]]
         if sorted(feeds) != sorted(expected):
-            raise SparseLowerError(f"feeds {sorted(feeds)} do not match the graph inputs", fix=f"feed exactly {expected}")
+            raise SparseLowerError(f"feeds {sorted(feeds)} do not match the graph inputs",
+                                   fix=f"feed exactly {expected}")
         values = dict(feeds)
         for entry in self.manifest["segments"]:
             outputs = self._run(entry)({value["name"]: values[value["name"]] for value in entry["inputs"]})

@@ -32,8 +32,8 @@ class ImageLayout:
         (transposed,) = ctx.table("Transpose", rows.name, [rows], [("features_t", FLOAT, [cin, columns])],
                                   {"perm": [1, 0]}, domain="")
         shape = ctx.shared_constant(f"shape_1_{cin}_1_-1", np.array([1, cin, 1, -1]))
-        (image,) = ctx.table("Reshape", transposed.name, [transposed, shape], [("image", FLOAT, self.shape(cin, columns))],
-                             {}, domain="")
+        (image,) = ctx.table("Reshape", transposed.name, [transposed, shape],
+                             [("image", FLOAT, self.shape(cin, columns))], {}, domain="")
         return image
 
     def multiply(self, ctx: LoweringContext, base: str, x: gs.Tensor, weight: np.ndarray, out) -> gs.Tensor:
