@@ -20,6 +20,7 @@ from sparse_lower.cli.main import main
 from sparse_lower.errors import SparseLowerError
 from sparse_lower.models import CanonicalEmitter, centerpoint_head_stack, small_networks
 from sparse_lower.models.voxels import load_voxels
+from sparse_lower.partition.segments import NodeGraph
 from sparse_lower.toolchains import TOOLCHAINS, CompiledPartition, compile_partition, toolchain
 from sparse_lower.toolchains.prepare import fed, narrowable_inputs, prepare
 from sparse_lower.toolchains.quantize import first_and_last_products, weight_products
@@ -157,7 +158,8 @@ def test_int8_segments_stay_within_two_percent(name, layout, combine, tmp_path):
 def test_the_first_and_last_layers_are_found_on_the_data_flow():
     lowered = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="nna", max_active=1200,
                                  fuse_taps=True)
-    assert {name.split("/")[0] for name in first_and_last_products(lowered)} == {"submanifoldconv0", "sparseconv4"}
+    assert ({name.split("/")[0] for name in first_and_last_products(NodeGraph(lowered))}
+            == {"submanifoldconv0", "sparseconv4"})
     assert len(weight_products(lowered)) == 3
 
 
@@ -178,7 +180,7 @@ def index_segment():
 def test_index_inputs_read_only_as_indices_become_int32():
     model = index_segment()
     assert narrowable_inputs(model) == ["columns"]
-    prepared = prepare(model, TensorProto.INT32)
+    prepared = prepare(model)
     types = {v.name: v.type.tensor_type.elem_type for v in prepared.graph.input}
     assert types == {"x": TensorProto.FLOAT, "columns": TensorProto.INT32, "shift": TensorProto.INT64}
     assert model.graph.input[1].type.tensor_type.elem_type == TensorProto.INT64, "the original is kept"

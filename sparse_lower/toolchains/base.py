@@ -24,11 +24,10 @@ ACCELERATOR = "nna"  # the partition device whose segments a toolchain compiles
 class Toolchain(ABC):
     name: str
     title: str
-    module: str  # the Python module the adapter imports
+    modules: tuple[str, ...]  # the Python modules the adapter imports
     distribution: str  # the PyPI distribution whose version is reported
     suffix: str  # of the artifact file
     precision: str = "fp32"  # what the accelerator computes in; "int8" once quantized
-    index_type: int = onnx.TensorProto.INT32  # integer width the toolchain takes for gather/scatter indices
 
     @property
     def extra(self) -> str:
@@ -41,8 +40,9 @@ class Toolchain(ABC):
 
     def missing(self) -> str | None:
         """Why the toolchain cannot be used here, with the fix; None when it can."""
-        if importlib.util.find_spec(self.module.split(".")[0]) is None:
-            return (f"{self.title} is not installed (Python module '{self.module}'): "
+        absent = [module for module in self.modules if importlib.util.find_spec(module) is None]
+        if absent:
+            return (f"{self.title} is not installed (Python module '{absent[0]}'): "
                     f"pip install 'sparse-lower[{self.extra}]'")
         return None
 

@@ -8,7 +8,6 @@ lower with `layout="rows"` and the gather or matmul combine for it.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import tempfile
@@ -26,16 +25,9 @@ from .quiet import output_to
 class LiteRt(Toolchain):
     name = "tflite"
     title = "LiteRT via onnx2tf"
-    module = "onnx2tf"
+    modules = ("onnx2tf", "ai_edge_litert")
     distribution = "onnx2tf"
     suffix = ".tflite"
-
-    def missing(self) -> str | None:
-        reason = super().missing()
-        if reason is None and importlib.util.find_spec("ai_edge_litert") is None:
-            reason = (f"LiteRT is not installed (Python module 'ai_edge_litert'): "
-                      f"pip install 'sparse-lower[{self.extra}]'")
-        return reason
 
     def refuses(self, model: onnx.ModelProto) -> tuple[str, str] | None:
         image = next((value.name for value in [*model.graph.input, *model.graph.value_info, *model.graph.output]

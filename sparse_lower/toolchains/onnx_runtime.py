@@ -16,7 +16,7 @@ from .prepare import fed
 class OnnxRuntime(Toolchain):
     name = "onnxruntime"
     title = "onnxruntime"
-    module = "onnxruntime"
+    modules = ("onnxruntime",)
     distribution = "onnxruntime"
     suffix = ".onnx"
 

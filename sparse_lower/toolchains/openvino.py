@@ -17,7 +17,7 @@ from .prepare import fed
 class OpenVino(Toolchain):
     name = "openvino"
     title = "OpenVINO"
-    module = "openvino"
+    modules = ("openvino",)
     distribution = "openvino"
     suffix = ".xml"
 

@@ -31,16 +31,14 @@ def narrowable_inputs(model: onnx.ModelProto) -> list[str]:
             and all(position in _INDEX_INPUTS.get(op, ()) for op, position in readers[value.name])]
 
 
-def prepare(model: onnx.ModelProto, index_type: int) -> onnx.ModelProto:
-    """A copy of `model` whose index inputs are declared `index_type`."""
+def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` whose index inputs are declared int32 (every toolchain here takes them)."""
     prepared = onnx.ModelProto()
     prepared.CopyFrom(model)
-    if index_type == TensorProto.INT64:
-        return prepared
     narrow = set(narrowable_inputs(prepared))
     for value in prepared.graph.input:
         if value.name in narrow:
-            value.type.tensor_type.elem_type = index_type
+            value.type.tensor_type.elem_type = TensorProto.INT32
     onnx.checker.check_model(prepared)
     return prepared
 

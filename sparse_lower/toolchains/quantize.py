@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 
 from ..partition import Partition
+from ..partition.segments import NodeGraph
 from ..runtime import create_session
 from .base import ACCELERATOR
 
@@ -45,36 +46,34 @@ def segment_samples(parts: Partition, calibration: Iterable[Mapping[str, np.ndar
     return samples
 
 
+def _multiplies_by_a_weight(node: onnx.NodeProto, stored: set[str]) -> bool:
+    return node.op_type == "Conv" or (node.op_type == "MatMul" and node.input[1] in stored)
+
+
 def weight_products(model: onnx.ModelProto) -> list[str]:
     """The nodes that multiply by a stored weight: Conv, and MatMul whose right operand is an initializer."""
     stored = {t.name for t in model.graph.initializer}
-    return [node.name for node in model.graph.node
-            if node.op_type == "Conv" or (node.op_type == "MatMul" and node.input[1] in stored)]
+    return [node.name for node in model.graph.node if _multiplies_by_a_weight(node, stored)]
 
 
-def first_and_last_products(model: onnx.ModelProto) -> set[str]:
-    """The weight products of the network's first and last layers: those with no other weight product
-    upstream, or none downstream (found on the data flow, so any naming and any number of branches).
-    Empty when that would be every product (a network of one or two layers): int8 means quantizing
-    them."""
-    flow = nx.DiGraph()
-    made_by = {name: node.name for node in model.graph.node for name in node.output}
-    for node in model.graph.node:
-        flow.add_node(node.name)
-        flow.add_edges_from((made_by[name], node.name) for name in node.input if name in made_by)
-    products = set(weight_products(model))
+def first_and_last_products(graph: NodeGraph) -> set[str]:
+    """The weight products of the network's first and last layers, by the partition's node names: those
+    with no other weight product upstream, or none downstream on the partition's data-flow graph (so any
+    naming and any number of branches). Empty when that would be every product (a network of one or
+    two layers): int8 means quantizing them."""
+    products = {i for i in graph.dag if _multiplies_by_a_weight(graph.nodes[i], graph.initializers)}
 
-    def behind_a_product(graph: nx.DiGraph) -> set[str]:
-        """The nodes with a product upstream in `graph` (one topological pass, not a search per node)."""
-        behind: set[str] = set()
-        for name in nx.topological_sort(graph):
-            if any(other in behind or other in products for other in graph.pred[name]):
-                behind.add(name)
+    def behind_a_product(flow: nx.DiGraph) -> set[int]:
+        """The nodes with a product upstream in `flow` (one topological pass, not a search per node)."""
+        behind: set[int] = set()
+        for i in nx.topological_sort(flow):
+            if any(other in behind or other in products for other in flow.pred[i]):
+                behind.add(i)
         return behind
 
-    after, before = behind_a_product(flow), behind_a_product(flow.reverse(copy=False))
+    after, before = behind_a_product(graph.dag), behind_a_product(graph.dag.reverse(copy=False))
     edges = (products - after) | (products - before)
-    return edges if edges != products else set()
+    return {graph.names[i] for i in edges} if edges != products else set()
 
 
 def activation_ranges(model: onnx.ModelProto, samples: list[dict], products: list[str]) -> dict[str, tuple]:

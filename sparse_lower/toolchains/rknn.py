@@ -31,7 +31,7 @@ _LAYER = re.compile(r"^D RKNN: \[[0-9:.]*\] +\d+ +(\w+) +(?:FLOAT16|FLOAT|INT8|U
 class Rknn(Toolchain):
     name = "rknn"
     title = "rknn-toolkit2 (RK3588 simulator)"
-    module = "rknn.api"
+    modules = ("rknn",)
     distribution = "rknn-toolkit2"
     suffix = ".rknn"
     precision = "fp16"
@@ -45,12 +45,6 @@ class Rknn(Toolchain):
         self.precision = "int8"
         self.dataset = samples
         return model
-
-    def missing(self) -> str | None:
-        try:
-            return super().missing()
-        except ModuleNotFoundError:  # find_spec imports the parent package `rknn`
-            return f"{self.title} is not installed: pip install 'sparse-lower[{self.extra}]'"
 
     def _built(self, onnx_path: Path, model: onnx.ModelProto, log: Path):
         from rknn.api import RKNN

@@ -40,7 +40,7 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
     manifest_path = parts.to_onnx(directory)
     manifest = json.loads(manifest_path.read_text())
     samples = segment_samples(parts, calibration) if calibration is not None else None
-    keep_float = first_and_last_products(parts.model) if calibration is not None else set()
+    keep_float = first_and_last_products(parts.graph) if calibration is not None else set()
     for entry in manifest["segments"]:
         if entry["device"] != ACCELERATOR:
             continue
@@ -48,7 +48,7 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
         segment = _accepted(parts.segment_model(entry["index"]), entry["index"], chain)
         if samples is not None:
             segment = chain.quantized(segment, samples[entry["index"]], keep_float)
-        prepared = prepare(segment, chain.index_type)
+        prepared = prepare(segment)
         onnx.save(prepared, file)  # the file the toolchain took
         artifact = file.with_suffix(chain.suffix)
         chain.build(prepared, artifact)

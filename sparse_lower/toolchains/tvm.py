@@ -14,7 +14,7 @@ from .prepare import fed
 class Tvm(Toolchain):
     name = "tvm"
     title = "Apache TVM"
-    module = "tvm"
+    modules = ("tvm",)
     distribution = "apache-tvm"
     suffix = ".so"
 
