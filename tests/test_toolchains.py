@@ -133,15 +133,17 @@ def calibration_frames(model, count=3):
     return [example_inputs(model, np.random.default_rng(100 + i), active=150) for i in range(count)]
 
 
-@pytest.mark.parametrize("name,layout,combine", [("onnxruntime", "image", "gather"), ("onnxruntime", "rows", "matmul"),
-                                                 ("openvino", "image", "gather"), ("rknn", "rows", "matmul")])
-def test_int8_segments_stay_within_two_percent(name, layout, combine, tmp_path):
+@pytest.mark.parametrize("name,layout,combine,bits", [
+    ("onnxruntime", "image", "gather", 8), ("onnxruntime", "rows", "matmul", 8), ("openvino", "image", "gather", 8),
+    ("rknn", "rows", "matmul", 8), ("onnxruntime", "image", "gather", 16), ("openvino", "rows", "gather", 16),
+    ("tvm", "image", "gather", 16)])
+def test_int8_segments_stay_within_two_percent(name, layout, combine, bits, tmp_path):
     available(name)
     model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
     lowered = sparse_lower.lower(model, target="nna", combine=combine, max_active=1200, layout=layout)
     parts = sparse_lower.partition(lowered)
-    compiled = compile_partition(parts, name, tmp_path, calibration=calibration_frames(model))
-    assert compiled.manifest["toolchain"]["precision"] == "int8"
+    compiled = compile_partition(parts, name, tmp_path, calibration=calibration_frames(model), activation_bits=bits)
+    assert compiled.manifest["toolchain"]["precision"] == {8: "int8", 16: "w8a16"}[bits]
     feeds = example_inputs(model, np.random.default_rng(7), active=150)  # not a calibration frame
     expected, got = whole(lowered, feeds), CompiledPartition(tmp_path).run(feeds)
     errors = {output: relative_error(got[output], value) for output, value in expected.items()}
@@ -153,6 +155,56 @@ def test_int8_segments_stay_within_two_percent(name, layout, combine, tmp_path):
         quantized = {n.name.split("/")[0] for n in segment.graph.node
                      if n.op_type in ("Conv", "MatMul") and n.input[0] in dequantized}
         assert quantized == {"submanifoldconv2"}
+        assert segment_quantized_type(segment) == {8: TensorProto.INT8, 16: TensorProto.INT16}[bits]
+
+
+def segment_quantized_type(segment):
+    """The element type activations are quantized to: that of the QuantizeLinear zero points."""
+    zero_points = {n.input[2] for n in segment.graph.node if n.op_type == "QuantizeLinear"}
+    return {t.data_type for t in segment.graph.initializer if t.name in zero_points}.pop()
+
+
+def test_rknn_refuses_16_bit_activations_on_the_rk3588(tmp_path):
+    available("rknn")
+    model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    parts = sparse_lower.partition(sparse_lower.lower(model, target="nna", combine="matmul", max_active=1200,
+                                                      layout="rows"))
+    with pytest.raises(SparseLowerError, match="8-bit activations only"):
+        compile_partition(parts, "rknn", tmp_path, calibration=calibration_frames(model), activation_bits=16)
+
+
+@pytest.mark.parametrize("combine", ["scatter", "matmul"])
+def test_openvino_refuses_16_bit_activations_where_it_combines_rows_wrong(combine, tmp_path):
+    available("openvino")
+    model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    parts = sparse_lower.partition(sparse_lower.lower(model, target="nna", combine=combine, max_active=1200,
+                                                      layout="rows"))
+    with pytest.raises(SparseLowerError, match="combine wrong with int16 activations"):
+        compile_partition(parts, "openvino", tmp_path, calibration=calibration_frames(model), activation_bits=16)
+
+
+def test_the_command_line_quantizes_with_16_bit_activations(tmp_path, capsys):
+    model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    onnx.save(sparse_lower.lower(model, target="nna", max_active=1200), tmp_path / "heads.nna.onnx")
+    frames = []
+    for i, feeds in enumerate([*calibration_frames(model), example_inputs(model, np.random.default_rng(7), active=150)]):
+        np.savez(tmp_path / f"frame{i}.npz", **feeds)
+        frames.append(str(tmp_path / f"frame{i}.npz"))
+    command = ["partition", str(tmp_path / "heads.nna.onnx"), "--out-dir", str(tmp_path / "w8a16"), "--for", "onnxruntime"]
+    assert main([*command, "--calibrate", *frames[:3], "--activation-bits", "16", "--inputs", frames[3]]) == 0
+    out = capsys.readouterr().out
+    assert "run (onnxruntime, w8a16):" in out and "(within 0.02)" in out, out
+    assert main([*command, "--activation-bits", "16"]) == 2
+    assert "--activation-bits quantizes" in capsys.readouterr().err
+
+
+def test_activations_quantize_to_8_or_16_bits(tmp_path):
+    parts = sparse_lower.partition(sparse_lower.lower(MODELS[0].model, target="nna", max_active=1700))
+    with pytest.raises(SparseLowerError, match="activation_bits=4"):
+        compile_partition(parts, "onnxruntime", tmp_path, calibration=calibration_frames(MODELS[0].model),
+                          activation_bits=4)
+    with pytest.raises(SparseLowerError, match="needs calibration frames"):
+        compile_partition(parts, "onnxruntime", tmp_path, activation_bits=16)
 
 
 def test_the_first_and_last_layers_are_found_on_the_data_flow():

@@ -9,7 +9,8 @@ runs host segments in onnxruntime and nna segments in the toolchain's runtime, a
 unpartitioned model in onnxruntime: accepted (or the toolchain's refusal), max error relative to the
 output's magnitude, ops placed off the accelerator, compile and run time. int8: the nna segments
 quantized (onnxruntime QDQ, or the toolchain's own), calibrated on other frames than the one measured;
-on the real-frame models calibrated on both nuScenes frames and measured on each (max error, SNR).
+on the real-frame models calibrated on both nuScenes frames and measured on each (max error, SNR); and
+the same with int8 weights and int16 activations (activation_bits=16).
 
 Each toolchain runs in its own worker process with the interpreter given by --python (rknn-toolkit2 and
 onnx2tf pin conflicting packages: give each its own environment), default this one; a toolchain that is
@@ -44,7 +45,7 @@ README = ROOT / "README.md"
 RESULTS = ROOT / "docs" / "toolchains_results.jsonl"
 BEGIN, END = "<!-- toolchain-table -->", "<!-- /toolchain-table -->"
 LAYOUTS = {"onnxruntime": ("image", "rows"), "openvino": ("image", "rows"), "tvm": ("image", "rows"),
-           "rknn": ("rows",), "tflite": ("image", "rows")}
+           "rknn": ("rows",), "tflite": ("rows", "image")}  # first: the layout measured on the real frames
 COMBINES = ("gather", "scatter", "matmul")
 REAL_FRAME = "nuscenes_bevfusion_voxels.npz"
 FRAMES = ("nuscenes_bevfusion_voxels.npz", "nuscenes_centerpoint_voxels.npz")
@@ -92,7 +93,7 @@ def snr_db(got: np.ndarray, want: np.ndarray) -> float:
     return float("inf") if noise == 0 else 10 * np.log10(float((want.astype(np.float64) ** 2).sum()) / noise)
 
 
-def measure(chain_name, model, lowered, feeds_list, calibration, repeats) -> dict:
+def measure(chain_name, model, lowered, feeds_list, calibration, repeats, activation_bits=8) -> dict:
     """Compile and run one case: errors (max relative, SNR) per measured frame, times."""
     import sparse_lower
     from sparse_lower.errors import SparseLowerError
@@ -105,7 +106,7 @@ def measure(chain_name, model, lowered, feeds_list, calibration, repeats) -> dic
     with tempfile.TemporaryDirectory() as work:
         start = time.perf_counter()
         try:
-            compiled = compile_partition(parts, chain_name, work, calibration)
+            compiled = compile_partition(parts, chain_name, work, calibration, activation_bits)
             first = compiled.run(feeds_list[0])
         except (SparseLowerError, RuntimeError, ValueError, SystemExit) as error:
             return {"accepted": False, "why": " ".join(str(error).split())[:300]}
@@ -165,8 +166,9 @@ def work(chain_name: str, out: Path, models: list[str]) -> None:
                     continue
                 lowered = sparse_lower.lower(model, target="nna", combine=combine, max_active=capacity, layout=layout)
                 fp32 = measure(chain_name, model, lowered, measured[:1], None, repeats)
-                int8 = measure(chain_name, model, lowered, measured, calibration, 1) if fp32.get("accepted") else {}
-                emit(model=name, layout=layout, combine=combine, capacity=capacity, **fp32, int8=int8)
+                quantized = {key: measure(chain_name, model, lowered, measured, calibration, 1, bits)
+                             if fp32.get("accepted") else {} for key, bits in (("int8", 8), ("w8a16", 16))}
+                emit(model=name, layout=layout, combine=combine, capacity=capacity, **fp32, **quantized)
 
 
 def _widest(model) -> tuple[int, int]:
@@ -181,26 +183,31 @@ def _number(value: float) -> str:
     return f"{value:.1e}" if value < 1e-2 else f"{100 * value:.1f} %"
 
 
+def _quantized(row: dict, key: str) -> str:
+    """A quantized measurement's cell: its max errors (SNR) per measured frame, or why there is none."""
+    if key not in row:
+        return "not measured"
+    if row[key].get("accepted"):
+        return ", ".join(f"{_number(e)} ({s:.1f} dB)" for e, s in zip(row[key]["errors"], row[key]["snr_db"]))
+    return "no: " + row[key].get("why", "")[:120].replace("|", "/")
+
+
 def render(rows: list[dict]) -> str:
     """The Markdown table (and a line per toolchain with its version or why it is missing)."""
     heads = [r for r in rows if r["model"] == "*"]
     lines = ["| toolchain | model | layout | combine | accepted | max error vs onnxruntime | off the accelerator "
-             "| compile s | run ms | int8 max error (SNR) |", "|" + "---|" * 10]
+             "| compile s | run ms | int8 max error (SNR) | int8 weights, int16 activations |", "|" + "---|" * 11]
     for row in rows:
         if row["model"] == "*":
             continue
         if not row["accepted"]:
             lines.append(f"| {row['toolchain']} | {row['model']} | {row['layout']} | {row['combine']} | no: "
-                         f"{row['why'].replace('|', '/')} | | | | | |")
+                         f"{row['why'].replace('|', '/')} | | | | | | |")
             continue
-        int8 = row["int8"]
-        if int8.get("accepted"):
-            quantized = ", ".join(f"{_number(e)} ({s:.1f} dB)" for e, s in zip(int8["errors"], int8["snr_db"]))
-        else:
-            quantized = "no: " + int8.get("why", "")[:120].replace("|", "/")
         lines.append(f"| {row['toolchain']} | {row['model']} | {row['layout']} | {row['combine']} | yes | "
                      f"{_number(row['errors'][0])} | {', '.join(row['fallbacks']) or 'none'} | "
-                     f"{row['compile_s']:.1f} | {row['run_ms']:.1f} | {quantized} |")
+                     f"{row['compile_s']:.1f} | {row['run_ms']:.1f} | {_quantized(row, 'int8')} | "
+                     f"{_quantized(row, 'w8a16')} |")
     versions = [f"{h['toolchain']} {h['version']} ({h['precision']})" if "version" in h
                 else f"{h['toolchain']}: not measured ({h['missing']})" for h in heads]
     return "Measured with " + "; ".join(versions) + ".\n\n" + "\n".join(lines)

@@ -40,9 +40,10 @@ class Partition:
     --for TOOLCHAIN also compiles every nna segment with an accelerator toolchain (onnxruntime, openvino,
     tvm, rknn, tflite; each but onnxruntime a pip extra: docs/toolchains.md) and writes its artifact
     next to the segment (NN_nna.xml, .so, .rknn, .tflite); --calibrate FRAME.npz ... quantizes those
-    segments to int8 first, calibrated on the frames. --inputs then runs the host segments in
-    onnxruntime and the nna segments in the toolchain's runtime, and compares with the unpartitioned
-    model within the toolchain's precision (1e-4 relative for fp32, 2e-3 for fp16, 2e-2 for int8).
+    segments to int8 first, calibrated on the frames (--activation-bits 16: int8 weights and int16
+    activations). --inputs then runs the host segments in onnxruntime and the nna segments in the
+    toolchain's runtime, and compares with the unpartitioned model within the toolchain's precision
+    (1e-4 relative for fp32, 2e-3 for fp16, 2e-2 for int8).
     Ops the toolchain placed off its accelerator are listed.
 
     example: sparse-lower partition model.nna.onnx --out-dir segments --picture
@@ -67,18 +68,23 @@ class Partition:
                             help="compile the nna segments with this accelerator toolchain")
         parser.add_argument("--calibrate", nargs="+", metavar="FRAME.npz",
                             help="with --for: quantize the nna segments to int8, calibrated on these inputs")
+        parser.add_argument("--activation-bits", type=int, choices=(8, 16), default=8,
+                            help="with --calibrate: activations in int8 (default) or int16 (weights stay int8)")
         parser.add_argument("--reasons", action="store_true",
                             help="list the nodes that did not get the first device, and why")
 
     def run(self, args) -> int:
         devices = [device.strip() for device in args.devices.split(",") if device.strip()]
         parts = partition(args.input, devices=devices, static_shapes=not args.dynamic)
+        if args.activation_bits != 8 and not args.calibrate:
+            raise SparseLowerError("--activation-bits quantizes, and quantizing needs calibration frames",
+                                   fix="add --calibrate FRAME.npz ...")
         if args.calibrate and not args.toolchain:
             raise SparseLowerError("--calibrate quantizes for a toolchain",
                                    fix="add --for TOOLCHAIN (e.g. --for onnxruntime)")
         calibration = [given_inputs(parts.model, dict(np.load(path)), path) for path in args.calibrate or []]
-        compiled = (compile_partition(parts, args.toolchain, args.out_dir, calibration or None) if args.toolchain
-                    else None)
+        compiled = (compile_partition(parts, args.toolchain, args.out_dir, calibration or None, args.activation_bits)
+                    if args.toolchain else None)
         manifest = parts.to_onnx(args.out_dir) if compiled is None else compiled.directory / "manifest.json"
         status = 0
         if args.inputs:

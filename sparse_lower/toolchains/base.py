@@ -21,13 +21,23 @@ Run = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 ACCELERATOR = "nna"  # the partition device whose segments a toolchain compiles
 
 
+def image_tensor(model: onnx.ModelProto) -> str | None:
+    """A 4-D tensor of the segment, whose presence marks the nna image layout; None in the rows layout."""
+    return next((value.name for value in [*model.graph.input, *model.graph.value_info, *model.graph.output]
+                 if len(value.type.tensor_type.shape.dim) == 4), None)
+
+
+# the precision of a segment quantized with int8 weights, by the width of its activations
+QUANTIZED_PRECISION = {8: "int8", 16: "w8a16"}
+
+
 class Toolchain(ABC):
     name: str
     title: str
     modules: tuple[str, ...]  # the Python modules the adapter imports
     distribution: str  # the PyPI distribution whose version is reported
     suffix: str  # of the artifact file
-    precision: str = "fp32"  # what the accelerator computes in; "int8" once quantized
+    precision: str = "fp32"  # what the accelerator computes in; once quantized, one of QUANTIZED_PRECISION
 
     @property
     def extra(self) -> str:
@@ -36,7 +46,7 @@ class Toolchain(ABC):
     @property
     def tolerance(self) -> float:
         """The largest error relative to the output's magnitude expected from its precision."""
-        return {"fp32": 1e-4, "fp16": 2e-3, "int8": 2e-2}[self.precision]
+        return {"fp32": 1e-4, "fp16": 2e-3, "int8": 2e-2, "w8a16": 2e-2}[self.precision]
 
     def missing(self) -> str | None:
         """Why the toolchain cannot be used here, with the fix; None when it can."""
@@ -54,13 +64,15 @@ class Toolchain(ABC):
         wrongly); None when it may."""
         return None
 
-    def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str]) -> onnx.ModelProto:
-        """The segment for int8: by default onnxruntime's QDQ form (quantize.py), which the toolchains
-        that read QDQ run as int8; a toolchain that quantizes by itself keeps the samples instead."""
+    def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
+                  activation_bits: int = 8) -> onnx.ModelProto:
+        """The segment with int8 weights and `activation_bits` (8 or 16) activations: by default
+        onnxruntime's QDQ form (quantize.py), which the toolchains that read QDQ run as such; a toolchain
+        that quantizes by itself keeps the samples instead."""
         from .quantize import quantize_qdq
 
-        self.precision = "int8"
-        return quantize_qdq(model, samples, keep_float)
+        self.precision = QUANTIZED_PRECISION[activation_bits]
+        return quantize_qdq(model, samples, keep_float, activation_bits)
 
     @abstractmethod
     def build(self, model: onnx.ModelProto, path: Path) -> None:

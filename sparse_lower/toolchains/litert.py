@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from ..errors import SparseLowerError
-from .base import Run, Toolchain
+from .base import Run, Toolchain, image_tensor
 from .prepare import fed
 from .quiet import output_to
 
@@ -30,14 +30,14 @@ class LiteRt(Toolchain):
     suffix = ".tflite"
 
     def refuses(self, model: onnx.ModelProto) -> tuple[str, str] | None:
-        image = next((value.name for value in [*model.graph.input, *model.graph.value_info, *model.graph.output]
-                      if len(value.type.tensor_type.shape.dim) == 4), None)
+        image = image_tensor(model)
         if image is None:
             return None
         return (f"onnx2tf mistranslates the nna image layout (4-D '{image}': a gather on its last axis fails to "
                 f"convert, the matmul combine converts to wrong numbers)", "lower with layout='rows'")
 
-    def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str]) -> onnx.ModelProto:
+    def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
+                  activation_bits: int = 8) -> onnx.ModelProto:
         """Refused: onnx2tf converts onnxruntime's QDQ segments to wrong numbers (32 % error on one SubM
         layer, measured), and its own int8 path (calibrated TFLite conversion) is not wired up here."""
         raise SparseLowerError("int8 for LiteRT is not supported: onnx2tf converts the QDQ segments to wrong numbers",

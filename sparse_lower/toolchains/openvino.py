@@ -1,7 +1,8 @@
 """OpenVINO: the segment converted to OpenVINO IR (`.xml` + `.bin`) and run by its CPU plugin in fp32.
 
 Measured: every combine method and both layouts match onnxruntime to ~1e-7 (README: Accelerator
-toolchains); nothing needs changing for it.
+toolchains); nothing needs changing for it. With int16 activations it computes the rows layout's
+scatter and matmul combines wrong, which is refused.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import onnx
 
-from .base import Run, Toolchain
+from ..errors import SparseLowerError
+from .base import Run, Toolchain, image_tensor
 from .prepare import fed
 
 
@@ -20,6 +22,21 @@ class OpenVino(Toolchain):
     modules = ("openvino",)
     distribution = "openvino"
     suffix = ".xml"
+
+    def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
+                  activation_bits: int = 8) -> onnx.ModelProto:
+        """Refused for int16 activations in the rows layout with the scatter or matmul combine: OpenVINO's
+        numbers there are 5.5 % off on the head stack and 83 % on the patent 2-D stack, where the QDQ
+        model in onnxruntime is 0.08 % and 3.0 % off (docs/toolchains.md)."""
+        stored = {tensor.name for tensor in model.graph.initializer}
+        combined_by = {node.op_type for node in model.graph.node if node.op_type == "ScatterElements"
+                       or (node.op_type == "MatMul" and not stored & set(node.input))}
+        if activation_bits == 16 and combined_by and image_tensor(model) is None:
+            raise SparseLowerError(f"OpenVINO computes the rows layout's {'/'.join(sorted(combined_by))} combine wrong "
+                                   f"with int16 activations (83 % off on the patent 2-D stack, measured)",
+                                   fix="lower with combine='gather' or layout='image', or quantize with 8-bit "
+                                       "activations")
+        return super().quantized(model, samples, keep_float, activation_bits)
 
     def build(self, model: onnx.ModelProto, path: Path) -> None:
         import openvino as ov

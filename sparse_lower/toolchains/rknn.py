@@ -6,7 +6,7 @@ The simulator runs only a model built in the same process (it does not load `.rk
 what a board runs. The build log's layer table says where each op runs (NPU or CPU): `placement`
 reads it back, so callers can check that no compute fell back to the CPU. Measured (docs/toolchains.md):
 only the `matmul` combine keeps every op on the NPU; `Gather` and `ScatterElements` always run on the
-CPU, in any integer width and either layout.
+CPU, in any integer width and either layout, and so do `GatherElements` and `ScatterND`.
 """
 
 from __future__ import annotations
@@ -39,9 +39,15 @@ class Rknn(Toolchain):
     def __init__(self):
         self.dataset: list[dict[str, np.ndarray]] | None = None  # int8 calibration inputs; None: fp16
 
-    def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str]) -> onnx.ModelProto:
+    def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
+                  activation_bits: int = 8) -> onnx.ModelProto:
         """rknn quantizes by itself at build time (`do_quantization`, its own calibration on `samples`);
-        it takes no list of layers to keep float."""
+        it takes no list of layers to keep float, and for the RK3588 only 8-bit activations."""
+        if activation_bits != 8:
+            raise SparseLowerError(f"rknn-toolkit2 quantizes {TARGET} segments with 8-bit activations only (its "
+                                   f"message: The quantized_dtype = 'w8a16' not support in '{TARGET}')",
+                                   fix="quantize for rknn with 8-bit activations, or run 16-bit activations with "
+                                       "onnxruntime, OpenVINO or TVM")
         self.precision = "int8"
         self.dataset = samples
         return model
@@ -86,9 +92,11 @@ class Rknn(Toolchain):
         with output_to(log):
             toolkit.export_rknn(str(path))
         toolkit.release()
+        # rknn reshapes each 2-D input into its 4-D input layout on the CPU, and so the segment's own Reshape
+        # of an input (the rows layout's [N] row mask to [N, 1]): a copy, not compute
         inputs = {value.name for value in model.graph.input}
+        inputs |= {node.output[0] for node in model.graph.node if node.op_type == "Reshape" and node.input[0] in inputs}
         layers = [match.groups() for match in map(_LAYER.match, log.read_text(errors="replace").splitlines()) if match]
-        # rknn reshapes each 2-D input into its 4-D input layout on the CPU: a copy, not compute
         layers = [(op, "input" if op == "Reshape" and name.removesuffix("_rs") in inputs else unit, name)
                   for op, unit, name in layers]
         path.with_suffix(".placement.json").write_text(json.dumps(layers) + "\n")

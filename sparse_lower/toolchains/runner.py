@@ -21,17 +21,26 @@ import onnx
 from ..errors import SparseLowerError
 from ..partition import Partition
 from ..runtime import create_session
-from .base import ACCELERATOR, Run, Toolchain
+from .base import ACCELERATOR, QUANTIZED_PRECISION, Run, Toolchain
 from .prepare import prepare
 from .quantize import first_and_last_products, segment_samples
 from .registry import toolchain
 
 def compile_partition(parts: Partition, name: str | Toolchain, directory: str | os.PathLike,
-                      calibration: Iterable[Mapping[str, np.ndarray]] | None = None) -> "CompiledPartition":
+                      calibration: Iterable[Mapping[str, np.ndarray]] | None = None,
+                      activation_bits: int = 8) -> "CompiledPartition":
     """Write `parts` into `directory` with its accelerator segments compiled by toolchain `name`
     ("onnxruntime", "openvino", "tvm", "rknn", "tflite"); returns the compiled partition, ready to run.
-    With `calibration` (graph feeds, e.g. real frames) the accelerator segments are quantized to int8
-    (quantize.py) on what they read from those feeds."""
+    With `calibration` (graph feeds, e.g. real frames) the accelerator segments are quantized
+    (quantize.py) on what they read from those feeds: int8 weights, and int8 activations or, with
+    `activation_bits=16`, int16 ones (precision "w8a16": on the CenterPoint backbone the 8-bit
+    activations, not the weights, take its error above 2 %, docs/toolchains.md)."""
+    if activation_bits not in QUANTIZED_PRECISION:
+        raise SparseLowerError(f"activation_bits={activation_bits}: activations quantize to 8 or 16 bits",
+                               fix="pass activation_bits=8 (int8) or 16 (int8 weights, int16 activations)")
+    if activation_bits != 8 and calibration is None:
+        raise SparseLowerError(f"activation_bits={activation_bits} quantizes, and quantizing needs calibration frames",
+                               fix="pass calibration=[feeds, ...]")
     chain = toolchain(name) if isinstance(name, str) else name
     reason = chain.missing()
     if reason:
@@ -47,7 +56,7 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
         file = directory / entry["file"]
         segment = _accepted(parts.segment_model(entry["index"]), entry["index"], chain)
         if samples is not None:
-            segment = chain.quantized(segment, samples[entry["index"]], keep_float)
+            segment = chain.quantized(segment, samples[entry["index"]], keep_float, activation_bits)
         prepared = prepare(segment)
         onnx.save(prepared, file)  # the file the toolchain took
         artifact = file.with_suffix(chain.suffix)

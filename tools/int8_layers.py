@@ -1,0 +1,95 @@
+"""Where the int8 error of a real-frame model comes from (docs/toolchains.md, int8): its nna segment
+with every product's weights rounded to per-output-channel int8 and activations float (the floor of
+int8 weights), with int8 and with int16 activations (first and last layers float, as
+compile_partition quantizes), and with --layers one layer at a time quantized, every other float.
+Calibrated on both nuScenes frames and measured on each: max error relative to the output's largest
+magnitude, and SNR.
+
+    python tools/int8_layers.py [--model "CenterPoint backbone"|"sparse UNet"] [--layers]
+
+The gather combine in the image layout, at the capacity both frames fit; each line takes a minute or
+more on 2 cores (a run of the model on both frames, and a quantization).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+import sparse_lower
+from sparse_lower.runtime import create_session
+from sparse_lower.toolchains.base import ACCELERATOR
+from sparse_lower.toolchains.quantize import first_and_last_products, quantize_qdq, segment_samples, weight_products
+from sparse_lower.verify import relative_error
+from toolchain_table import FRAMES, capacity_for, frame, real_models, snr_db
+
+
+def rounded_weights(segment: onnx.ModelProto, products: set[str]) -> onnx.ModelProto:
+    """`segment` with the weights of `products` rounded to symmetric per-output-channel int8 (axis 0 of a
+    Conv weight, 1 of a MatMul's), in float: int8 weights with float activations."""
+    rounded = onnx.ModelProto()
+    rounded.CopyFrom(segment)
+    stored = {tensor.name: tensor for tensor in rounded.graph.initializer}
+    for node in rounded.graph.node:
+        if node.name in products:
+            weight = numpy_helper.to_array(stored[node.input[1]])
+            axis = 0 if node.op_type == "Conv" else 1
+            scale = np.abs(weight).max(axis=tuple(i for i in range(weight.ndim) if i != axis), keepdims=True) / 127
+            scale[scale == 0] = 1
+            stored[node.input[1]].CopyFrom(numpy_helper.from_array((np.round(weight / scale) * scale).astype(np.float32),
+                                                                   node.input[1]))
+    return rounded
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="CenterPoint backbone", choices=[name for name, _ in real_models()])
+    parser.add_argument("--layers", action="store_true", help="also quantize one layer at a time")
+    args = parser.parse_args()
+    model = dict(real_models())[args.model]
+    frames = [frame(name) for name in FRAMES]
+    capacity = capacity_for(model, frames)
+    lowered = sparse_lower.lower(model, target="nna", combine="gather", max_active=capacity)
+    parts = sparse_lower.partition(lowered)
+    session = sparse_lower.create_session(lowered)
+    names = [output.name for output in session.get_outputs()]
+    wanted = [dict(zip(names, session.run(None, feeds))) for feeds in frames]
+    samples = segment_samples(parts, frames)
+    (index,) = [segment.index for segment in parts.segments if segment.device == ACCELERATOR]
+    segment = parts.segment_model(index)
+    sessions = {s.index: create_session(parts.segment_model(s.index)) for s in parts.segments}
+
+    def report(label: str, replacement: onnx.ModelProto) -> None:
+        """Run the partition with the nna segment replaced; print its error on each frame."""
+        sessions[index] = create_session(replacement)
+        cells = []
+        for feeds, want in zip(frames, wanted):
+            values = dict(feeds)
+            for s in parts.segments:
+                values.update(zip(s.outputs, sessions[s.index].run(list(s.outputs), {n: values[n] for n in s.inputs})))
+            floats = [n for n in names if want[n].dtype.kind == "f"]
+            error = max(relative_error(values[n], want[n]) for n in floats)
+            cells.append(f"{100 * error:.2f} % ({min(snr_db(values[n], want[n]) for n in floats):.1f} dB)")
+        print(f"{label:<40} " + "   ".join(cells), flush=True)
+
+    products = weight_products(segment)
+    edges = first_and_last_products(parts.graph)
+    print(f"{args.model}, capacity {capacity:,}; max error (SNR) on {' and '.join(FRAMES)}")
+    report("int8 weights, float activations", rounded_weights(segment, set(products) - edges))
+    report("int8 weights, int8 activations", quantize_qdq(segment, samples[index], edges))
+    report("int8 weights, int16 activations", quantize_qdq(segment, samples[index], edges, activation_bits=16))
+    if args.layers:
+        layers: dict[str, list[str]] = {}
+        for product in products:  # the lowering names a layer's products LAYER/tapK/...
+            layers.setdefault(re.sub(r"/tap\d+/.*$", "", product), []).append(product)
+        for layer, members in layers.items():
+            if not set(members) <= edges:
+                report(f"only {layer} in int8", quantize_qdq(segment, samples[index], set(products) - set(members)))
+
+
+if __name__ == "__main__":
+    main()
