@@ -12,6 +12,7 @@ from .importers import SECTION3, detect_format, format_title, nothing_to_lower
 from .model_io import load
 from .lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS, Options
 from .passes.check import CheckModel, check_model
+from .passes.fuse_epilogues import FuseEpilogues
 from .passes.lower import LowerSparse
 from .passes.manager import PassManager
 from .passes.validate import ValidateSourceOps
@@ -31,7 +32,7 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     * target "gpu": index-builder custom ops → IndexedUnfold → MatMul (→ IndexedFold); `strategy`
       picks the compute form ("unfold", "rulebook", "fused": the three in one `IndexedConv`;
       "auto": fused, which won every benchmark case, with the rulebook for a conv reading a dense
-      input).
+      input). A `Relu` or residual `Add` (+ `Relu`) right after an `IndexedConv` becomes part of it.
     * target "nna": the index tables from the custom ops, the compute in standard ops only: one 1×1
       Conv per kernel tap on `[1, C, 1, N]` (`fuse_taps`: one Conv with K·Cout outputs) and a
       `combine` method ("gather", "scatter", "matmul"). `max_active` fixes the row capacity so that
@@ -63,7 +64,7 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
         raise SparseLowerError(f"the model is an export in the {format_title(found)} format",
                                fix="import it first: sparse_lower.lower(sparse_lower.import_model(model), ...) "
                                    "(sparse-lower convert imports by itself)")
-    passes = [ValidateSourceOps(), LowerSparse(target, options), CheckModel()]
+    passes = [ValidateSourceOps(), LowerSparse(target, options), FuseEpilogues(), CheckModel()]
     manager = PassManager(passes, verify=check_model if check_each_pass else None, dump_dir=dump_dir)
     lowered = manager.run(model)
     # Checked after the passes, so that a malformed model gets validation's more precise message.

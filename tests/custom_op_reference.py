@@ -276,14 +276,16 @@ def indexed_fold(rows, idx, mode="rows", like_rows=None, batch_size=None, spatia
     return y.reshape(batch_size, -1, C).transpose(0, 2, 1).reshape(batch_size, C, *spatial_shape)
 
 
-def indexed_conv(x, idx, w, b=None):
-    """Y [M, Cout] = b + Σ_k X[idx[:, k]] · W[k], rows with idx -1 contributing nothing; in float64."""
+def indexed_conv(x, idx, w, b=None, r=None, activation="none"):
+    """Y [M, Cout] = act(b + Σ_k X[idx[:, k]] · W[k] + r), rows with idx -1 contributing nothing; in
+    float64."""
     x, idx, w = np.asarray(x, np.float64), np.asarray(idx, np.int64), np.asarray(w, np.float64)
     y = np.zeros((idx.shape[0], w.shape[2])) + (0 if b is None else np.asarray(b, np.float64))
     for k in range(idx.shape[1]):
         read = idx[:, k] >= 0
         y[read] += x[idx[read, k]] @ w[k]
-    return y.astype(np.float32)
+    y += 0 if r is None else np.asarray(r, np.float64)
+    return (np.maximum(y, 0) if activation == "relu" else y).astype(np.float32)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -32,9 +32,12 @@ SEEDS = range(30)
 
 
 def op_model(op_type: str, inputs: dict, n_outputs: int, static: bool = False, **attributes) -> onnx.ModelProto:
-    """A model of one node; input shapes are left unknown unless static (which exercises shape inference)."""
+    """A model of one node, its inputs in the order of `inputs` (a None value: that optional input
+    absent); input shapes are left unknown unless static (which exercises shape inference)."""
     outputs = [f"output{i}" for i in range(n_outputs)]
-    node = helper.make_node(op_type, list(inputs), outputs, domain=DOMAIN, **attributes)
+    node = helper.make_node(op_type, [name if value is not None else "" for name, value in inputs.items()], outputs,
+                            domain=DOMAIN, **attributes)
+    inputs = present(inputs)
     graph = helper.make_graph(
         [node],
         op_type,
@@ -55,8 +58,12 @@ def session(op_type, inputs, n_outputs, threads=1, static=False, **attributes) -
     return create_session(op_model(op_type, inputs, n_outputs, static, **attributes), sess_options=options)
 
 
+def present(inputs: dict) -> dict:
+    return {name: value for name, value in inputs.items() if value is not None}
+
+
 def run(op_type, inputs: dict, n_outputs: int, threads: int = 1, **attributes) -> list[np.ndarray]:
-    return session(op_type, inputs, n_outputs, threads, **attributes).run(None, inputs)
+    return session(op_type, inputs, n_outputs, threads, **attributes).run(None, present(inputs))
 
 
 def assert_same(actual: np.ndarray, expected: np.ndarray) -> None:
@@ -401,8 +408,13 @@ def test_indexed_conv(seed):
         inputs["B"] = rng.standard_normal(cout).astype(np.float32)
         if seed % 4 == 1:  # the features/coords pairing check
             inputs["coords"] = random_coords(rng, [256], 1, n)
-    (y,) = run("IndexedConv", inputs, 1, threads=int(rng.choice([1, 2, 8])))
-    expected = ref.indexed_conv(x, inputs["idx"], inputs["W"], inputs.get("B"))
+    if seed % 3 == 0:  # the fused epilogue: a residual, alone or with the ReLU
+        inputs = {**inputs, "B": inputs.get("B"), "coords": inputs.get("coords"),
+                  "R": rng.standard_normal((m, cout)).astype(np.float32)}
+    activation = {0: "relu", 1: "none"}.get(seed % 5, None)
+    (y,) = run("IndexedConv", inputs, 1, threads=int(rng.choice([1, 2, 8])),
+               **({"activation": activation} if activation else {}))
+    expected = ref.indexed_conv(x, inputs["idx"], inputs["W"], inputs.get("B"), inputs.get("R"), activation or "none")
     assert y.dtype == np.float32 and y.shape == expected.shape == (m, cout)
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5 * max(cin, 1))
 
@@ -660,6 +672,12 @@ ERRORS = {
     "conv bias of another width": (
         "IndexedConv", conv_inputs(B=np.zeros(3, np.float32)), 1, {},
         r"IndexedConv: B must have shape \[Cout\] = \[4\], got \[3\]"),
+    "residual of other rows": (
+        "IndexedConv", conv_inputs(B=None, coords=None, R=np.zeros((3, 4), np.float32)), 1, {},
+        r"IndexedConv: R must have shape \[M, Cout\] = \[1, 4\] \(a residual on the output rows\), got \[3, 4\]"),
+    "unknown activation": (
+        "IndexedConv", conv_inputs(), 1, {"activation": "gelu"},
+        r"IndexedConv: attribute 'activation' is 'gelu', expected one of 'none', 'relu'"),
     "conv features unpaired with coords": (
         "IndexedConv", conv_inputs(X=np.zeros((2, 2), np.float32), B=np.zeros(4, np.float32), coords=GOOD), 1, {},
         r"IndexedConv: X has 2 rows but coords has 3: features and coords must pair row by row"),

@@ -191,8 +191,8 @@ def test_dump_dir_holds_the_model_after_every_pass(tmp_path, rng):
     model, _ = sparse_node_model("SparseConv", {"kernel_shape": [3], "spatial_shape": [9]}, 2, 2, 1, True, False, rng)
     sparse_lower.lower(model, dump_dir=tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["00_input.onnx", "01_validate.onnx", "02_lower-gpu.onnx",
-                                                          "03_check.onnx"]
-    onnx.checker.check_model(onnx.load(tmp_path / "03_check.onnx"))
+                                                          "03_fuse-epilogues.onnx", "04_check.onnx"]
+    onnx.checker.check_model(onnx.load(tmp_path / "04_check.onnx"))
 
 
 @pytest.mark.skipif(not (DATA / "nuscenes_centerpoint_voxels.npz").exists(), reason="shared data absent")
@@ -234,3 +234,71 @@ def test_loosely_declared_models_lower_to_valid_onnx(rng, declare):
     expected = reference.run(model, feeds)
     np.testing.assert_array_equal(got[1], expected["oc"])
     np.testing.assert_allclose(got[0], expected["y"], rtol=1e-5, atol=1e-5)
+
+
+def residual_stack(rng) -> onnx.ModelProto:
+    """SubM → Relu → SubM → Relu → SubM → Add(the first Relu) → Relu → SubM: a basic block's epilogues."""
+    builder = SparseModelBuilder(3, 4, rng)
+    builder.conv("SubmanifoldConv", 8, (3, 3, 3), (6, 8, 8)).relu()
+    block_input = builder.features
+    builder.conv("SubmanifoldConv", 8, (3, 3, 3), (6, 8, 8)).relu()
+    builder.conv("SubmanifoldConv", 8, (3, 3, 3), (6, 8, 8), bias=False).add(block_input).relu()
+    builder.conv("SubmanifoldConv", 8, (1, 3, 3), (6, 8, 8))
+    return builder.build()
+
+
+def unfused(model: onnx.ModelProto, **options) -> onnx.ModelProto:
+    """`model` lowered for the gpu target without the epilogue fusion."""
+    from sparse_lower.lowering import Options
+    from sparse_lower.passes.lower import LowerSparse
+    from sparse_lower.passes.manager import PassManager
+    from sparse_lower.passes.validate import ValidateSourceOps
+
+    return PassManager([ValidateSourceOps(), LowerSparse("gpu", Options(**options))]).run(model)
+
+
+def test_epilogues_fuse_into_the_conv_bitwise(rng):
+    model = residual_stack(rng)
+    lowered = sparse_lower.lower(model, check_each_pass=True)
+    convs = [n for n in lowered.graph.node if n.op_type == "IndexedConv"]
+    assert not [n.op_type for n in lowered.graph.node if n.op_type in ("Relu", "Add")]
+    assert [helper.get_attribute_value(a) for n in convs for a in n.attribute] == [b"relu"] * 3
+    assert [len(n.input) for n in convs] == [5, 5, 6, 5], "the third conv reads the block input as its residual"
+    features, coords = random_sparse(rng, 2, 4, (6, 8, 8), density=0.3)
+    feeds = {"features": features, "coords": coords}
+    expected = reference.run(model, feeds)
+    plain = session(unfused(model, strategy="auto")).run(None, feeds)
+    for threads in (1, 2):
+        outputs = session(lowered, threads).run(None, feeds)
+        for got, want, name in zip(outputs, plain, ("features", "coords")):
+            np.testing.assert_array_equal(got, want, err_msg=name)
+        np.testing.assert_allclose(outputs[0], expected[lowered.graph.output[0].name], rtol=1e-5, atol=1e-5)
+
+
+def test_epilogues_stay_where_they_cannot_fuse(rng):
+    """A conv output read twice or returned, an Add of a broadcast constant: those ops stay."""
+    builder = SparseModelBuilder(2, 4, rng)
+    builder.conv("SubmanifoldConv", 4, (3, 3), (8, 8))
+    read_twice = builder.features
+    builder.relu().add(read_twice)  # the conv output feeds both the Relu and the Add
+    builder.conv("SubmanifoldConv", 4, (3, 3), (8, 8))
+    builder.initializers.append(numpy_helper.from_array(np.ones(4, np.float32), "shift"))
+    builder.add("shift").relu()  # a per-channel shift, broadcast over the rows: not a residual
+    model = builder.build()
+    lowered = sparse_lower.lower(model, check_each_pass=True)
+    assert sorted(n.op_type for n in lowered.graph.node if n.op_type in ("Relu", "Add")) == ["Add", "Add", "Relu", "Relu"]
+    features, coords = random_sparse(rng, 1, 4, (8, 8), density=0.5)
+    feeds = {"features": features, "coords": coords}
+    outputs = session(lowered).run(None, feeds)
+    for got, want in zip(outputs, session(unfused(model, strategy="auto")).run(None, feeds)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_returned_conv_output_keeps_its_relu(rng):
+    builder = SparseModelBuilder(1, 2, rng)
+    builder.conv("SubmanifoldConv", 3, (3,), (9,))
+    returned = builder.features
+    model = builder.relu().build()
+    model.graph.output.append(helper.make_tensor_value_info(returned, TensorProto.FLOAT, [None, 3]))
+    lowered = sparse_lower.lower(model, check_each_pass=True)
+    assert [n.op_type for n in lowered.graph.node if n.op_type in ("Relu", "Add")] == ["Relu"]

@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/attributes.h"
 #include "common/coords.h"
 #include "common/parallel.h"
 #include "common/status.h"
 #include "common/tensor.h"
 #include "conv/row_gemm.h"
+#include "conv/tap_lists.h"
 
 namespace sparse_lower {
 namespace {
@@ -36,10 +38,29 @@ Shapes CheckShapes(const Ort::KernelContext& ctx, const Input<float>& x, const I
     }
   }
   CheckCoordsPairing(ctx, 4, shapes.inputs);
+  if (HasInput(ctx, 5)) {
+    const std::vector<int64_t> residual = InputShape(ctx, 5);
+    if (residual != std::vector<int64_t>{shapes.rows, shapes.cout}) {
+      Fail("R must have shape [M, Cout] = [", shapes.rows, ", ", shapes.cout, "] (a residual on the output rows), got ",
+           List(residual));
+    }
+  }
   return shapes;
 }
 
+// Rows [begin, end) of Y once every tap is in: + R, then the ReLU (NaN stays NaN, as in onnxruntime's Relu).
+void Epilogue(float* y, const float* residual, bool relu, int64_t begin, int64_t end, int64_t cout) {
+  if (residual != nullptr) {
+    for (int64_t i = begin * cout; i < end * cout; ++i) y[i] += residual[i];
+  }
+  if (relu) {
+    for (int64_t i = begin * cout; i < end * cout; ++i) y[i] = y[i] < 0.0f ? 0.0f : y[i];
+  }
+}
+
 }  // namespace
+
+IndexedConv::IndexedConv(const Ort::ConstKernelInfo& info) : relu_(Choice(info, "activation", {"none", "relu"}) == 1) {}
 
 void IndexedConv::Compute(const Ort::KernelContext& ctx) const {
   const Input<float> x = ReadInput<float>(ctx, 0);
@@ -47,6 +68,7 @@ void IndexedConv::Compute(const Ort::KernelContext& ctx) const {
   const Input<float> w = ReadInput<float>(ctx, 2);
   const Shapes s = CheckShapes(ctx, x, idx, w);
   const float* bias = HasInput(ctx, 3) ? ReadInput<float>(ctx, 3).data : nullptr;
+  const float* residual = HasInput(ctx, 5) ? ReadInput<float>(ctx, 5).data : nullptr;
   float* y = AllocateOutput<float>(ctx, 0, {s.rows, s.cout});
 
   ParallelFor(ctx, s.rows, kBlockRows, [&](int64_t begin, int64_t end) {
@@ -58,22 +80,12 @@ void IndexedConv::Compute(const Ort::KernelContext& ctx) const {
         std::copy_n(bias, s.cout, row);
       }
     }
-    std::vector<const float*> sources(static_cast<size_t>(end - begin));
-    std::vector<float*> targets(static_cast<size_t>(end - begin));
+    TapLists lists(s.taps, end - begin);
+    lists.Fill(idx.data, begin, end, s.inputs, x.data, s.cin, y, s.cout);
     for (int64_t k = 0; k < s.taps; ++k) {
-      int64_t n = 0;  // the block's rows that read an input through tap k
-      for (int64_t m = begin; m < end; ++m) {
-        const int64_t source = idx.data[m * s.taps + k];
-        if (static_cast<uint64_t>(source + 1) > static_cast<uint64_t>(s.inputs)) {  // outside [-1, N)
-          Fail("idx value ", source, " (row ", m, ", tap ", k, ") is outside [0, ", s.inputs,
-               "), the rows of X; only -1 marks a missing input");
-        }
-        sources[n] = x.data + std::max<int64_t>(source, 0) * s.cin;  // overwritten when -1
-        targets[n] = y + m * s.cout;
-        n += source >= 0;
-      }
-      AccumulateRows(sources.data(), targets.data(), n, s.cin, w.data + k * s.cin * s.cout, s.cout);
+      AccumulateRows(lists.Sources(k), lists.Targets(k), lists.Count(k), s.cin, w.data + k * s.cin * s.cout, s.cout);
     }
+    Epilogue(y, residual, relu_, begin, end, s.cout);
   });
 }
 

@@ -1,10 +1,12 @@
 #include "conv/row_gemm.h"
 
-#include <cstdlib>
+#include <algorithm>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+
+#include "common/vector_units.h"
 
 namespace sparse_lower {
 namespace {
@@ -87,7 +89,13 @@ __attribute__((target("avx2,fma"))) void VectorRows(const float* const* a, float
 __attribute__((target("avx2,fma"))) void VectorRows(const float* const* a, float* const* y, int64_t n, int64_t cin,
                                                     const float* w, int64_t cout) {
   int64_t i = 0;
-  for (; i + kTileRows <= n; i += kTileRows) VectorRows<kTileRows>(a + i, y + i, cin, w, cout);
+  for (; i + kTileRows <= n; i += kTileRows) {
+    for (int64_t j = i + kTileRows; j < std::min(n, i + 2 * kTileRows); ++j) {  // the next tile's rows
+      for (int64_t c = 0; c < cin; c += 16) _mm_prefetch(reinterpret_cast<const char*>(a[j] + c), _MM_HINT_T0);
+      for (int64_t o = 0; o < cout; o += 16) _mm_prefetch(reinterpret_cast<const char*>(y[j] + o), _MM_HINT_T0);
+    }
+    VectorRows<kTileRows>(a + i, y + i, cin, w, cout);
+  }
   switch (n - i) {
     case 5: VectorRows<5>(a + i, y + i, cin, w, cout); break;
     case 4: VectorRows<4>(a + i, y + i, cin, w, cout); break;
@@ -98,13 +106,6 @@ __attribute__((target("avx2,fma"))) void VectorRows(const float* const* a, float
   }
 }
 
-// SPARSE_LOWER_PORTABLE_KERNELS=1 takes the portable loops on any CPU: how the tests reach them on a
-// machine with AVX2, and a way to rule the vector tiles out when results look wrong.
-bool HasVectorUnits() {
-  static const bool has = std::getenv("SPARSE_LOWER_PORTABLE_KERNELS") == nullptr &&
-                          __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-}
 #endif
 
 }  // namespace
