@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import DATA
 from sparse_lower.bench import run
 from sparse_lower.bench.cases import all_cases, random_voxels, select
 from sparse_lower.cli.main import main as cli_main
@@ -43,6 +44,20 @@ def test_quick_numbers_are_positive(quick):
         assert case["systems"]["ort-dense"].get("median_ms") or case["group"] == "network"
         if case["group"] == "network":  # peak memory of a fresh process running the network
             assert 50 < case["systems"]["ours-gpu-auto"]["peak_rss_mb"] < 4096, case["systems"]["ours-gpu-auto"]
+
+
+def test_network_cases_carry_a_profile(quick):
+    """Per op and per layer, for the two-thread run; the markdown prints it, with the share of the
+    two-thread GEMM peak."""
+    out, result = quick
+    (network,) = [case for case in result["cases"] if case["group"] == "network"]
+    found = network["systems"]["ours-gpu-auto-2threads"]["profile"]
+    assert found["by_op"]["IndexedConv"] > 0 and "SubmanifoldMap" in found["by_op"]
+    assert abs(sum(found["by_layer"].values()) - found["total_ms"]) < 1e-6 * found["total_ms"] + 1e-9
+    assert {"enc1", "dec1"} <= set(found["by_layer"]), "layers are the lowering's node-name prefixes"
+    assert result["gemm_peak_2threads_gflops"] > 0
+    table = (out / "results.md").read_text()
+    assert f"Profile of {network['case']}, ours-gpu-auto-2threads" in table and "two-thread GEMM peak" in table
 
 
 def test_systems_agree_on_output_rows(quick):
@@ -105,3 +120,33 @@ def test_a_run_whose_cases_are_all_skipped_still_reports(tmp_path, monkeypatch):
     result = run(out=tmp_path / "out", cases="subm16-16/centerpoint", repeat=1, log=lambda *_: None)
     assert all("skipped" in case for case in result["cases"])
     assert (tmp_path / "out" / "results.md").exists()
+
+
+@pytest.mark.skipif(not (DATA / "nuscenes_centerpoint_voxels.npz").exists(), reason="shared data absent")
+@pytest.mark.parametrize("count", [5_000, 150_000])
+def test_scaled_frames_look_like_the_real_one(count):
+    """Fewer voxels: a subset of the real frame (its local density kept); more: turned copies added."""
+    from sparse_lower.bench.cases import scaled_frame
+    from sparse_lower.models.voxels import load_voxels
+
+    _, coords, grid = load_voxels(DATA / "nuscenes_centerpoint_voxels.npz")
+    scaled = scaled_frame(coords, grid, count)
+    assert scaled.shape == (count, 4) and len(np.unique(scaled, axis=0)) == count
+    assert (scaled[:, 0] == 0).all() and (scaled[:, 1:] >= 0).all() and (scaled[:, 1:] < np.array(grid)).all()
+    assert (np.diff(scaled[:, 1] * grid[1] * grid[2] + scaled[:, 2] * grid[2] + scaled[:, 3]) > 0).all(), "sorted"
+    real = {tuple(row) for row in coords[:, 1:].tolist()}
+    inside = sum(tuple(row) in real for row in scaled[:, 1:].tolist())
+    assert inside == count if count < len(coords) else inside > 0.5 * len(coords)
+
+
+def test_scaling_plot_and_option(tmp_path):
+    from sparse_lower.bench.run import SCALING_SYSTEMS, scaling_plot
+    from sparse_lower.cli.main import parser
+
+    cases = [{"case": f"centerpoint/{n}k", "group": "scaling", "rows_in": n * 1000,
+              "systems": {name: {"median_ms": float(n * (i + 1)), "peak_rss_mb": float(100 + n)}
+                          for i, name in enumerate(SCALING_SYSTEMS)}} for n in (10, 20, 40)]
+    path = scaling_plot({"systems": list(SCALING_SYSTEMS), "cases": cases}, tmp_path)
+    assert path == tmp_path / "scaling.png" and path.stat().st_size > 0
+    assert scaling_plot({"systems": [], "cases": []}, tmp_path) is None
+    assert parser().parse_args(["bench", "--scaling"]).scaling

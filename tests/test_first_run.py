@@ -146,7 +146,7 @@ def test_dump_dir_says_where_it_wrote(head_model, tmp_path):
                            cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert ("wrote the model after every pass to passes/ (00_input.onnx, 01_validate.onnx, 02_lower-gpu.onnx, "
-            "03_check.onnx)") in run.stdout
+            "03_fuse-epilogues.onnx, 04_check.onnx)") in run.stdout
 
 
 def test_max_active_on_the_gpu_target_is_said_to_do_nothing():

@@ -31,8 +31,8 @@ from sparse_lower.importers import import_model
 from test_errors import SUBM, model_with
 from test_importers import _one_conv, _scatter
 
-VALIDATE = " (step 1 of 3: checking the source model)"
-LOWER_GPU = " (step 2 of 3: lowering for the gpu target)"
+VALIDATE = " (step 1 of 4: checking the source model)"
+LOWER_GPU = " (step 2 of 4: lowering for the gpu target)"
 STRIDED = {"kernel_shape": [2, 2], "strides": [2, 2], "spatial_shape": [8, 8]}
 DANGLING = "is produced by no node and is neither a graph input nor an initializer"
 INVALID_ARGUMENT = ort.capi.onnxruntime_pybind11_state.InvalidArgument
@@ -363,7 +363,7 @@ VERSIONS = {
     "default opset too old for the nna ops": (
         lambda: with_opsets(conv(), default=15, sparse=1), "nna",
         "the model imports ONNX opset 15; the nna lowering emits opset-16 ops (fix: convert the model with "
-        "onnx.version_converter first) (step 2 of 3: lowering for the nna target)"),
+        "onnx.version_converter first) (step 2 of 4: lowering for the nna target)"),
     "default opset newer than onnx knows": (
         lambda: with_opsets(conv(), default=99, sparse=1), "gpu",
         f"the model imports ONNX opset 99, newer than the newest that onnx {onnx.__version__} knows "

@@ -23,7 +23,11 @@ void InferNeighbourTable(const ShapeContext& ctx, size_t index) {
 void SubmanifoldMap::Compute(const Ort::KernelContext& ctx) const {
   const IndexedInput inputs = ReadIndexedInput(ctx, 0, geometry_);
   int64_t* nbr = AllocateOutput<int64_t>(ctx, 0, {inputs.coords.rows, geometry_.Taps()});
-  GatherNeighbours(ctx, geometry_, inputs.coords, &inputs.sites.row, inputs, nbr);
+  if (geometry_.Dense()) {  // linear sites of a dense input: arithmetic, no lookups to halve
+    GatherNeighbours(ctx, geometry_, inputs.coords, &inputs.sites.row, inputs, nbr);
+  } else {
+    SubmanifoldNeighbours(ctx, geometry_, inputs, nbr);
+  }
 }
 
 void SubmanifoldMap::InferShapes(const ShapeContext& ctx) { InferNeighbourTable(ctx, 0); }

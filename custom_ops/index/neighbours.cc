@@ -116,4 +116,42 @@ void GatherNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry
   });
 }
 
+void SubmanifoldNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry, const IndexedInput& inputs,
+                           int64_t* nbr) {
+  const int64_t taps = geometry.Taps();
+  const int64_t centre = taps / 2;  // an odd number of taps in row-major order: the centre is the middle one
+  const int64_t volume = geometry.In().volume;
+  const Coords& coords = inputs.coords;
+  const int64_t grain = Grain(4 * taps);
+  // The first half, rows in ascending site order (the cursors then ascend); every other slot -1 but the centre.
+  ParallelFor(ctx, coords.rows, grain, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> scratch;
+    std::vector<Cursor> cursors(static_cast<size_t>(centre), Cursor(inputs.sites.site));
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t m = inputs.sites.row[i];
+      int64_t* row = nbr + m * taps;
+      std::fill(row, row + taps, -1);
+      row[centre] = m;
+      const int64_t* c = coords.Row(m);
+      const int64_t base = c[0] * volume;
+      geometry.ForEachInput(c + 1, scratch, [&](int64_t k, int64_t position) {
+        if (k < centre) {
+          const int64_t at = cursors[k].Find(base + position);
+          row[k] = at < 0 ? -1 : inputs.sites.row[at];
+        }
+      });
+    }
+  });
+  // The mirror slots: each (j, taps−1−k) is written by the one row i with nbr[i, k] = j, and no row reads
+  // the second half here, so the blocks never touch the same slot.
+  ParallelFor(ctx, coords.rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) {
+      for (int64_t k = 0; k < centre; ++k) {
+        const int64_t j = nbr[m * taps + k];
+        if (j >= 0) nbr[j * taps + taps - 1 - k] = m;
+      }
+    }
+  });
+}
+
 }  // namespace sparse_lower

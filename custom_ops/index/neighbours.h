@@ -51,4 +51,11 @@ void ScatterNeighbours(const Ort::KernelContext& ctx, const ReachedOutputs& reac
 void GatherNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry, const Coords& outputs,
                       const std::vector<int64_t>* ascending, const IndexedInput& inputs, int64_t* nbr);
 
+// nbr [N, taps] of a submanifold conv on rows (outputs = inputs, odd kernel, centred): for every pair of
+// sites, tap k reads j from i exactly when tap taps−1−k reads i from j, and the centre tap reads the row
+// itself. So only the taps before the centre are looked up, and each hit also fills its mirror slot:
+// half the lookups of GatherNeighbours, the same table.
+void SubmanifoldNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry, const IndexedInput& inputs,
+                           int64_t* nbr);
+
 }  // namespace sparse_lower

@@ -93,6 +93,34 @@ def random_voxels(grid, density: float, rng: np.random.Generator, cap: int | Non
     return coords, grid, note
 
 
+def scaled_frame(coords: np.ndarray, grid: tuple, count: int) -> np.ndarray:
+    """`count` voxels that look like the real frame `coords` (batch 0, grid z, y, x): fewer are its
+    `count` voxels nearest the sensor (the grid's centre in y, x), which keeps the local density and
+    the neighbour counts; more add copies of the frame turned about the sensor in (y, x) by even steps,
+    as if the scene had more beams, before the same cut. Sorted, distinct, inside the grid."""
+    centre = (np.array(grid[1:], np.float64) - 1) / 2
+    sites = coords[:, 1:].astype(np.int64)
+    copies = 1
+    while True:
+        angles = 2 * np.pi * np.arange(copies) / copies
+        turned = []
+        for angle in angles:
+            rotation = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+            yx = np.rint((sites[:, 1:] - centre) @ rotation.T + centre).astype(np.int64)
+            turned.append(np.column_stack([sites[:, :1], yx]))
+        found = np.concatenate(turned)
+        found = np.unique(found[np.all((found >= 0) & (found < np.array(grid)), axis=1)], axis=0)
+        if len(found) >= count:
+            break
+        copies *= 2
+    order = np.argsort(((found[:, 1:] - centre) ** 2).sum(axis=1), kind="stable")[:count]
+    kept = found[np.sort(order)]
+    return np.column_stack([np.zeros(len(kept), np.int64), kept])
+
+
+SCALING_COUNTS = (10_000, 20_000, 40_000, 80_000, 160_000, 320_000, 640_000, 1_000_000)
+
+
 def _frame(name: str):
     path = find_data(name)
     if path is None:
@@ -264,15 +292,21 @@ def layer_case(spec: LayerSpec, data: Callable, name: str, group: str, budget) -
     return Case(name, group, build, spec.label)
 
 
-def network_case(network: str, frame: str | None, name: str, random=None) -> Case:
+def network_case(network: str, frame: str | None, name: str, random=None, count: int | None = None,
+                 group: str = "network") -> Case:
     """`network` is `centerpoint` (sp_middle_resnet_fhd) or `unet` (sparse_unet); on a real `frame`
-    or on `random = (grid, density, cap)` voxels."""
+    (`count` voxels made from it by `scaled_frame` when given) or on `random = (grid, density, cap)`
+    voxels."""
     builder = {"centerpoint": sp_middle_resnet_fhd, "unet": sparse_unet}[network]
 
     def build() -> Built:
         note = ""
         if frame is not None:
             features, coords, grid = _frame(frame)
+            if count is not None:
+                coords = scaled_frame(coords, grid, count)
+                features = np.random.default_rng(1).standard_normal((len(coords), 5)).astype(np.float32)
+                note = f"{count:,} voxels made from the {frame} frame (bench.cases.scaled_frame)"
         else:
             coords, grid, note = random_voxels(*random[:2], np.random.default_rng(0), random[2])
             features = np.random.default_rng(1).standard_normal((len(coords), 5)).astype(np.float32)
@@ -296,7 +330,7 @@ def network_case(network: str, frame: str | None, name: str, random=None) -> Cas
         return Built(source=source, feeds={"features": features, "coords": coords}, spconv=spconv_factory,
                      minkowski=minkowski_factory, dense=None, rows_in=len(coords), grid=tuple(grid), note=note)
 
-    return Case(name, "network", build, f"{network} network")
+    return Case(name, group, build, f"{network} network")
 
 
 def all_cases(quick: bool = False, dense_budget=(40e9, 3 * 2**30)) -> list[Case]:
@@ -332,6 +366,12 @@ def all_cases(quick: bool = False, dense_budget=(40e9, 3 * 2**30)) -> list[Case]
         for frame, label in ((CENTERPOINT_FILE, "centerpoint-frame"), (BEVFUSION_FILE, "bevfusion-frame")):
             cases.append(network_case(network, frame, f"{network}/{label}"))
     return cases
+
+
+def scaling_cases(counts=SCALING_COUNTS) -> list[Case]:
+    """The CenterPoint backbone on real-frame-like voxel sets of every size in `counts`."""
+    return [network_case("centerpoint", CENTERPOINT_FILE, f"centerpoint/{n // 1000}k", count=n, group="scaling")
+            for n in counts]
 
 
 def select(cases: list[Case], pattern: str | None) -> list[Case]:

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from ..models.voxels import find_data
-from .cases import all_cases
+from .cases import all_cases, scaling_cases
 from .systems import default_systems
 
 
@@ -50,7 +50,7 @@ def _peak_mb() -> float:
 
 def main(argv=None) -> int:
     case_name, system_name, *rest = argv if argv is not None else sys.argv[1:]
-    (case,) = [c for c in all_cases(quick="--quick" in rest) if c.name == case_name]
+    (case,) = [c for c in all_cases(quick="--quick" in rest) + scaling_cases() if c.name == case_name]
     (system,) = [s for s in default_systems(None) if s.name == system_name]
     prepared = system.prepare(case.build())
     prepared.run()

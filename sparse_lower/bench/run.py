@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..report import render
-from .cases import Skip, all_cases, select
+from .cases import Skip, all_cases, scaling_cases, select
 from .memory import peak_rss_mb
 from .systems import default_systems, gemm_peak_gflops
 
@@ -35,6 +35,8 @@ def _timed(fn) -> float:
 
 
 MEMORY_SYSTEMS = ("ours-gpu-auto", "ours-gpu-auto-2threads", "spconv-2.3.8")  # measured on network cases
+PROFILED_SYSTEM = "ours-gpu-auto-2threads"  # how a user runs it; its profile is printed for network cases
+SCALING_SYSTEMS = ("ours-gpu-auto", "ours-gpu-auto-2threads", "spconv-2.3.8", "minkowski-0.5.4")
 
 
 def run_case(case, systems, repeat: int, log=print, quick: bool = False) -> dict:
@@ -83,11 +85,13 @@ def run_case(case, systems, repeat: int, log=print, quick: bool = False) -> dict
             entry["note"] = p.note
         if flops:
             entry["gflops"] = flops / (entry["median_ms"] / 1e3) / 1e9
+    if case.group == "network" and PROFILED_SYSTEM in prepared:
+        record["systems"][PROFILED_SYSTEM]["profile"] = prepared[PROFILED_SYSTEM].profile()
     rows = {e.get("rows_out") for e in record["systems"].values() if e.get("rows_out") is not None}
     record["rows_out"] = rows.pop() if len(rows) == 1 else sorted(rows) or None
     del prepared, built
     gc.collect()
-    if case.group == "network":
+    if case.group in ("network", "scaling"):
         for name in MEMORY_SYSTEMS:
             entry = record["systems"].get(name, {})
             if "median_ms" in entry:
@@ -137,7 +141,29 @@ def markdown(result: dict) -> str:
             f"whole grid (densify not timed; it computes every site, not only the useful pairs).",
             "", *lines, ""]
     text += [f"[{n}] {t}" for t, n in notes.items()]
-    return "\n".join(text) + "\n"
+    return "\n".join(text + profiles(result)) + "\n"
+
+
+def profiles(result: dict, layers: int = 8) -> list[str]:
+    """Markdown lines: for each profiled case, its kernel time per op type and in its slowest layers, and
+    its useful GFLOP/s against the two-thread GEMM peak."""
+    lines = []
+    peak = result.get("gemm_peak_2threads_gflops")
+    for rec in result["cases"]:
+        entry = rec.get("systems", {}).get(PROFILED_SYSTEM, {})
+        if "profile" not in entry:
+            continue
+        found = entry["profile"]
+        flops = rec.get("useful_flops")
+        rate = (f"; {flops / entry['median_ms'] / 1e6:.1f} useful GFLOP/s, {100 * flops / entry['median_ms'] / 1e6 / peak:.0f} %"
+                f" of the two-thread GEMM peak {peak:.1f} GFLOP/s" if flops and peak else "")
+        lines += ["", f"Profile of {rec['case']}, {PROFILED_SYSTEM} ({entry['median_ms']:,.1f} ms a run{rate}): "
+                      f"kernel ms per run, by op and in the {layers} slowest layers", "",
+                  "```text", render(["op", "ms", "%"], [[op, f"{ms:.1f}", f"{100 * ms / found['total_ms']:.0f}"]
+                                                     for op, ms in found["by_op"].items()]), "",
+                  render(["layer", "ms"], [[layer, f"{ms:.1f}"] for layer, ms in list(found["by_layer"].items())[:layers]]),
+                  "```"]
+    return lines
 
 
 def plots(result: dict, out: Path) -> list[Path]:
@@ -181,19 +207,58 @@ def plots(result: dict, out: Path) -> list[Path]:
     return written
 
 
+def scaling_plot(result: dict, out: Path) -> Path | None:
+    """scaling.png: time and peak memory against active voxels per system (log-log), and our speed-up
+    from one thread to two."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = [r for r in result["cases"] if r.get("group") == "scaling" and "skipped" not in r]
+    if not cases:
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for name in result["systems"]:
+        for ax, key in zip(axes[:2], ("median_ms", "peak_rss_mb")):
+            points = [(r["rows_in"], r["systems"][name][key]) for r in cases
+                      if isinstance(r["systems"].get(name, {}).get(key), float)]
+            if points:
+                ax.plot(*zip(*points), marker="o", label=name)
+    speedup = [(r["rows_in"], r["systems"]["ours-gpu-auto"]["median_ms"] / r["systems"]["ours-gpu-auto-2threads"]["median_ms"])
+               for r in cases if all("median_ms" in r["systems"].get(n, {}) for n in SCALING_SYSTEMS[:2])]
+    if speedup:
+        axes[2].plot(*zip(*speedup), marker="o", label="ours-gpu-auto: 1 thread / 2 threads")
+    for ax, label in zip(axes, ("median time per run (ms)", "peak resident memory (MiB)", "speed-up")):
+        ax.set_xscale("log")
+        if ax is not axes[2]:
+            ax.set_yscale("log")
+        ax.set_xlabel("active voxels")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+    fig.suptitle("CenterPoint backbone on real-frame-like voxel sets")
+    fig.tight_layout()
+    path = out / "scaling.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def run(out="bench_results", quick: bool = False, cases: str | None = None, repeat: int | None = None,
-        nna_max_rows: int | None = 50_000, log=print) -> dict:
-    """Run the suite; returns the result dict (also written to `out`)."""
+        nna_max_rows: int | None = 50_000, log=print, scaling: bool = False) -> dict:
+    """Run the suite (with `scaling`: the scaling curves instead); returns the result dict (also written
+    to `out`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     repeat = repeat or (3 if quick else 5)
-    selected = select(all_cases(quick), cases)
-    systems = default_systems(nna_max_rows)
+    selected = select(scaling_cases() if scaling else all_cases(quick), cases)
+    systems = [s for s in default_systems(nna_max_rows) if not scaling or s.name in SCALING_SYSTEMS]
     log("measuring the single-core GEMM peak…")
     peak = gemm_peak_gflops(512 if quick else 2048, 3 if quick else 5)
-    log(f"  {peak:.1f} GFLOP/s")
+    peak2 = gemm_peak_gflops(512 if quick else 2048, 3 if quick else 5, threads=2)
+    log(f"  {peak:.1f} GFLOP/s (two threads: {peak2:.1f})")
     result = {"machine": f"{platform.machine()}, {platform.processor() or platform.system()}",
-              "repeat": repeat, "quick": quick, "gemm_peak_gflops": peak,
+              "repeat": repeat, "quick": quick, "gemm_peak_gflops": peak, "gemm_peak_2threads_gflops": peak2,
               "systems": [s.name for s in systems], "cases": []}
     for case in selected:
         log(f"{case.name}")
@@ -208,7 +273,8 @@ def run(out="bench_results", quick: bool = False, cases: str | None = None, repe
         (out / "results.json").write_text(json.dumps(result, indent=1))  # partial results survive a crash
     (out / "results.json").write_text(json.dumps(result, indent=1))
     (out / "results.md").write_text(markdown(result))
-    result["files"] = [str(out / "results.json"), str(out / "results.md")] + [str(p) for p in plots(result, out)]
+    pictures = plots(result, out) + [path for path in [scaling_plot(result, out)] if path]
+    result["files"] = [str(out / "results.json"), str(out / "results.md")] + [str(p) for p in pictures]
     log(render(["file"], [[f] for f in result["files"]]))
     return result
 
@@ -229,10 +295,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeat", type=int, default=None, help="timed runs per system (default 5, quick 3)")
     parser.add_argument("--nna-max-rows", type=int, default=50_000,
                         help="skip the nna systems above this many input rows (0: never skip)")
+    parser.add_argument("--scaling", action="store_true",
+                        help="instead of the cases: the CenterPoint backbone on 10k to 1M real-frame-like voxels "
+                             "(ours on 1 and 2 threads, the peers), time and peak memory, plotted to scaling.png")
 
 
 def run_from_args(args) -> int:
-    result = run(args.out, args.quick, args.cases, args.repeat, args.nna_max_rows or None)
+    result = run(args.out, args.quick, args.cases, args.repeat, args.nna_max_rows or None, scaling=args.scaling)
     print(Path(args.out, "results.md").read_text())
     return 0 if result["cases"] else 1
 

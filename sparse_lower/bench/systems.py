@@ -19,6 +19,7 @@ import onnxruntime as ort
 from ..api import lower
 from ..runtime import create_session
 from .cases import Built, Skip
+from .profile import profile
 
 THREADS = 1
 
@@ -91,6 +92,7 @@ class Prepared:
     note: str = ""
     flops: float | None = None  # useful FLOPs, from the neighbour tables (gpu unfold only)
     pairs: int | None = None
+    profile: Callable[[], dict] | None = None  # per op and per layer (bench.profile), ours only
 
 
 class Ours:
@@ -116,7 +118,8 @@ class Ours:
             names = [o.name for o in table_session.get_outputs()]
             flops, pairs = useful_flops(lowered, dict(zip(names, table_session.run(None, table_feeds))))
         return Prepared(run=lambda: session.run(None, feeds), table=lambda: table_session.run(None, table_feeds),
-                        rows_out=len(sparse_out[0]) if sparse_out else None, flops=flops, pairs=pairs)
+                        rows_out=len(sparse_out[0]) if sparse_out else None, flops=flops, pairs=pairs,
+                        profile=lambda: profile(lowered, feeds, session_options(self.threads)))
 
 
 class Spconv:
@@ -161,8 +164,8 @@ def default_systems(nna_max_rows: int | None = 50_000) -> list:
             Spconv(), Minkowski(), DenseOrt()]
 
 
-def gemm_peak_gflops(size: int = 2048, repeat: int = 5) -> float:
-    """The single-core fp32 GEMM rate: onnxruntime MatMul size³, one thread, median of `repeat`."""
+def gemm_peak_gflops(size: int = 2048, repeat: int = 5, threads: int = THREADS) -> float:
+    """The fp32 GEMM rate: onnxruntime MatMul size³ on `threads` threads, median of `repeat`."""
     import time
 
     from onnx import TensorProto, helper
@@ -173,7 +176,7 @@ def gemm_peak_gflops(size: int = 2048, repeat: int = 5) -> float:
                               [helper.make_tensor_value_info("C", TensorProto.FLOAT, [size, size])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 10
-    session = ort.InferenceSession(model.SerializeToString(), sess_options=session_options(),
+    session = ort.InferenceSession(model.SerializeToString(), sess_options=session_options(threads),
                                    providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     feeds = {"A": rng.standard_normal((size, size), dtype=np.float32),

@@ -13,8 +13,12 @@ class Bench:
     Systems: ours (gpu auto = fused / unfold / rulebook, nna gather / scatter) and spconv 2.3.8 on one
     thread, ours (gpu auto) and MinkowskiEngine 0.5.4 (when installed: tools/bench/install_minkowski.sh)
     on two, and onnxruntime's dense Conv; medians after a warm-up, index tables timed separately,
-    useful GFLOP/s against the measured single-core GEMM peak, peak memory of the network runs. The
-    full suite takes several minutes.
+    useful GFLOP/s against the measured single-core GEMM peak, peak memory of the network runs, and
+    for each network the two-thread run's profile (kernel time per op and per layer) and its share of
+    the two-thread GEMM peak. The full suite takes several minutes.
+
+    --scaling runs the scaling curves instead: the CenterPoint backbone on 10k to 1M voxels made from
+    the real frame, ours on 1 and 2 threads and the peers, time and peak memory (scaling.png).
 
     example: sparse-lower bench --quick --out /tmp/bench
     """
