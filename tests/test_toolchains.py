@@ -23,7 +23,8 @@ from sparse_lower.models.voxels import load_voxels
 from sparse_lower.partition.segments import NodeGraph
 from sparse_lower.toolchains import TOOLCHAINS, CompiledPartition, compile_partition, toolchain
 from sparse_lower.toolchains.prepare import fed, narrowable_inputs, prepare
-from sparse_lower.toolchains.quantize import first_and_last_products, weight_products
+from sparse_lower.toolchains.quantize import (activation_ranges, first_and_last_products, quantize_qdq,
+                                               segment_samples, weight_products)
 from sparse_lower.verify import example_inputs, relative_error
 
 
@@ -205,6 +206,19 @@ def test_activations_quantize_to_8_or_16_bits(tmp_path):
                           activation_bits=4)
     with pytest.raises(SparseLowerError, match="needs calibration frames"):
         compile_partition(parts, "onnxruntime", tmp_path, activation_bits=16)
+
+
+def test_ranges_computed_once_quantize_like_ranges_computed_per_call():
+    """tools/int8_layers.py quantizes one segment many ways from ranges over all its products."""
+    model = MODELS[0].model
+    parts = sparse_lower.partition(sparse_lower.lower(model, target="nna", max_active=1700))
+    (index,) = [s.index for s in parts.segments if s.device == "nna"]
+    segment, samples = parts.segment_model(index), segment_samples(parts, calibration_frames(model))[index]
+    products = weight_products(segment)
+    ranges = activation_ranges(segment, samples, products)
+    for bits in (8, 16):
+        assert (quantize_qdq(segment, samples, set(products[1:]), bits, ranges).SerializeToString()
+                == quantize_qdq(segment, samples, set(products[1:]), bits).SerializeToString())
 
 
 def test_the_first_and_last_layers_are_found_on_the_data_flow():

@@ -23,7 +23,8 @@ from onnx import numpy_helper
 import sparse_lower
 from sparse_lower.runtime import create_session
 from sparse_lower.toolchains.base import ACCELERATOR
-from sparse_lower.toolchains.quantize import first_and_last_products, quantize_qdq, segment_samples, weight_products
+from sparse_lower.toolchains.quantize import (activation_ranges, first_and_last_products, quantize_qdq,
+                                               segment_samples, weight_products)
 from sparse_lower.verify import relative_error
 from toolchain_table import FRAMES, capacity_for, frame, real_models, snr_db
 
@@ -80,15 +81,17 @@ def main() -> None:
     edges = first_and_last_products(parts.graph)
     print(f"{args.model}, capacity {capacity:,}; max error (SNR) on {' and '.join(FRAMES)}")
     report("int8 weights, float activations", rounded_weights(segment, set(products) - edges))
-    report("int8 weights, int8 activations", quantize_qdq(segment, samples[index], edges))
-    report("int8 weights, int16 activations", quantize_qdq(segment, samples[index], edges, activation_bits=16))
+    ranges = activation_ranges(segment, samples[index], products)  # once: each quantize_qdq below reads them
+    report("int8 weights, int8 activations", quantize_qdq(segment, samples[index], edges, ranges=ranges))
+    report("int8 weights, int16 activations", quantize_qdq(segment, samples[index], edges, 16, ranges))
     if args.layers:
         layers: dict[str, list[str]] = {}
         for product in products:  # the lowering names a layer's products LAYER/tapK/...
             layers.setdefault(re.sub(r"/tap\d+/.*$", "", product), []).append(product)
         for layer, members in layers.items():
             if not set(members) <= edges:
-                report(f"only {layer} in int8", quantize_qdq(segment, samples[index], set(products) - set(members)))
+                report(f"only {layer} in int8",
+                       quantize_qdq(segment, samples[index], set(products) - set(members), ranges=ranges))
 
 
 if __name__ == "__main__":

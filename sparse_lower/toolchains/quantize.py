@@ -99,17 +99,20 @@ def activation_ranges(model: onnx.ModelProto, samples: list[dict], products: lis
 
 
 def quantize_qdq(model: onnx.ModelProto, samples: list[dict], keep_float: set[str] = frozenset(),
-                 activation_bits: int = 8) -> onnx.ModelProto:
+                 activation_bits: int = 8, ranges: dict[str, tuple] | None = None) -> onnx.ModelProto:
     """`model` with its weight products but `keep_float` in QDQ form, calibrated on `samples` (its
     inputs): int8 weights, and int8 or (`activation_bits=16`, onnxruntime's int16 QuantizeLinear of its
-    com.microsoft domain) int16 activations."""
+    com.microsoft domain) int16 activations. `ranges`: `activation_ranges` of these samples for at
+    least the quantized products, when the caller quantizes the same model several ways (computed here
+    otherwise)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.calibrate import CalibrationMethod, TensorData, TensorsData, save_tensors_data
 
     chosen = [name for name in weight_products(model) if name not in keep_float]
     if not chosen:  # onnxruntime reads an empty nodes_to_quantize as "every node"
         return model
-    ranges = activation_ranges(model, samples, chosen)
+    read = {node.input[0] for node in model.graph.node if node.name in set(chosen)}
+    ranges = {name: span for name, span in (ranges or activation_ranges(model, samples, chosen)).items() if name in read}
     with tempfile.TemporaryDirectory() as work:
         source, target, cache = Path(work) / "float.onnx", Path(work) / "int8.onnx", Path(work) / "ranges.json"
         onnx.save(model, source)
