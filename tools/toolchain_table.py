@@ -14,8 +14,9 @@ the same with int8 weights and int16 activations (activation_bits=16).
 
 Each toolchain runs in its own worker process with the interpreter given by --python (rknn-toolkit2 and
 onnx2tf pin conflicting packages: give each its own environment), default this one; a toolchain that is
-not installed there is listed as such. Rows are written as they finish, so a worker stopped by
---time-limit still reports what it measured. Times are medians of 3 runs (1 on the real frames).
+not installed there is listed as such. Rows are written as they finish, every case in fp32 first and
+then again with its quantized measurements, so a worker stopped by --time-limit still reports what it
+measured (its quantized cells "not measured"). Times are medians of 3 runs (1 on the real frames).
 
 The rows are kept in docs/toolchains_results.jsonl: a run replaces the rows it measured (same
 toolchain, model, layout and combine) and the table is rendered from the whole file, so that one
@@ -154,6 +155,7 @@ def work(chain_name: str, out: Path, models: list[str]) -> None:
         frames = [frame(name) for name in FRAMES]
         for name, model in real_models():
             cases.append((name, model, capacity_for(model, frames), frames, frames, 1, LAYOUTS[chain_name][:1]))
+    measured_fp32 = []  # every case in fp32 first, so that a worker stopped by --time-limit has them all
     for name, model, capacity, measured, calibration, repeats, layouts in cases:
         for layout in layouts:
             for combine in COMBINES:
@@ -165,10 +167,14 @@ def work(chain_name: str, out: Path, models: list[str]) -> None:
                              f" take {size:,.0f} GiB per layer at capacity {capacity:,}")
                     continue
                 lowered = sparse_lower.lower(model, target="nna", combine=combine, max_active=capacity, layout=layout)
-                fp32 = measure(chain_name, model, lowered, measured[:1], None, repeats)
-                quantized = {key: measure(chain_name, model, lowered, measured, calibration, 1, bits)
-                             if fp32.get("accepted") else {} for key, bits in (("int8", 8), ("w8a16", 16))}
-                emit(model=name, layout=layout, combine=combine, capacity=capacity, **fp32, **quantized)
+                row = {"model": name, "layout": layout, "combine": combine, "capacity": capacity,
+                       **measure(chain_name, model, lowered, measured[:1], None, repeats)}
+                emit(**row)
+                measured_fp32.append((row, model, lowered, measured, calibration))
+    for row, model, lowered, measured, calibration in measured_fp32:  # the same rows again, with int8 and w8a16
+        if row.get("accepted"):
+            emit(**row, **{key: measure(chain_name, model, lowered, measured, calibration, 1, bits)
+                           for key, bits in (("int8", 8), ("w8a16", 16))})
 
 
 def _widest(model) -> tuple[int, int]:
@@ -220,6 +226,7 @@ def merged(new: list[dict]) -> list[dict]:
         return row["toolchain"], row["model"], row.get("layout"), row.get("combine")
 
     kept = [json.loads(line) for line in RESULTS.read_text().splitlines()] if RESULTS.is_file() else []
+    new = list({key(row): row for row in new}.values())  # a case measured again (fp32, then quantized): the last
     fresh = {key(row) for row in new}
     rows = sorted([row for row in kept if key(row) not in fresh] + new,
                   key=lambda row: (list(LAYOUTS).index(row["toolchain"]), row["model"] != "*"))
