@@ -58,6 +58,7 @@ def test_network_cases_carry_a_profile(quick):
     assert result["gemm_peak_2threads_gflops"] > 0
     table = (out / "results.md").read_text()
     assert f"Profile of {network['case']}, ours-gpu-auto-2threads" in table and "two-thread GEMM peak" in table
+    assert result["numpy_gemm_gflops"] > 0
 
 
 def test_systems_agree_on_output_rows(quick):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import platform
 import time
 import traceback
@@ -21,7 +22,7 @@ import numpy as np
 from ..report import render
 from .cases import Skip, all_cases, scaling_cases, select
 from .memory import peak_rss_mb
-from .systems import default_systems, gemm_peak_gflops
+from .systems import default_systems, gemm_peak_gflops, numpy_gemm_peak_gflops
 
 
 def _median_ms(samples: list[float]) -> float:
@@ -136,7 +137,7 @@ def markdown(result: dict) -> str:
     text = [f"Median ms of {result['repeat']} runs after a warm-up, 1 thread each except "
             f"ours-gpu-auto-2threads and minkowski (2), one process ({result['machine']}); (idx …) = the index tables "
             f"alone; · % = useful GFLOP/s (2·pairs·Cin·Cout) as a fraction of the measured single-core "
-            f"GEMM peak {peak:.1f} GFLOP/s (onnxruntime MatMul 2048³); · GiB = peak resident memory of a "
+            f"GEMM peak {peak:.1f} GFLOP/s (onnxruntime MatMul 2048³, its best run); · GiB = peak resident memory of a "
             f"fresh process running the network once (networks only). ort-dense = dense Conv of the "
             f"whole grid (densify not timed; it computes every site, not only the useful pairs).",
             "", *lines, ""]
@@ -146,7 +147,7 @@ def markdown(result: dict) -> str:
 
 def profiles(result: dict, layers: int = 8) -> list[str]:
     """Markdown lines: for each profiled case, its kernel time per op type and in its slowest layers, and
-    its useful GFLOP/s against the two-thread GEMM peak."""
+    its useful GFLOP/s against the two-thread GEMM peaks (onnxruntime's MatMul; numpy's on every core)."""
     lines = []
     peak = result.get("gemm_peak_2threads_gflops")
     for rec in result["cases"]:
@@ -155,8 +156,12 @@ def profiles(result: dict, layers: int = 8) -> list[str]:
             continue
         found = entry["profile"]
         flops = rec.get("useful_flops")
-        rate = (f"; {flops / entry['median_ms'] / 1e6:.1f} useful GFLOP/s, {100 * flops / entry['median_ms'] / 1e6 / peak:.0f} %"
-                f" of the two-thread GEMM peak {peak:.1f} GFLOP/s" if flops and peak else "")
+        useful = flops / entry["median_ms"] / 1e6 if flops else None
+        rate = (f"; {useful:.1f} useful GFLOP/s, {100 * useful / peak:.0f} % of onnxruntime's two-thread GEMM peak "
+                f"{peak:.1f} GFLOP/s" if useful and peak else "")
+        if useful and result.get("numpy_gemm_gflops"):
+            rate += (f", {100 * useful / result['numpy_gemm_gflops']:.0f} % of numpy's {result['numpy_gemm_gflops']:.1f} "
+                     f"({result['cores']} cores)")
         lines += ["", f"Profile of {rec['case']}, {PROFILED_SYSTEM} ({entry['median_ms']:,.1f} ms a run{rate}): "
                       f"kernel ms per run, by op and in the {layers} slowest layers", "",
                   "```text", render(["op", "ms", "%"], [[op, f"{ms:.1f}", f"{100 * ms / found['total_ms']:.0f}"]
@@ -254,11 +259,13 @@ def run(out="bench_results", quick: bool = False, cases: str | None = None, repe
     selected = select(scaling_cases() if scaling else all_cases(quick), cases)
     systems = [s for s in default_systems(nna_max_rows) if not scaling or s.name in SCALING_SYSTEMS]
     log("measuring the single-core GEMM peak…")
-    peak = gemm_peak_gflops(512 if quick else 2048, 3 if quick else 5)
-    peak2 = gemm_peak_gflops(512 if quick else 2048, 3 if quick else 5, threads=2)
-    log(f"  {peak:.1f} GFLOP/s (two threads: {peak2:.1f})")
+    peak = gemm_peak_gflops(512 if quick else 2048, 3 if quick else 9)
+    peak2 = gemm_peak_gflops(512 if quick else 2048, 3 if quick else 9, threads=2)
+    blas = numpy_gemm_peak_gflops(512 if quick else 2048, 3 if quick else 9)
+    log(f"  {peak:.1f} GFLOP/s (two threads: {peak2:.1f}; numpy on {os.cpu_count()} cores: {blas:.1f})")
     result = {"machine": f"{platform.machine()}, {platform.processor() or platform.system()}",
               "repeat": repeat, "quick": quick, "gemm_peak_gflops": peak, "gemm_peak_2threads_gflops": peak2,
+              "numpy_gemm_gflops": blas, "cores": os.cpu_count(),
               "systems": [s.name for s in systems], "cases": []}
     for case in selected:
         log(f"{case.name}")
@@ -273,7 +280,7 @@ def run(out="bench_results", quick: bool = False, cases: str | None = None, repe
         (out / "results.json").write_text(json.dumps(result, indent=1))  # partial results survive a crash
     (out / "results.json").write_text(json.dumps(result, indent=1))
     (out / "results.md").write_text(markdown(result))
-    pictures = plots(result, out) + [path for path in [scaling_plot(result, out)] if path]
+    pictures = [path for path in [scaling_plot(result, out)] if path] if scaling else plots(result, out)
     result["files"] = [str(out / "results.json"), str(out / "results.md")] + [str(p) for p in pictures]
     log(render(["file"], [[f] for f in result["files"]]))
     return result
