@@ -419,6 +419,21 @@ def test_indexed_conv(seed):
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5 * max(cin, 1))
 
 
+@pytest.mark.parametrize("taps", [63, 64, 65])
+def test_indexed_conv_with_the_last_of_64_taps(taps):
+    """Up to 64 taps are listed through one 64-bit mask per row (its top bit: tap 63), more the plain way."""
+    rng = np.random.default_rng(taps)
+    x = rng.standard_normal((9, 3)).astype(np.float32)
+    idx = rng.integers(-1, 9, (40, taps)).astype(np.int64)
+    idx[:, -1] = rng.integers(0, 9, 40)  # the last tap always present
+    w = rng.standard_normal((taps, 3, 5)).astype(np.float32)
+    (y,) = run("IndexedConv", {"X": x, "idx": idx, "W": w}, 1)
+    np.testing.assert_allclose(y, ref.indexed_conv(x, idx, w), rtol=1e-5, atol=1e-4)
+    idx[7, -1] = 9
+    with pytest.raises(Exception, match=rf"idx value 9 \(row 7, tap {taps - 1}\) is outside \[0, 9\)"):
+        run("IndexedConv", {"X": x, "idx": idx, "W": w}, 1)
+
+
 def test_indexed_conv_portable_kernels():
     """The loops that run where AVX2/FMA is missing (aarch64, old x86), forced on this CPU by
     SPARSE_LOWER_PORTABLE_KERNELS in a fresh process: the library reads it once, at first use."""

@@ -20,11 +20,11 @@ namespace {
 }
 
 #if defined(__x86_64__)
-// A row's taps with an input, as bits (bit k: idx[m, k] ≥ 0), four int64 entries per compare; -1 when an
-// entry is outside [-1, inputs). Rows hold at most 64 taps on this path.
-__attribute__((target("avx2"))) int64_t PresentBits(const int64_t* row, int64_t taps, int64_t inputs) {
+// A row's taps with an input as `bits` (bit k: idx[m, k] ≥ 0), four int64 entries per compare; false when
+// an entry is outside [-1, inputs). Rows hold at most 64 taps on this path.
+__attribute__((target("avx2"))) bool PresentBits(const int64_t* row, int64_t taps, int64_t inputs, uint64_t& bits) {
   const __m256i minus_one = _mm256_set1_epi64x(-1), last = _mm256_set1_epi64x(inputs - 1);
-  uint64_t bits = 0;
+  bits = 0;
   bool bad = false;
   int64_t k = 0;
   for (; k + 4 <= taps; k += 4) {
@@ -37,7 +37,7 @@ __attribute__((target("avx2"))) int64_t PresentBits(const int64_t* row, int64_t 
     bad |= row[k] < -1 || row[k] >= inputs;
     bits |= static_cast<uint64_t>(row[k] >= 0) << k;
   }
-  return bad ? -1 : static_cast<int64_t>(bits);
+  return !bad;
 }
 #endif
 
@@ -57,9 +57,9 @@ void TapLists::Fill(const int64_t* idx, int64_t begin, int64_t end, int64_t inpu
   if (HasVectorUnits() && taps_ <= 64) {  // only the taps present cost more than a compare
     for (int64_t m = begin; m < end; ++m) {
       const int64_t* row = idx + m * taps_;
-      const int64_t present = PresentBits(row, taps_, inputs);
-      if (present < 0) OutsideRows(idx, m, taps_, inputs);
-      for (auto bits = static_cast<uint64_t>(present); bits != 0; bits &= bits - 1) {
+      uint64_t bits;
+      if (!PresentBits(row, taps_, inputs, bits)) OutsideRows(idx, m, taps_, inputs);
+      for (; bits != 0; bits &= bits - 1) {
         const int64_t k = __builtin_ctzll(bits);
         const int64_t slot = k * rows_ + counts_[static_cast<size_t>(k)]++;
         sources_[static_cast<size_t>(slot)] = x + row[k] * cin;
