@@ -61,7 +61,7 @@ def fuse(graph: gs.Graph, conv: gs.Node) -> bool:
     weights = conv.inputs[2]
     cout = weights.shape[2] if weights.shape is not None and len(weights.shape) == 3 else None
     fused = False
-    add = _sole_reader(graph, conv.outputs[0], "Add")
+    add = _sole_reader(graph, conv.outputs[0], "Add") if len(conv.inputs) <= RESIDUAL_INPUT else None
     residual = _residual(add, conv.outputs[0], cout) if add is not None else None
     if residual is not None:
         inputs = list(conv.inputs)
@@ -90,7 +90,7 @@ class FuseEpilogues:
     def call(self, model: onnx.ModelProto) -> onnx.ModelProto:
         graph = gs.import_onnx(model)
         convs = [n for n in graph.nodes if n.op == "IndexedConv" and n.domain == CUSTOM_DOMAIN
-                 and "activation" not in n.attrs and len(n.inputs) <= RESIDUAL_INPUT]
+                 and "activation" not in n.attrs]
         if not any([fuse(graph, conv) for conv in convs]):
             return model
         with deep_graph(graph):
@@ -107,5 +107,6 @@ class FuseEpilogues:
             activated = any(a.name == "activation" for a in node.attribute)
             if node.op_type == "IndexedConv" and node.domain == CUSTOM_DOMAIN and not activated:
                 found = readers.get(node.output[0], [])
-                if len(found) == 1 and found[0].op_type == "Relu" and node.output[0] not in outputs:
+                if len(found) == 1 and (found[0].domain, found[0].op_type) in (("", "Relu"), ("ai.onnx", "Relu")) \
+                        and node.output[0] not in outputs:
                     raise SparseLowerError("a Relu after the conv was left unfused", node.name)
