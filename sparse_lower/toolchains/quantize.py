@@ -78,11 +78,17 @@ def first_and_last_products(graph: NodeGraph) -> set[str]:
     return {graph.names[i] for i in edges} if edges != products else set()
 
 
+def activations_read(model: onnx.ModelProto, products: list[str]) -> list[str]:
+    """The activations (first inputs) that the nodes named in `products` read, sorted."""
+    named = set(products)
+    return sorted({node.input[0] for node in model.graph.node if node.name in named})
+
+
 def activation_ranges(model: onnx.ModelProto, samples: list[dict], products: list[str]) -> dict[str, tuple]:
     """MinMax over `samples` of the activations that `products` read: the only ranges a QDQ model whose
     products keep float outputs needs. onnxruntime's own calibrator would also keep every product's
     output, 27 partials of `[capacity, Cout]` per layer: tens of GB on a real frame."""
-    wanted = sorted({node.input[0] for node in model.graph.node if node.name in set(products)})
+    wanted = activations_read(model, products)
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     del probe.graph.output[:]
@@ -111,7 +117,7 @@ def quantize_qdq(model: onnx.ModelProto, samples: list[dict], keep_float: set[st
     chosen = [name for name in weight_products(model) if name not in keep_float]
     if not chosen:  # onnxruntime reads an empty nodes_to_quantize as "every node"
         return model
-    read = {node.input[0] for node in model.graph.node if node.name in set(chosen)}
+    read = set(activations_read(model, chosen))
     ranges = {name: span for name, span in (ranges or activation_ranges(model, samples, chosen)).items() if name in read}
     with tempfile.TemporaryDirectory() as work:
         source, target, cache = Path(work) / "float.onnx", Path(work) / "int8.onnx", Path(work) / "ranges.json"

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from ..errors import SparseLowerError
-from .base import Run, Toolchain
+from .base import QUANTIZED_PRECISION, Run, Toolchain
 from .prepare import fed
 from .quiet import output_to
 
@@ -48,7 +48,7 @@ class Rknn(Toolchain):
                                    f"message: The quantized_dtype = 'w8a16' not support in '{TARGET}')",
                                    fix="quantize for rknn with 8-bit activations, or run 16-bit activations with "
                                        "onnxruntime, OpenVINO or TVM")
-        self.precision = "int8"
+        self.precision = QUANTIZED_PRECISION[activation_bits]
         self.dataset = samples
         return model
 
