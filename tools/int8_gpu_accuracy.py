@@ -22,6 +22,7 @@ from onnx import helper, numpy_helper
 
 import sparse_lower
 from sparse_lower.verify import relative_error
+from int8_layers import int8_rounded
 from toolchain_table import FRAMES, frame, real_models, snr_db
 
 # (label, activation levels or None for float, activation range per channel, weight scale per tap)
@@ -62,10 +63,8 @@ def rounded(lowered: onnx.ModelProto, convs, maxima: dict, levels: int | None, p
     for conv in convs:
         if conv.input[0] in maxima:  # not a first-layer conv
             weight = numpy_helper.to_array(stored[conv.input[2]])  # [K, Cin, Cout]
-            scale = np.abs(weight).max(axis=(1,) if per_tap else (0, 1), keepdims=True) / 127
-            scale[scale == 0] = 1
-            stored[conv.input[2]].CopyFrom(numpy_helper.from_array(
-                (np.round(weight / scale) * scale).astype(np.float32), conv.input[2]))
+            stored[conv.input[2]].CopyFrom(numpy_helper.from_array(int8_rounded(weight, (1,) if per_tap else (0, 1)),
+                                                                   conv.input[2]))
     if levels is None:
         return model
     nodes = []

@@ -29,6 +29,14 @@ from sparse_lower.verify import relative_error
 from toolchain_table import FRAMES, capacity_for, frame, real_models, snr_db
 
 
+def int8_rounded(weight: np.ndarray, reduced: tuple[int, ...]) -> np.ndarray:
+    """`weight` rounded to symmetric int8 with one scale per slice along the axes not in `reduced`
+    (the scale: the slice's largest magnitude / 127), back in float32."""
+    scale = np.abs(weight).max(axis=reduced, keepdims=True) / 127
+    scale[scale == 0] = 1
+    return (np.round(weight / scale) * scale).astype(np.float32)
+
+
 def rounded_weights(segment: onnx.ModelProto, products: set[str]) -> onnx.ModelProto:
     """`segment` with the weights of `products` rounded to symmetric per-output-channel int8 (axis 0 of a
     Conv weight, 1 of a MatMul's), in float: int8 weights with float activations."""
@@ -39,10 +47,8 @@ def rounded_weights(segment: onnx.ModelProto, products: set[str]) -> onnx.ModelP
         if node.name in products:
             weight = numpy_helper.to_array(stored[node.input[1]])
             axis = 0 if node.op_type == "Conv" else 1
-            scale = np.abs(weight).max(axis=tuple(i for i in range(weight.ndim) if i != axis), keepdims=True) / 127
-            scale[scale == 0] = 1
-            stored[node.input[1]].CopyFrom(numpy_helper.from_array((np.round(weight / scale) * scale).astype(np.float32),
-                                                                   node.input[1]))
+            reduced = tuple(i for i in range(weight.ndim) if i != axis)
+            stored[node.input[1]].CopyFrom(numpy_helper.from_array(int8_rounded(weight, reduced), node.input[1]))
     return rounded
 
 

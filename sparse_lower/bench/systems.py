@@ -167,8 +167,6 @@ def default_systems(nna_max_rows: int | None = 50_000) -> list:
 def gemm_peak_gflops(size: int = 2048, repeat: int = 5, threads: int = THREADS) -> float:
     """The fp32 GEMM peak: onnxruntime MatMul size³ on `threads` threads, the best of `repeat` runs (a
     peak, and on a shared machine the median of a few runs lands anywhere below it)."""
-    import time
-
     from onnx import TensorProto, helper
 
     graph = helper.make_graph([helper.make_node("MatMul", ["A", "B"], ["C"])], "gemm",
@@ -182,11 +180,18 @@ def gemm_peak_gflops(size: int = 2048, repeat: int = 5, threads: int = THREADS) 
     rng = np.random.default_rng(0)
     feeds = {"A": rng.standard_normal((size, size), dtype=np.float32),
              "B": rng.standard_normal((size, size), dtype=np.float32)}
-    session.run(None, feeds)
+    return _best_gflops(lambda: session.run(None, feeds), size, repeat)
+
+
+def _best_gflops(product, size: int, repeat: int) -> float:
+    """GFLOP/s of `product` (a size³ GEMM) in its best of `repeat` runs after a warm-up."""
+    import time
+
+    product()
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        session.run(None, feeds)
+        product()
         times.append(time.perf_counter() - start)
     return 2.0 * size ** 3 / min(times) / 1e9
 
@@ -195,14 +200,6 @@ def numpy_gemm_peak_gflops(size: int = 2048, repeat: int = 5) -> float:
     """numpy's fp32 matmul size³ on its BLAS's default threads (every core), the best of `repeat` runs:
     the other GEMM a reader may hold our rate against (OpenBLAS is faster than onnxruntime's MatMul on
     some CPUs)."""
-    import time
-
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((size, size), dtype=np.float32), rng.standard_normal((size, size), dtype=np.float32)
-    a @ b
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    return 2.0 * size ** 3 / min(times) / 1e9
+    return _best_gflops(lambda: a @ b, size, repeat)
