@@ -70,3 +70,9 @@ def default_domain_spelled_empty(model: onnx.ModelProto) -> onnx.ModelProto:
             if opset.domain == DEFAULT_DOMAIN_ALIAS:
                 opset.domain = ""
     return model
+
+
+def fed_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The graph inputs a run must feed (older exporters also list initializers as inputs)."""
+    initializers = {t.name for t in model.graph.initializer}
+    return [v for v in model.graph.input if v.name not in initializers]

@@ -11,6 +11,7 @@ import onnx
 
 from . import reference
 from .errors import SparseLowerError
+from .model_io import fed_inputs
 from .runtime import create_session
 from .schemas import CONV_OPS, IMPORT_METADATA, SOURCE_DOMAIN, conv_geometry, to_dense_attributes
 
@@ -20,12 +21,6 @@ _NP = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
 
 def _static_shape(value: onnx.ValueInfoProto) -> list:
     return [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
-
-
-def _fed_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    """The graph inputs a run must feed (older exporters also list initializers as inputs)."""
-    initializers = {t.name for t in model.graph.initializer}
-    return [v for v in model.graph.input if v.name not in initializers]
 
 
 def _input_roles(model: onnx.ModelProto) -> dict[str, tuple]:
@@ -77,7 +72,7 @@ def example_inputs(model: onnx.ModelProto, rng: np.random.Generator, active: int
                           if n.domain == SOURCE_DOMAIN and n.op_type == "ToDense")])
     feeds: dict[str, np.ndarray] = {}
     rows_of: dict[str, int] = {}  # a symbolic dimension -> the rows drawn for it
-    pending = _fed_inputs(model)
+    pending = fed_inputs(model)
     order = {"coords": 0, "described": 1, "features": 2, "other": 3}
     role_of = {v.name: roles.get(v.name, ("described" if v.name in described else "other", None, None))
                for v in pending}
@@ -132,7 +127,7 @@ def given_inputs(model: onnx.ModelProto, arrays: dict[str, np.ndarray], source: 
     to its declared type where the cast is the one the user means (int32 coordinates to int64 when no
     value changes; float16 or float64 features to float32). Arrays the model does not take are ignored;
     a missing input or a cast that would change the data is refused, naming the input."""
-    declared = {v.name: v.type.tensor_type.elem_type for v in _fed_inputs(model)}
+    declared = {v.name: v.type.tensor_type.elem_type for v in fed_inputs(model)}
     missing = [name for name in declared if name not in arrays]
     if missing:
         raise SparseLowerError(f"{source} has no array named {', '.join(map(repr, missing))} (it holds "

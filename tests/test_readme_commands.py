@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import DATA
@@ -73,3 +74,24 @@ def test_the_readmes_command_line_section_runs_as_written(checkout):
         result = run(command, checkout)
         assert result.returncode == 0, (command, result.stdout, result.stderr)
     assert (checkout / "segments" / "manifest.json").is_file() and (checkout / "centerpoint_bev.png").is_file()
+
+
+def test_the_readmes_running_many_frames_section_runs_as_written(checkout):
+    """The local command, and the Ray one where Ray is installed; both write every shared frame, and the
+    same bytes."""
+    section = ROOT.joinpath("README.md").read_text().split("## Running many frames", 1)[1].split("\n## ", 1)[0]
+    (shell,) = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    local, on_ray = commands(shell)
+    result = run(local, checkout)
+    assert result.returncode == 0 and ", 0 failed," in result.stdout, (local, result.stdout, result.stderr)
+    try:
+        import ray  # noqa: F401
+    except ImportError as error:
+        pytest.skip(f"the Ray command needs ray ({error}): pip install '.[ray]'")
+    result = run(on_ray, checkout)
+    assert result.returncode == 0 and ", 0 failed," in result.stdout, (on_ray, result.stdout, result.stderr)
+    frames = sorted(p.name for p in DATA.glob("*.npz"))
+    for name in frames:
+        with np.load(checkout / "outputs" / name) as a, np.load(checkout / "outputs_ray" / name) as b:
+            assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
+    assert sorted(p.name for p in (checkout / "outputs_ray").iterdir()) == frames

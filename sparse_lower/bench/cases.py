@@ -93,6 +93,25 @@ def random_voxels(grid, density: float, rng: np.random.Generator, cap: int | Non
     return coords, grid, note
 
 
+def turned_sites(sites: np.ndarray, grid: tuple, angle: float) -> np.ndarray:
+    """Sites (z, y, x) turned about the sensor (the grid's centre in y, x) by `angle` in (y, x), rounded
+    to the grid; some may fall outside it."""
+    centre = (np.array(grid[1:], np.float64) - 1) / 2
+    rotation = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+    yx = np.rint((sites[:, 1:] - centre) @ rotation.T + centre).astype(np.int64)
+    return np.column_stack([sites[:, :1], yx])
+
+
+def turned_frame(features: np.ndarray, coords: np.ndarray, grid: tuple, angle: float):
+    """The frame (features, coords of batch 0) as if the sensor had turned by `angle`: a new scene with the
+    real one's density and neighbourhoods. Sites that leave the grid or merge with another are dropped."""
+    sites = turned_sites(coords[:, 1:].astype(np.int64), grid, angle)
+    inside = np.flatnonzero(np.all((sites >= 0) & (sites < np.array(grid)), axis=1))
+    _, first = np.unique(sites[inside], axis=0, return_index=True)
+    kept = inside[np.sort(first)]
+    return features[kept], np.column_stack([coords[kept, :1], sites[kept]]).astype(coords.dtype)
+
+
 def scaled_frame(coords: np.ndarray, grid: tuple, count: int) -> np.ndarray:
     """`count` voxels that look like the real frame `coords` (batch 0, grid z, y, x): fewer are its
     `count` voxels nearest the sensor (the grid's centre in y, x), which keeps the local density and
@@ -102,13 +121,7 @@ def scaled_frame(coords: np.ndarray, grid: tuple, count: int) -> np.ndarray:
     sites = coords[:, 1:].astype(np.int64)
     copies = 1
     while True:
-        angles = 2 * np.pi * np.arange(copies) / copies
-        turned = []
-        for angle in angles:
-            rotation = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
-            yx = np.rint((sites[:, 1:] - centre) @ rotation.T + centre).astype(np.int64)
-            turned.append(np.column_stack([sites[:, :1], yx]))
-        found = np.concatenate(turned)
+        found = np.concatenate([turned_sites(sites, grid, angle) for angle in 2 * np.pi * np.arange(copies) / copies])
         found = np.unique(found[np.all((found >= 0) & (found < np.array(grid)), axis=1)], axis=0)
         if len(found) >= count:
             break

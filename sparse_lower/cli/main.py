@@ -15,8 +15,9 @@ from .convert import Convert
 from .demo import Demo
 from .inspect import Inspect
 from .partition import Partition
+from .run import Run
 
-COMMANDS = (Convert, Inspect, Partition, Demo, Bench)
+COMMANDS = (Convert, Inspect, Partition, Run, Demo, Bench)
 
 
 def parser() -> argparse.ArgumentParser:

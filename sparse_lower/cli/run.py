@@ -1,0 +1,67 @@
+"""sparse-lower run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import SparseLowerError
+from ..frames import find_frames, run_frames, runnable
+from ..lowering import TARGETS
+from .status import Status
+
+
+class Run:
+    """Run a model over many frames and write every frame's outputs.
+
+    FRAMES are .npz files with 'features' [N, C] and 'coords' [N, 1+D] (batch first), as in
+    ../shared/data, or folders of them. MODEL is lowered first (for --target) when it still holds
+    sparse source ops or is a sparse-conv exporter's file; a lowered model runs as it is. Each frame's
+    outputs go to OUT_DIR/<frame name>.npz, keyed by the model's output names, written whole or not at
+    all. A frame that fails is reported by name and the others go on; the exit status is 1 when any
+    failed. A bar shows frames/s; at the end a summary: frames, failures, wall time, frames/s and the
+    p50/p95 of onnxruntime's run time per frame.
+
+    --ray runs the same job on Ray Data (pip install "sparse-lower[ray]"): --workers actors, one
+    onnxruntime session of --threads threads each, on the cluster at ADDRESS ("auto": the one this
+    machine belongs to; none: a local Ray instance). The frames and OUT_DIR must be at the same paths
+    on every node. The outputs are the bytes a local run with the same --threads writes.
+
+    example: sparse-lower run backbone.onnx ../shared/data -o outputs/
+             sparse-lower run backbone.onnx frames/ -o outputs/ --ray --workers 2 --threads 1
+    """
+
+    name = "run"
+
+    @staticmethod
+    def add_arguments(parser):
+        parser.add_argument("model", help="ONNX model: lowered, or to lower first")
+        parser.add_argument("frames", nargs="+", help=".npz frames, or folders of them")
+        parser.add_argument("-o", "--output-dir", required=True, help="folder for the outputs (created if missing)")
+        parser.add_argument("--target", default="gpu", choices=list(TARGETS),
+                            help="the target to lower for, when the model is not lowered (default gpu)")
+        parser.add_argument("--threads", type=int,
+                            help="onnxruntime threads per session (default: one per core locally, 1 on Ray)")
+        parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                            help="run on Ray Data: a local instance, or the cluster at ADDRESS ('auto', 'ray://…')")
+        parser.add_argument("--workers", type=int, help="with --ray: actors (default: the cluster's CPUs / threads)")
+        parser.add_argument("--compress", action="store_true", help="write compressed .npz (smaller, slower)")
+        parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar or status lines")
+
+    def run(self, args) -> int:
+        if args.workers is not None and args.ray is None:
+            raise SparseLowerError("--workers applies to a run on Ray", fix="add --ray, or leave --workers out")
+        if args.ray and Path(args.ray).exists():  # `--ray MODEL FRAMES`: argparse took the model for ADDRESS
+            raise SparseLowerError(f"--ray {args.ray}: the address looks like a path",
+                                   fix="put --ray after the frames, or give --ray=ADDRESS")
+        frames = find_frames(args.frames)  # refused now rather than after a lowering that can take a minute
+        with Status(args.quiet).step("preparing the model"):
+            model, done = runnable(args.model, args.target)
+        print(f"model: {args.model}: {done}")
+        summary = run_frames(model, frames, args.output_dir, target=args.target, threads=args.threads,
+                             compress=args.compress, ray=args.ray is not None, ray_address=args.ray or None,
+                             workers=args.workers, progress=not args.quiet)
+        print(f"run: {summary}")
+        print(f"outputs: {args.output_dir}/<frame>.npz")
+        for failure in summary.failures:
+            print(f"failed: {failure.frame}: {failure.error}")
+        return 1 if summary.failures else 0

@@ -1,0 +1,136 @@
+"""Frames on disk: which files a job reads, how a frame feeds a model, and how outputs are written.
+
+A frame is an `.npz` with the voxels of one LiDAR sweep: `features [N, C]` and `coords [N, 1 + D]`
+(batch index first), the keys of the nuScenes frames the project ships with; other keys are ignored
+unless a model input has their name. Outputs go to one `.npz` per frame, named after the frame, and
+appear whole or not at all: a job stopped half-way (a crash, Ctrl-C, a full disk) leaves no truncated
+file that a later evaluation would read as a result.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from ..errors import SparseLowerError
+from ..model_io import fed_inputs
+
+FRAME_SUFFIX = ".npz"
+FEATURES_KEY, COORDS_KEY = "features", "coords"
+
+
+def find_frames(paths) -> list[Path]:
+    """The frame files of `paths` (files, or folders whose `*.npz` are taken, not recursively), in the
+    order given and sorted within a folder. Frames that would write the same output name are refused
+    now, before hours of work, not discovered when the second overwrites the first."""
+    frames: list[Path] = []
+    for given in map(Path, paths):
+        if given.is_dir():
+            found = sorted(given.glob(f"*{FRAME_SUFFIX}"))
+            if not found:
+                raise SparseLowerError(f"the folder {given} holds no {FRAME_SUFFIX} frames",
+                                       fix=f"give {FRAME_SUFFIX} files with 'features' and 'coords', or a folder of them")
+            frames += found
+        elif given.is_file():
+            frames.append(given)
+        else:
+            raise SparseLowerError(f"no frame file or folder {given}", fix="check the path")
+    if not frames:
+        raise SparseLowerError("no frames given", fix=f"give {FRAME_SUFFIX} files or folders of them")
+    seen: dict[str, Path] = {}
+    for frame in frames:
+        other = seen.setdefault(frame.stem, frame)
+        if other != frame:
+            raise SparseLowerError(f"the frames {other} and {frame} would both write {frame.stem}{FRAME_SUFFIX}",
+                                   fix="give frames with distinct file names, or run the folders as separate jobs")
+    if len(set(seen.values())) != len(frames):
+        raise SparseLowerError("a frame is given twice", fix="give each frame once")
+    return frames
+
+
+def output_paths(frames: list[Path], out_dir: Path) -> list[Path]:
+    """Where each frame's outputs go: `out_dir/<frame name>.npz`. A job whose outputs would replace its
+    own frames (OUT_DIR = the frames' folder) is refused."""
+    outputs = [out_dir / f"{frame.stem}{FRAME_SUFFIX}" for frame in frames]
+    for frame, output in zip(frames, outputs):
+        if output.resolve() == frame.resolve():
+            raise SparseLowerError(f"the output of {frame} would overwrite the frame itself",
+                                   fix="give an output folder other than the frames' folder")
+    return outputs
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    name: str
+    dtype: np.dtype
+
+
+def model_inputs(model: onnx.ModelProto) -> list[ModelInput]:
+    """The graph inputs a run feeds, with their element types."""
+    return [ModelInput(v.name, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)))
+            for v in fed_inputs(model)]
+
+
+def _kind(dtype: np.dtype) -> str:
+    return "integer" if np.issubdtype(dtype, np.integer) else "float" if np.issubdtype(dtype, np.floating) else str(dtype)
+
+
+def frame_feeds(frame: dict[str, np.ndarray], inputs: list[ModelInput]) -> dict[str, np.ndarray]:
+    """The model's feeds from a frame's arrays. A key named like an input feeds it; then `features` feeds
+    the one float input left and `coords` the one integer input left, so that a model whose inputs are
+    called e.g. `voxels` and `indices` reads the frames as they are. Arrays are cast to the input's type
+    within their kind (float16 features to float32, int32 coords to int64); a float key for an integer
+    input, or the reverse, is refused."""
+    feeds = {i.name: frame[i.name] for i in inputs if i.name in frame}
+    for key, kind in ((FEATURES_KEY, "float"), (COORDS_KEY, "integer")):
+        left = [i for i in inputs if i.name not in feeds and _kind(i.dtype) == kind]
+        if key in frame and key not in feeds and len(left) == 1:
+            feeds[left[0].name] = frame[key]
+    missing = [i.name for i in inputs if i.name not in feeds]
+    if missing:
+        raise SparseLowerError(f"nothing in the frame feeds the model input(s) {', '.join(missing)}; the frame has "
+                               f"{', '.join(sorted(frame)) or 'no arrays'}",
+                               fix=f"store '{FEATURES_KEY}' and '{COORDS_KEY}', or arrays named like the model's inputs")
+    for model_input in inputs:
+        value = feeds[model_input.name]
+        if _kind(value.dtype) != _kind(model_input.dtype):
+            raise SparseLowerError(f"the array for input '{model_input.name}' is {value.dtype}, the input takes "
+                                   f"{model_input.dtype}", fix=f"store {_kind(model_input.dtype)} values for it")
+        feeds[model_input.name] = value.astype(model_input.dtype, copy=False)
+    return feeds
+
+
+def read_frame(path: Path) -> dict[str, np.ndarray]:
+    """Every array of the frame file, read now (an `.npz` is read lazily otherwise, and a damaged member
+    would fail later, inside the run). A file that is not a zip archive is refused as such: numpy would
+    take it for a pickle and say so, which misleads."""
+    if not zipfile.is_zipfile(path):
+        raise SparseLowerError("not an .npz archive (damaged, truncated or another format)",
+                               fix="write frames with numpy.savez(path, features=..., coords=...)")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        raise SparseLowerError(f"cannot read the frame: {error}",
+                               fix="write frames with numpy.savez(path, features=..., coords=...)") from error
+
+
+def write_outputs(path: Path, outputs: dict[str, np.ndarray], compress: bool = False) -> None:
+    """Write `outputs` to `path` whole: into a hidden file of the same folder (named uniquely, since several
+    workers write into one folder; created with the user's umask like any file), renamed over `path`
+    only when complete (a rename within a folder is atomic)."""
+    save = np.savez_compressed if compress else np.savez
+    partial = path.with_name(f".{path.stem}.{uuid.uuid4().hex}.part")
+    try:
+        with open(partial, "xb") as stream:
+            save(stream, **outputs)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
