@@ -46,8 +46,8 @@ __attribute__((target("avx2"))) bool PresentBits(const int64_t* row, int64_t tap
 TapLists::TapLists(int64_t taps, int64_t rows)
     : taps_(taps),
       rows_(rows),
-      sources_(static_cast<size_t>(taps * rows)),
-      targets_(sources_.size()),
+      sources_(new const float*[static_cast<size_t>(taps * rows)]),
+      targets_(new float*[static_cast<size_t>(taps * rows)]),
       counts_(static_cast<size_t>(taps)) {}
 
 void TapLists::Fill(const int64_t* idx, int64_t begin, int64_t end, int64_t inputs, const float* x, int64_t cin,
@@ -62,8 +62,8 @@ void TapLists::Fill(const int64_t* idx, int64_t begin, int64_t end, int64_t inpu
       for (; bits != 0; bits &= bits - 1) {
         const int64_t k = __builtin_ctzll(bits);
         const int64_t slot = k * rows_ + counts_[static_cast<size_t>(k)]++;
-        sources_[static_cast<size_t>(slot)] = x + row[k] * cin;
-        targets_[static_cast<size_t>(slot)] = y + m * cout;
+        sources_[slot] = x + row[k] * cin;
+        targets_[slot] = y + m * cout;
       }
     }
     return;
@@ -75,8 +75,8 @@ void TapLists::Fill(const int64_t* idx, int64_t begin, int64_t end, int64_t inpu
       const int64_t source = row[k];
       if (source < -1 || source >= inputs) OutsideRows(idx, m, taps_, inputs);
       const int64_t slot = k * rows_ + counts_[static_cast<size_t>(k)];
-      sources_[static_cast<size_t>(slot)] = x + std::max<int64_t>(source, 0) * cin;  // overwritten when -1
-      targets_[static_cast<size_t>(slot)] = y + m * cout;
+      sources_[slot] = x + std::max<int64_t>(source, 0) * cin;  // overwritten when -1
+      targets_[slot] = y + m * cout;
       counts_[static_cast<size_t>(k)] += source >= 0;
     }
   }

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace sparse_lower {
@@ -19,14 +20,16 @@ class TapLists {
   void Fill(const int64_t* idx, int64_t begin, int64_t end, int64_t inputs, const float* x, int64_t cin, float* y,
             int64_t cout);
 
-  const float* const* Sources(int64_t k) const { return sources_.data() + k * rows_; }
-  float* const* Targets(int64_t k) const { return targets_.data() + k * rows_; }
+  const float* const* Sources(int64_t k) const { return sources_.get() + k * rows_; }
+  float* const* Targets(int64_t k) const { return targets_.get() + k * rows_; }
   int64_t Count(int64_t k) const { return counts_[static_cast<size_t>(k)]; }
 
  private:
   int64_t taps_, rows_;
-  std::vector<const float*> sources_;
-  std::vector<float*> targets_;
+  // Left uninitialised: Fill writes every entry that is read, and zeroing taps × rows pointers per block
+  // cost more than listing them.
+  std::unique_ptr<const float*[]> sources_;
+  std::unique_ptr<float*[]> targets_;
   std::vector<int64_t> counts_;
 };
 
