@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Sequence
 
+import numpy as np
 import onnx
 
 from .errors import SparseLowerError, SparseLowerWarning
@@ -23,8 +25,21 @@ def _choice(name: str, value, allowed) -> None:
         raise SparseLowerError(f"unknown {name} '{value}'", fix=f"use one of {', '.join(allowed)}")
 
 
+def _capacities(max_active) -> int | tuple[int, ...] | None:
+    """`max_active` checked: None, one capacity, or a non-empty sequence of them (one per level), as a tuple."""
+    def positive(value) -> bool:
+        return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1
+
+    if max_active is None or positive(max_active):
+        return None if max_active is None else int(max_active)
+    if isinstance(max_active, (list, tuple)) and max_active and all(positive(v) for v in max_active):
+        return tuple(int(v) for v in max_active)
+    raise SparseLowerError(f"max_active={max_active!r} is neither a positive int nor a sequence of them",
+                           fix="give None, an int >= 1, or one int >= 1 per level, e.g. [80000, 60000, 30000, 15000]")
+
+
 def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, strategy: str = "auto",
-          combine: str = "gather", max_active: int | None = None, fuse_taps: bool = False, layout: str = "image",
+          combine: str = "gather", max_active: int | Sequence[int] | None = None, fuse_taps: bool = False, layout: str = "image",
           dump_dir: str | os.PathLike | None = None, check_each_pass: bool = False) -> onnx.ModelProto:
     """Rewrite the sparse-convolution nodes of `model` for `target`; run the result with
     `create_session`.
@@ -36,7 +51,10 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     * target "nna": the index tables from the custom ops, the compute in standard ops only: one 1×1
       Conv per kernel tap on `[1, C, 1, N]` (`fuse_taps`: one Conv with K·Cout outputs) and a
       `combine` method ("gather", "scatter", "matmul"). `max_active` fixes the row capacity so that
-      the compute part has static shapes; more active rows than that is a run-time error. `layout`
+      the compute part has static shapes; more active rows than that is a run-time error. A sequence
+      gives one capacity per level (the model's input sites are level 0, each SparseConv's outputs the
+      next; a SparseDeconv returns to its targets' level, or one up), the last one for deeper levels:
+      the deep layers of a backbone hold far fewer sites than its input, and their shapes shrink too. `layout`
       "rows" computes on `[N, C]` rows with one MatMul per tap instead (for converters that re-lay
       4-D tensors out, such as onnx2tf; docs/toolchains.md). NaN/Inf
       features propagate as in a dense conv, except with "matmul": its 0/1 scatter matrices turn one
@@ -50,8 +68,7 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     _choice("strategy", strategy, STRATEGIES)
     _choice("combine method", combine, COMBINES)
     _choice("nna layout", layout, LAYOUTS)
-    if max_active is not None and (isinstance(max_active, bool) or not isinstance(max_active, int) or max_active < 1):
-        raise SparseLowerError(f"max_active={max_active!r} is not a positive int", fix="give None or an int >= 1")
+    max_active = _capacities(max_active)
     if target == "gpu" and max_active is not None:
         warnings.warn(f"max_active={max_active} has no effect on the gpu target, whose custom ops take any row "
                       f"count; it fixes the rows of the nna part (target 'nna' or 'hybrid')", SparseLowerWarning,

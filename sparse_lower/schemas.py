@@ -215,3 +215,23 @@ def weight_shape(geometry: ConvGeometry, cin: int, cout: int) -> tuple:
     if geometry.op_type == "SparseDeconv":
         return (cin, cout, *geometry.kernel_shape)
     return (cout, cin, *geometry.kernel_shape)
+
+
+def coords_levels(graph: onnx.GraphProto) -> dict[str, int]:
+    """The level of every coords tensor the sparse convs produce, where not 0: the model's inputs are
+    level 0, a SparseConv's outputs one more than its inputs (whatever its strides: a new set of sites),
+    a SparseDeconv's those of its targets, or one less without targets. Each level has its own number
+    of active sites: the nna lowering can give each its own row capacity (`max_active` per level)."""
+    levels: dict[str, int] = {}
+    for node in graph.node:
+        if node.domain != SOURCE_DOMAIN or node.op_type not in CONV_OPS:
+            continue
+        level = levels.get(node.input[1], 0)
+        if node.op_type == "SparseConv":
+            level += 1
+        elif node.op_type == "SparseDeconv":
+            targets = node.input[4] if len(node.input) > 4 else ""
+            level = levels.get(targets, 0) if targets else max(level - 1, 0)
+        if level:
+            levels[node.output[1]] = level
+    return levels

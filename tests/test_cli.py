@@ -50,6 +50,25 @@ def test_default_verification_fits_the_capacity(model_path, tmp_path, capsys):
     assert "verify: ok" in capsys.readouterr().out
 
 
+def test_a_capacity_per_level_on_the_command_line(model_path, tmp_path, capsys):
+    """inspect --frames measures each level on the frames; convert takes the list it prints."""
+    rng = np.random.default_rng(1)
+    for i, count in enumerate((120, 90)):
+        sites = rng.choice(10 * 12 * 14, size=count, replace=False)
+        coords = np.column_stack([np.zeros(count, np.int64), *np.unravel_index(sites, (10, 12, 14))]).astype(np.int32)
+        np.savez(tmp_path / f"f{i}.npz", features=rng.standard_normal((count, 4)).astype(np.float16), coords=coords)
+    assert main(["inspect", str(model_path), "--frames", str(tmp_path / "f0.npz"), str(tmp_path / "f1.npz")]) == 0
+    printed = capsys.readouterr().out
+    (capacities,) = [line.split("--max-active ")[1].split()[0] for line in printed.splitlines() if "--max-active" in line]
+    assert capacities.startswith("120,") and capacities.count(",") == 1
+    assert main(["convert", str(model_path), "-o", str(tmp_path / "nna.onnx"), "--target", "nna",
+                 "--max-active", capacities, "--inputs", str(tmp_path / "f0.npz")]) == 0
+    assert "verify: ok" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["convert", str(model_path), "-o", str(tmp_path / "x.onnx"), "--target", "nna", "--max-active", "100,x"])
+    assert "'100,x' is not N or N1,N2,..." in capsys.readouterr().err
+
+
 def test_convert_refusal_is_an_error_message_not_a_traceback(tmp_path, capsys):
     builder = SparseModelBuilder(2, 4, np.random.default_rng(0))
     builder.conv("SubmanifoldConv", 8, (2, 2), (10, 12))

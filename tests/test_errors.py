@@ -101,7 +101,7 @@ def test_unknown_op_target_and_strategy_are_refused():
     refusal(model_with(), "unknown target 'tpu'", target="tpu")
     refusal(model_with(), "unknown strategy 'fast'", strategy="fast")
     refusal(model_with(), "unknown combine method 'sum'", combine="sum")
-    refusal(model_with(), "max_active=0 is not a positive int", max_active=0)
+    refusal(model_with(), "max_active=0 is neither a positive int nor a sequence of them", max_active=0)
 
 
 def lowered_session(model):

@@ -17,6 +17,7 @@ import sparse_lower
 from oracle import (IR_VERSION, OPSET_IMPORTS, assert_matches_oracle, densify, random_conv_config,
                     random_sparse, sparse_node_model)
 from sparse_lower import reference
+from sparse_lower.capacity import level_rows
 from sparse_lower.models import SparseModelBuilder, centerpoint_head_stack
 from test_lower_gpu import chain_model, session
 
@@ -209,6 +210,73 @@ def test_more_active_rows_than_max_active_is_a_clear_error(rng):
     with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument) as info:
         session(lowered).run(None, {"features": features, "coords": coords})
     assert "x has 30 rows, more than the capacity 20 (max_active); raise max_active to at least 30" in str(info.value)
+
+
+def _down_and_back(rng, grid=(8, 24, 24)):
+    """Level 0: a SubM; level 1: a strided conv and a SubM on its sites; back to level 0: the inverse conv
+    onto the input coords, then a SubM."""
+    coarse = [(s - 1) // 2 + 1 for s in grid]
+    padding = [(s + 2 - 2 - 1) % 2 for s in grid]
+    return (SparseModelBuilder(3, 4, rng)
+            .conv("SubmanifoldConv", 8, (3, 3, 3), grid).relu()
+            .conv("SparseConv", 16, (3, 3, 3), grid, strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1])
+            .conv("SubmanifoldConv", 16, (3, 3, 3), coarse).relu()
+            .conv("SparseDeconv", 8, (3, 3, 3), coarse, target_coords="coords", strides=[2, 2, 2],
+                  pads=[1, 1, 1, 1, 1, 1], output_padding=padding)
+            .conv("SubmanifoldConv", 4, (3, 3, 3), grid).build())
+
+
+@pytest.mark.parametrize("layout", ["image", "rows"])
+@pytest.mark.parametrize("combine", COMBINES)
+def test_a_capacity_per_level(combine, layout, rng):
+    """max_active=(level 0, level 1): the strided conv's outputs and the SubM on them get level 1's
+    capacity, the inverse conv returns to level 0's; the numbers are the reference's."""
+    model = _down_and_back(rng)
+    features, coords = random_sparse(rng, 2, 4, (8, 24, 24), count=400)
+    feeds = {"features": features, "coords": coords}
+    down = (SparseModelBuilder(3, 4, np.random.default_rng(0)).conv("SubmanifoldConv", 8, (3, 3, 3), (8, 24, 24))
+            .conv("SparseConv", 16, (3, 3, 3), (8, 24, 24), strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1]).build())
+    coarse_rows = len(reference.run(down, feeds)["sparseconv1.coords"])
+    capacities = (450, coarse_rows + 7)
+    lowered = sparse_lower.lower(model, target="nna", combine=combine, layout=layout, max_active=list(capacities),
+                                 check_each_pass=True)
+    got = dict(zip(["f", "c"], session(lowered, threads=2).run(None, feeds)))
+    expected = reference.run(model, feeds)
+    np.testing.assert_array_equal(got["c"], coords)
+    np.testing.assert_allclose(got["f"], expected["submanifoldconv6.features"], rtol=1e-4, atol=1e-5)
+    inferred = onnx.shape_inference.infer_shapes(lowered)
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in inferred.graph.value_info}
+    sites = {layer: {dim for name, dims in shapes.items() if name.startswith(f"{layer}/tap") for dim in dims}
+             for layer in ("submanifoldconv0", "submanifoldconv3", "sparsedeconv5")}
+    assert capacities[1] in sites["submanifoldconv3"] and capacities[0] not in sites["submanifoldconv3"]
+    assert capacities[0] in sites["submanifoldconv0"] and capacities[1] not in sites["submanifoldconv0"]
+    assert {capacities[0], capacities[0] + 1} & sites["sparsedeconv5"], "its outputs are back on level 0 (+ a dump column)"
+
+
+def test_level_rows_measures_every_level(rng):
+    model = _down_and_back(rng)
+    frames = [dict(zip(("features", "coords"), random_sparse(rng, 2, 4, (8, 24, 24), count=count))) for count in (400, 300)]
+    down = (SparseModelBuilder(3, 4, rng).conv("SubmanifoldConv", 8, (3, 3, 3), (8, 24, 24))
+            .conv("SparseConv", 16, (3, 3, 3), (8, 24, 24), strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1]).build())
+    coarse = max(len(reference.run(down, feeds)["sparseconv1.coords"]) for feeds in frames)
+    assert level_rows(model, frames) == [400, coarse]
+    lowered = sparse_lower.lower(model, target="nna", max_active=level_rows(model, frames))
+    for feeds in frames:  # the measured capacities hold the frames they were measured on
+        session(lowered).run(None, feeds)
+
+
+def test_a_level_over_its_capacity_is_a_clear_error(rng):
+    model = _down_and_back(rng)
+    features, coords = random_sparse(rng, 2, 4, (8, 24, 24), count=400)
+    lowered = sparse_lower.lower(model, target="nna", max_active=[400, 10])
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument, match=r"more than the capacity 10 "):
+        session(lowered).run(None, {"features": features, "coords": coords})
+
+
+@pytest.mark.parametrize("value", [[], [100, 0], "100", [100.0], True, 0])
+def test_max_active_is_checked(value):
+    with pytest.raises(sparse_lower.SparseLowerError, match="is neither a positive int nor a sequence of them"):
+        sparse_lower.lower(centerpoint_head_stack(), target="nna", max_active=value)
 
 
 def test_scatter_matrices_above_the_size_limit_are_refused(rng):

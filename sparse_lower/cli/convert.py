@@ -22,6 +22,21 @@ from .table import before_after
 DEFAULT_ACTIVE = 500
 
 
+def capacities(text: str) -> int | tuple[int, ...]:
+    """--max-active: "N", or "N1,N2,..." (one per level)."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not N or N1,N2,... (positive integers)") from None
+    if any(value < 1 for value in values):
+        raise argparse.ArgumentTypeError(f"'{text}': capacities are >= 1")
+    return values[0] if len(values) == 1 else values
+
+
+def _spelled(capacity) -> str:
+    return ",".join(map(str, capacity)) if isinstance(capacity, tuple) else str(capacity)
+
+
 class Convert:
     """Lower the sparse convolutions of an ONNX model for a target.
 
@@ -34,7 +49,8 @@ class Convert:
               kernel tap on [1, C, 1, N] (--layout rows: one MatMul per tap on [N, C] rows;
               --fuse-taps: one product with K*Cout outputs) and a combine
               method: gather (default), scatter or matmul (scatter matrices, O(K*N^2) memory).
-              --max-active N fixes the row capacity so that the compute has static shapes.
+              --max-active N fixes the row capacity so that the compute has static shapes;
+              N1,N2,... gives one per level: the input sites, then each SparseConv's outputs.
       hybrid  the first sparse layer of each branch on the gpu path, the rest on the nna path.
     Run OUT with sparse_lower.create_session, or any onnxruntime session that registers the library
     (python -c "import sparse_lower; print(sparse_lower.get_library_path())"); split it per device
@@ -62,7 +78,8 @@ class Convert:
                             help="gpu compute form (default auto)")
         parser.add_argument("--combine", default="gather", choices=list(COMBINES),
                             help="nna combine method (default gather)")
-        parser.add_argument("--max-active", type=int, help="nna row capacity (static shapes)")
+        parser.add_argument("--max-active", type=capacities, metavar="N[,N...]",
+                            help="nna row capacity (static shapes): one, or one per level (a level per SparseConv)")
         parser.add_argument("--fuse-taps", action="store_true", help="nna: one Conv with K*Cout outputs")
         parser.add_argument("--layout", default="image", choices=list(LAYOUTS),
                             help="nna: compute on the [1, C, 1, N] image (default) or on [N, C] rows")
@@ -120,7 +137,8 @@ class Convert:
         chose (--active, --inputs) are kept and the refusal is theirs to see."""
         if args.inputs:
             return compare(source, lowered, given_inputs(source, dict(np.load(args.inputs)), args.inputs))
-        active = args.active or min(DEFAULT_ACTIVE, args.max_active or DEFAULT_ACTIVE)
+        first = args.max_active[0] if isinstance(args.max_active, tuple) else args.max_active  # the inputs' level
+        active = args.active or min(DEFAULT_ACTIVE, first or DEFAULT_ACTIVE)
         while True:
             feeds = example_inputs(source, np.random.default_rng(args.seed), active=active)
             try:
@@ -129,4 +147,4 @@ class Convert:
                 if args.active or active == 1 or "(max_active)" not in str(error):
                     raise
                 active //= 2
-                print(f"verify: the random inputs overflow --max-active {args.max_active}; drawing {active} sites")
+                print(f"verify: the random inputs overflow --max-active {_spelled(args.max_active)}; drawing {active} sites")

@@ -7,8 +7,10 @@ import onnx
 from onnx import numpy_helper
 
 from ..api import load
+from ..capacity import level_rows
 from ..costs import METHODS, cost_rows, layer_costs
 from ..errors import SparseLowerError
+from ..frames.files import find_frames, frame_feeds, model_inputs, read_frame
 from ..importers import SECTION3, detect_format, format_title, import_model, nothing_to_lower
 from ..schemas import CONV_OPS, CUSTOM_DOMAIN, SOURCE_DOMAIN, conv_geometry
 from ..report import render
@@ -55,7 +57,12 @@ class Inspect:
     combine (matmul K*M*N*Cout, patent method 1; scatter K*N*Cout, method 2; gather K*M*Cout); dense
     conv of the whole grid B*Hout*Wout*K*Cin*Cout.
 
+    --frames runs the model (gpu target) on the given frames and prints the active sites of every level
+    (level 0: the input sites; each SparseConv's outputs start the next; a SparseDeconv goes back to its
+    targets' level) and the --max-active per level that holds them, for `convert --target nna`.
+
     example: sparse-lower inspect model.onnx --active 80000
+             sparse-lower inspect models/centerpoint_head.onnx --frames ../shared/data
     """
 
     name = "inspect"
@@ -65,6 +72,9 @@ class Inspect:
         parser.add_argument("input", help="ONNX model")
         parser.add_argument("--active", type=int, default=1000, help="active sites for the cost table")
         parser.add_argument("--batch", type=int, default=1, help="batch for the dense cost")
+        parser.add_argument("--frames", nargs="+", metavar="FRAME",
+                            help=".npz frames (features, coords) or folders of them: the active sites of every "
+                                 "level on them, and the --max-active per level they need")
 
     def run(self, args) -> int:
         model = load(args.input)
@@ -93,7 +103,18 @@ class Inspect:
                          [[f"{n.name} ({n.op_type})", ", ".join(n.input), ", ".join(n.output)] for n in custom]))
         parameters = sum(int(np.prod(numpy_helper.to_array(t).shape)) for t in graph.initializer)
         print(f"parameters: {parameters:,}")
+        if args.frames:
+            self._levels(model, args.frames)
         return 0
+
+    @staticmethod
+    def _levels(model: onnx.ModelProto, paths: list[str]) -> None:
+        """The most active sites per level over the frames, and the capacity per level that holds them."""
+        files = find_frames(paths)
+        inputs = model_inputs(model)
+        rows = level_rows(model, [frame_feeds(read_frame(path), inputs) for path in files])
+        print(render(["level", "active sites (most, over the frames)"], [[level, f"{n:,}"] for level, n in enumerate(rows)]))
+        print(f"on these {len(files)} frames: --max-active {','.join(map(str, rows))} (add a margin for other frames)")
 
     @staticmethod
     def _imported(model: onnx.ModelProto) -> onnx.ModelProto | None:

@@ -38,18 +38,19 @@ class Options:
 
     strategy: str = "auto"
     combine: str = "gather"
-    max_active: int | None = None
+    max_active: int | tuple[int, ...] | None = None  # one capacity, or one per level (see LoweringContext.level)
     fuse_taps: bool = False
     layout: str = "image"
 
 
 class LoweringContext:
-    def __init__(self, graph: gs.Graph, options: Options):
+    def __init__(self, graph: gs.Graph, options: Options, levels: dict[str, int] | None = None):
         self.graph = graph
         self.options = options
         self.dense_sources: dict[str, DenseSource] = {}
         self.padded: dict[str, gs.Tensor] = {}
         self.conv_outputs: set[str] = set()  # feature rows produced by lowered convs (for hybrid)
+        self.levels = dict(levels or {})  # coords tensor -> its level (schemas.coords_levels), where not 0
         self._shared: dict[tuple, list[gs.Variable]] = {}
         self._constants: dict[str, gs.Constant] = {}
         self._names = UniqueNames([*graph.tensors(), *(n.name for n in graph.nodes)])
@@ -63,6 +64,10 @@ class LoweringContext:
             return False
         seen.add(tensor.name)
         return any(self.after_a_sparse_layer(t, seen) for t in tensor.inputs[0].inputs)
+
+    def level(self, coords: gs.Tensor) -> int:
+        """The level of a sparse tensor's sites (schemas.coords_levels), for a capacity per level."""
+        return self.levels.get(coords.name, 0)
 
     def fresh(self, base: str) -> str:
         """A tensor or node name not used anywhere in the graph yet."""

@@ -150,10 +150,11 @@ class Partition:
     def summary(self, active: int | None = None) -> str:
         """A table: per segment its device, node count, op counts, MACs and bytes in and out. For a
         model lowered by sparse_lower, a second table gives each sparse layer's MACs per method
-        (costs.py) at `active` sites, or at the model's `max_active` when it has one."""
+        (costs.py) at `active` sites, or at the model's `max_active` (its first level's) when it has one."""
         segments = self._segment_table()
         layers = layer_costs(self.model)
-        active = active or json.loads(self._metadata.get("sparse_lower.options", "{}")).get("max_active")
+        capacity = json.loads(self._metadata.get("sparse_lower.options", "{}")).get("max_active")
+        active = active or (capacity[0] if isinstance(capacity, list) else capacity)  # per level: the input's
         if not layers or not active:
             return segments
         return (f"{segments}\n\nsparse layers, MACs (millions) per method at {active:,} active sites:\n"

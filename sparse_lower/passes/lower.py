@@ -13,7 +13,7 @@ from ..costs import layer_costs, record
 from ..errors import SparseLowerError
 from ..lowering import LoweringContext, Options, rules
 from ..lowering.graph import deep_graph, export
-from ..schemas import CUSTOM_DOMAIN, SOURCE_DOMAIN
+from ..schemas import CUSTOM_DOMAIN, SOURCE_DOMAIN, coords_levels
 from ..version import VERSION
 
 # The oldest default-domain opset whose ops the lowering emits: Unsqueeze with an axes input (13) for
@@ -59,7 +59,7 @@ class LowerSparse:
         graph = gs.import_onnx(model)
         with deep_graph(graph):
             graph.toposort()
-        ctx = LoweringContext(graph, self.options)
+        ctx = LoweringContext(graph, self.options, coords_levels(model.graph))
         rule_list = rules(self.target, self.options)
         for node in list(graph.nodes):
             rule = next((r for r in rule_list if r.match(node)), None)

@@ -64,6 +64,8 @@ class ConvRule(ABC):
         if compute.reads_dense and source_dense is not None and source_dense.coords is coords:
             source, dense = source_dense.dense, True  # the dense-format method: unfold straight from X
         out_coords, nbr = self.table(ctx, node, base, geometry, coords, "dense" if dense else "rows")
+        if node.outputs[1].name in ctx.levels:  # the output sites' level, under the name they now have
+            ctx.levels[out_coords.name] = ctx.levels[node.outputs[1].name]
         cin, cout = matrix.shape[0] // geometry.volume, matrix.shape[1]
         width = 1 + geometry.ndim
         for tensor, dtype, shape in ((node.inputs[0], FLOAT, [None, cin]), (coords, INT64, [None, width]),
