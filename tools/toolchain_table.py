@@ -4,7 +4,8 @@
         --python rknn=/path/to/rknn-venv/bin/python --python tflite=/path/to/tflite-venv/bin/python
 
 For every toolchain (docs/toolchains.md), model and nna form (layout × combine), it lowers the model with
-a fixed capacity, partitions it, compiles the nna segments with the toolchain (sparse_lower.toolchains),
+a fixed capacity (on the real frames one per level, the most sites each level holds on both frames, so
+that the deep layers are not as wide as the input), partitions it, compiles the nna segments with the toolchain (sparse_lower.toolchains),
 runs host segments in onnxruntime and nna segments in the toolchain's runtime, and compares with the
 unpartitioned model in onnxruntime: accepted (or the toolchain's refusal), max error relative to the
 output's magnitude, ops placed off the accelerator, compile and run time. int8: the nna segments
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -70,23 +70,11 @@ def frame(name: str) -> dict:
     return {"features": features.astype(np.float32), "coords": coords.astype(np.int64)}
 
 
-def capacity_for(model, frames: list[dict]) -> int:
-    """The smallest capacity (rounded up to 1,000) every frame fits: the capacity error names it."""
-    import sparse_lower
+def capacities_for(model, frames: list[dict]) -> list[int]:
+    """One capacity per level (README: a capacity per level) that every frame fits, rounded up to 1,000."""
+    from sparse_lower.capacity import level_rows
 
-    capacity = max(len(f["coords"]) for f in frames)
-    while True:
-        lowered = sparse_lower.lower(model, target="nna", max_active=capacity)
-        try:
-            session = sparse_lower.create_session(lowered)
-            for feeds in frames:
-                session.run(None, feeds)
-            return capacity
-        except Exception as error:  # noqa: BLE001 - onnxruntime's error type; the message says the fix
-            found = re.search(r"raise max_active to at least (\d+)", str(error))
-            if not found:
-                raise
-            capacity = -(-int(found.group(1)) // 1000) * 1000
+    return [-(-rows // 1000) * 1000 for rows in level_rows(model, frames)]
 
 
 def snr_db(got: np.ndarray, want: np.ndarray) -> float:
@@ -154,17 +142,18 @@ def work(chain_name: str, out: Path, models: list[str]) -> None:
     if "real" in models:
         frames = [frame(name) for name in FRAMES]
         for name, model in real_models():
-            cases.append((name, model, capacity_for(model, frames), frames, frames, 1, LAYOUTS[chain_name][:1]))
+            cases.append((name, model, capacities_for(model, frames), frames, frames, 1, LAYOUTS[chain_name][:1]))
     measured_fp32 = []  # every case in fp32 first, so that a worker stopped by --time-limit has them all
     for name, model, capacity, measured, calibration, repeats, layouts in cases:
         for layout in layouts:
             for combine in COMBINES:
                 if repeats == 1 and combine != "gather":
                     taps, channels = _widest(model)
-                    size = (taps * channels * capacity * 8 if combine == "scatter" else taps * capacity ** 2 * 4) / 2 ** 30
+                    widest = max(capacity)
+                    size = (taps * channels * widest * 8 if combine == "scatter" else taps * widest ** 2 * 4) / 2 ** 30
                     emit(model=name, layout=layout, combine=combine, accepted=False,
                          why=f"not attempted: its {'int64 scatter indices' if combine == 'scatter' else 'scatter matrices'}"
-                             f" take {size:,.0f} GiB per layer at capacity {capacity:,}")
+                             f" take {size:,.0f} GiB per layer at capacity {widest:,}")
                     continue
                 lowered = sparse_lower.lower(model, target="nna", combine=combine, max_active=capacity, layout=layout)
                 row = {"model": name, "layout": layout, "combine": combine, "capacity": capacity,
@@ -206,11 +195,12 @@ def render(rows: list[dict]) -> str:
     for row in rows:
         if row["model"] == "*":
             continue
+        model = row["model"] + (" (capacity per level)" if isinstance(row.get("capacity"), list) else "")
         if not row["accepted"]:
-            lines.append(f"| {row['toolchain']} | {row['model']} | {row['layout']} | {row['combine']} | no: "
+            lines.append(f"| {row['toolchain']} | {model} | {row['layout']} | {row['combine']} | no: "
                          f"{row['why'].replace('|', '/')} | | | | | | |")
             continue
-        lines.append(f"| {row['toolchain']} | {row['model']} | {row['layout']} | {row['combine']} | yes | "
+        lines.append(f"| {row['toolchain']} | {model} | {row['layout']} | {row['combine']} | yes | "
                      f"{_number(row['errors'][0])} | {', '.join(row['fallbacks']) or 'none'} | "
                      f"{row['compile_s']:.1f} | {row['run_ms']:.1f} | {_quantized(row, 'int8')} | "
                      f"{_quantized(row, 'w8a16')} |")
