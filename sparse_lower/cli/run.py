@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..errors import SparseLowerError
 from ..frames import find_frames, run_frames, runnable
+from ..frames.on_ray import ray_module
 from ..lowering import TARGETS
 from .status import Status
 
@@ -53,6 +54,8 @@ class Run:
         if args.ray and Path(args.ray).exists():  # `--ray MODEL FRAMES`: argparse took the model for ADDRESS
             raise SparseLowerError(f"--ray {args.ray}: the address looks like a path",
                                    fix="put --ray after the frames, or give --ray=ADDRESS")
+        if args.ray is not None:
+            ray_module()
         frames = find_frames(args.frames)  # refused now rather than after a lowering that can take a minute
         with Status(args.quiet).step("preparing the model"):
             model, done = runnable(args.model, args.target)

@@ -15,7 +15,8 @@ from ..errors import SparseLowerError
 from .worker import FrameResult, FrameWorker
 
 
-def _ray():
+def ray_module():
+    """Ray, with Ray Data; refused with the extra to install when absent (asked before any work)."""
     try:
         import ray
         import ray.data
@@ -29,7 +30,7 @@ def connect(address: str | None) -> bool:
     """Join the Ray cluster at `address` ("auto": the one this machine belongs to), or start a local one
     when `address` is None and $RAY_ADDRESS is unset; a session already connected is used as it is.
     Returns whether this call connected (and so should disconnect)."""
-    ray = _ray()
+    ray = ray_module()
     if ray.is_initialized():
         return False
     ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
@@ -37,17 +38,17 @@ def connect(address: str | None) -> bool:
 
 
 def disconnect() -> None:
-    _ray().shutdown()
+    ray_module().shutdown()
 
 
 def cluster_cpus() -> int:
-    return int(_ray().cluster_resources().get("CPU", 1))
+    return int(ray_module().cluster_resources().get("CPU", 1))
 
 
 def results_on_ray(model: bytes, jobs: list[tuple[Path, Path]], workers: int, threads: int,
                    compress: bool) -> Iterator[FrameResult]:
     """Run (frame, output) `jobs` on `workers` actors of `threads` CPUs each; results as they finish."""
-    ray = _ray()
+    ray = ray_module()
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # the caller draws one bar for the whole job
     logging.getLogger("ray.data").setLevel(logging.ERROR)  # its notes on execution plans and progress bars

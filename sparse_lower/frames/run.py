@@ -91,6 +91,10 @@ def run_frames(model: onnx.ModelProto | str | os.PathLike, frames, out_dir: str 
     """
     if workers is not None and not ray:
         raise SparseLowerError("workers applies to a run on Ray", fix="add ray=True (--ray), or leave workers out")
+    if ray:
+        from .on_ray import ray_module
+
+        ray_module()  # absent: said now, not after the lowering
     _count("threads", threads, least=0)
     _count("workers", workers, least=1)
     files = find_frames(frames)
