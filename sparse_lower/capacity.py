@@ -14,6 +14,7 @@ import os
 import onnx
 
 from .api import lower
+from .errors import SparseLowerError
 from .model_io import load
 from .runtime import create_session
 from .schemas import CONV_OPS, SOURCE_DOMAIN, coords_levels
@@ -26,6 +27,9 @@ def level_rows(model: onnx.ModelProto | str | os.PathLike, frames: list[dict]) -
     model = load(model)
     levels = coords_levels(model.graph)
     convs = [n for n in model.graph.node if n.domain == SOURCE_DOMAIN and n.op_type in CONV_OPS]
+    if not convs:
+        raise SparseLowerError("the levels are those of the model's sparse convs, and it has none (a lowered model, "
+                               "or one not imported yet)", fix="give the model before lowering, imported if foreign")
     watched = list(dict.fromkeys([*(n.input[1] for n in convs), *(n.output[1] for n in convs)]))
     probe = onnx.ModelProto()
     probe.CopyFrom(model)

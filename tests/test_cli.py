@@ -67,6 +67,8 @@ def test_a_capacity_per_level_on_the_command_line(model_path, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["convert", str(model_path), "-o", str(tmp_path / "x.onnx"), "--target", "nna", "--max-active", "100,x"])
     assert "'100,x' is not N or N1,N2,..." in capsys.readouterr().err
+    assert main(["inspect", str(tmp_path / "nna.onnx"), "--frames", str(tmp_path / "f0.npz")]) == 2
+    assert "the levels are those of the model's sparse convs, and it has none" in capsys.readouterr().err
 
 
 def test_convert_refusal_is_an_error_message_not_a_traceback(tmp_path, capsys):

@@ -114,7 +114,8 @@ class Inspect:
         inputs = model_inputs(model)
         rows = level_rows(model, [frame_feeds(read_frame(path), inputs) for path in files])
         print(render(["level", "active sites (most, over the frames)"], [[level, f"{n:,}"] for level, n in enumerate(rows)]))
-        print(f"on these {len(files)} frames: --max-active {','.join(map(str, rows))} (add a margin for other frames)")
+        capacities = ",".join(str(max(n, 1)) for n in rows)  # a level no frame reached still needs a valid capacity
+        print(f"on these {len(files)} frames: --max-active {capacities} (add a margin for other frames)")
 
     @staticmethod
     def _imported(model: onnx.ModelProto) -> onnx.ModelProto | None:
