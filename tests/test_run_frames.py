@@ -101,6 +101,20 @@ def test_local_run_writes_every_good_frame_and_names_the_bad_ones(lowered, frame
     assert f"{len(every)} frames, 3 failed" in str(summary)
 
 
+def test_skip_existing_resumes_and_retries_only_the_failed(lowered, frames, tmp_path):
+    out = tmp_path / "out"
+    first = run_frames(lowered, [frames], out, threads=1, progress=False)
+    (out / "f011.npz").unlink()  # as if the job had stopped before it
+    again = run_frames(lowered, [frames], out, threads=1, skip_existing=True, progress=False)
+    assert again.skipped == 30 - len(BAD) - 1
+    assert sorted(Path(r.frame).stem for r in again.results) == sorted([*BAD, "f011"])
+    assert _failures(again) == _failures(first) and "26 skipped (outputs already written)" in str(again)
+    _assert_written(out, {frame.stem: _expected(lowered, frame) for frame in find_frames([frames])
+                          if frame.stem not in BAD})
+    done = run_frames(lowered, [frames / "f000.npz"], out, skip_existing=True, progress=False)
+    assert (done.skipped, done.results, str(done)) == (1, [], "0 frames, 0 failed, 1 skipped (outputs already written)")
+
+
 def test_a_source_model_is_lowered_and_an_exporters_file_imported_first(frames, tmp_path):
     """Given the source model, run lowers it (gpu); the outputs are those of the lowered model. An NVIDIA
     file (FP16 input "0", no coords input) runs on frames with `features` and `coords`."""

@@ -19,8 +19,10 @@ class Run:
     sparse source ops or is a sparse-conv exporter's file; a lowered model runs as it is. Each frame's
     outputs go to OUT_DIR/<frame name>.npz, keyed by the model's output names, written whole or not at
     all. A frame that fails is reported by name and the others go on; the exit status is 1 when any
-    failed. A bar shows frames/s; at the end a summary: frames, failures, wall time, frames/s and the
-    p50/p95 of onnxruntime's run time per frame.
+    failed. --skip-existing leaves out the frames whose output exists: a stopped job resumes, and a
+    rerun retries only the failed frames (an output is there only when complete). A bar shows
+    frames/s; at the end a summary: frames, failures, wall time, frames/s and the p50/p95 of
+    onnxruntime's run time per frame.
 
     --ray runs the same job on Ray Data (pip install "sparse-lower[ray]"): --workers actors, one
     onnxruntime session of --threads threads each, on the cluster at ADDRESS ("auto": the one this
@@ -46,6 +48,8 @@ class Run:
                             help="run on Ray Data: a local instance, or the cluster at ADDRESS ('auto', 'ray://…')")
         parser.add_argument("--workers", type=int, help="with --ray: actors (default: the cluster's CPUs / threads)")
         parser.add_argument("--compress", action="store_true", help="write compressed .npz (smaller, slower)")
+        parser.add_argument("--skip-existing", action="store_true",
+                            help="leave out frames whose output exists (resume a stopped job, retry the failed ones)")
         parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar or status lines")
 
     def run(self, args) -> int:
@@ -62,7 +66,7 @@ class Run:
         print(f"model: {args.model}: {done}")
         summary = run_frames(model, frames, args.output_dir, target=args.target, threads=args.threads,
                              compress=args.compress, ray=args.ray is not None, ray_address=args.ray or None,
-                             workers=args.workers, progress=not args.quiet)
+                             workers=args.workers, skip_existing=args.skip_existing, progress=not args.quiet)
         print(f"run: {summary}")
         print(f"outputs: {args.output_dir}/<frame>.npz")
         for failure in summary.failures:

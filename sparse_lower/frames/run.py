@@ -45,9 +45,11 @@ def runnable(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu") ->
 
 @dataclass
 class RunSummary:
-    """What a job did: one result per frame (in the order they finished), and the wall time."""
+    """What a job did: one result per frame run (in the order they finished), the frames skipped because
+    their outputs were there, and the wall time."""
 
     results: list[FrameResult] = field(default_factory=list)
+    skipped: int = 0
     wall_s: float = 0.0
     first_s: float = 0.0  # until the first frame was done: session (and actor) start-up and one frame
 
@@ -70,15 +72,19 @@ class RunSummary:
         return float(np.percentile(latencies, percentile)) if latencies else float("nan")
 
     def __str__(self) -> str:
-        return (f"{len(self.results)} frames, {len(self.failures)} failed, {self.wall_s:.1f} s, "
-                f"{self.frames_per_s:.2f} frames/s ({self.steady_frames_per_s:.2f} after the first frame, done "
-                f"at {self.first_s:.1f} s); run latency p50 {self.latency_ms(50):.1f} ms, "
+        skipped = f", {self.skipped} skipped (outputs already written)" if self.skipped else ""
+        counts = f"{len(self.results)} frames, {len(self.failures)} failed{skipped}"
+        if len(self.failures) == len(self.results):
+            return counts
+        return (f"{counts}, {self.wall_s:.1f} s, {self.frames_per_s:.2f} frames/s ({self.steady_frames_per_s:.2f} after "
+                f"the first frame, done at {self.first_s:.1f} s); run latency p50 {self.latency_ms(50):.1f} ms, "
                 f"p95 {self.latency_ms(95):.1f} ms")
 
 
 def run_frames(model: onnx.ModelProto | str | os.PathLike, frames, out_dir: str | os.PathLike, *,
                target: str = "gpu", threads: int | None = None, compress: bool = False, ray: bool = False,
-               ray_address: str | None = None, workers: int | None = None, progress: bool = True) -> RunSummary:
+               ray_address: str | None = None, workers: int | None = None, skip_existing: bool = False,
+               progress: bool = True) -> RunSummary:
     """Run `model` over `frames` (`.npz` files with `features` and `coords`, or folders of them) and write
     each frame's outputs to `out_dir/<frame name>.npz` (keys: the model's output names).
 
@@ -88,6 +94,8 @@ def run_frames(model: onnx.ModelProto | str | os.PathLike, frames, out_dir: str 
     `ray_address` (default: a local instance, or the session already connected); the outputs are the
     same bytes as a local run's with the same `threads`. `progress` draws a bar with frames/s on stderr.
     Failed frames are in the summary's `failures`, never raised; their outputs are not written.
+    `skip_existing` leaves out the frames whose output file exists: an interrupted job resumes where it
+    stopped (an output file is only ever there complete), and a rerun retries only the failed frames.
     """
     if workers is not None and not ray:
         raise SparseLowerError("workers applies to a run on Ray", fix="add ray=True (--ray), or leave workers out")
@@ -101,9 +109,14 @@ def run_frames(model: onnx.ModelProto | str | os.PathLike, frames, out_dir: str 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs = list(zip(files, output_paths(files, out_dir)))
+    summary = RunSummary()
+    if skip_existing:
+        summary.skipped = sum(output.exists() for _, output in jobs)
+        jobs = [(frame, output) for frame, output in jobs if not output.exists()]
+    if not jobs:
+        return summary
     model, _ = runnable(model, target)
     serialized = model.SerializeToString()
-    summary = RunSummary()
     start = time.perf_counter()
     with tqdm(total=len(jobs), unit="frame", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
         for result in _results(serialized, jobs, threads, compress, ray, ray_address, workers):
