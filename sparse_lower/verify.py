@@ -122,6 +122,18 @@ class Difference:
     shape_ok: bool
 
 
+def cast_feed(value: np.ndarray, dtype) -> np.ndarray | None:
+    """`value` as `dtype` where that is the cast the user means (float16 or float64 features to float32;
+    int32 coordinates to int64, or any integer cast that changes no value), else None."""
+    value, dtype = np.asarray(value), np.dtype(dtype)
+    if value.dtype == dtype:
+        return value
+    if not (value.dtype.kind == dtype.kind or {value.dtype.kind, dtype.kind} <= {"i", "u"}):
+        return None
+    cast = value.astype(dtype)
+    return None if dtype.kind in "iu" and not np.array_equal(cast, value) else cast
+
+
 def given_inputs(model: onnx.ModelProto, arrays: dict[str, np.ndarray], source: str) -> dict[str, np.ndarray]:
     """The arrays of an inputs file (`source`) as feeds of `model`: each graph input by its name, cast
     to its declared type where the cast is the one the user means (int32 coordinates to int64 when no
@@ -136,16 +148,11 @@ def given_inputs(model: onnx.ModelProto, arrays: dict[str, np.ndarray], source: 
                                fix="save the arrays under the model's input names: np.savez(FILE, name=array, ...)")
     feeds = {}
     for name, elem_type in declared.items():
-        value, dtype = np.asarray(arrays[name]), onnx.helper.tensor_dtype_to_np_dtype(elem_type)
-        if value.dtype != dtype:
-            same_kind = value.dtype.kind == dtype.kind or {value.dtype.kind, dtype.kind} <= {"i", "u"}
-            cast = value.astype(dtype) if same_kind else None
-            if cast is None or (dtype.kind in "iu" and not np.array_equal(cast, value)):
-                raise SparseLowerError(f"{source}: '{name}' is {value.dtype} but the model takes "
-                                       f"{dtype}, and casting would change its values",
-                                       fix=f"save '{name}' as {dtype}")
-            value = cast
-        feeds[name] = value
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+        feeds[name] = cast_feed(arrays[name], dtype)
+        if feeds[name] is None:
+            raise SparseLowerError(f"{source}: '{name}' is {np.asarray(arrays[name]).dtype} but the model takes "
+                                   f"{dtype}, and casting would change its values", fix=f"save '{name}' as {dtype}")
     return feeds
 
 

@@ -147,6 +147,9 @@ def test_frame_keys_feed_inputs_by_name_or_by_role():
         frame_feeds({"features": features}, inputs)
     with pytest.raises(SparseLowerError, match="the array for input 'indices' is float32, the input takes int64"):
         frame_feeds({"voxels": features, "indices": coords.astype(np.float32)}, inputs)
+    narrow = [inputs[0], ModelInput("indices", np.dtype(np.int32))]
+    with pytest.raises(SparseLowerError, match="is int64, the input takes int32, and casting would change its values"):
+        frame_feeds({"voxels": features, "indices": np.full((4, 4), 2**40, np.int64)}, narrow)
 
 
 def test_bad_jobs_are_refused_before_any_work(lowered, frames, tmp_path):

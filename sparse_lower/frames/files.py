@@ -20,6 +20,7 @@ import onnx
 
 from ..errors import SparseLowerError
 from ..model_io import fed_inputs
+from ..verify import cast_feed
 
 FRAME_SUFFIX = ".npz"
 FEATURES_KEY, COORDS_KEY = "features", "coords"
@@ -85,8 +86,8 @@ def frame_feeds(frame: dict[str, np.ndarray], inputs: list[ModelInput]) -> dict[
     """The model's feeds from a frame's arrays. A key named like an input feeds it; then `features` feeds
     the one float input left and `coords` the one integer input left, so that a model whose inputs are
     called e.g. `voxels` and `indices` reads the frames as they are. Arrays are cast to the input's type
-    within their kind (float16 features to float32, int32 coords to int64); a float key for an integer
-    input, or the reverse, is refused."""
+    as `--inputs` files are (verify.cast_feed: float16 features to float32, int32 coords to int64); a
+    float array for an integer input, the reverse, or an integer cast that changes values is refused."""
     feeds = {i.name: frame[i.name] for i in inputs if i.name in frame}
     for key, kind in ((FEATURES_KEY, "float"), (COORDS_KEY, "integer")):
         left = [i for i in inputs if i.name not in feeds and _kind(i.dtype) == kind]
@@ -99,10 +100,11 @@ def frame_feeds(frame: dict[str, np.ndarray], inputs: list[ModelInput]) -> dict[
                                fix=f"store '{FEATURES_KEY}' and '{COORDS_KEY}', or arrays named like the model's inputs")
     for model_input in inputs:
         value = feeds[model_input.name]
-        if _kind(value.dtype) != _kind(model_input.dtype):
+        feeds[model_input.name] = cast_feed(value, model_input.dtype)
+        if feeds[model_input.name] is None:
             raise SparseLowerError(f"the array for input '{model_input.name}' is {value.dtype}, the input takes "
-                                   f"{model_input.dtype}", fix=f"store {_kind(model_input.dtype)} values for it")
-        feeds[model_input.name] = value.astype(model_input.dtype, copy=False)
+                                   f"{model_input.dtype}, and casting would change its values",
+                                   fix=f"store {_kind(model_input.dtype)} values for it, as {model_input.dtype}")
     return feeds
 
 
