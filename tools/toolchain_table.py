@@ -139,9 +139,10 @@ def work(chain_name: str, out: Path, models: list[str]) -> None:
         for name, model, active, capacity in small_networks():
             frames = [example_inputs(model, np.random.default_rng(seed), active=active) for seed in range(4)]
             cases.append((name, model, capacity, frames[:1], frames[1:], 3, LAYOUTS[chain_name]))
-    if "real" in models:
+    real = [(name, model) for name, model in real_models() if "real" in models or name in models]
+    if real:
         frames = [frame(name) for name in FRAMES]
-        for name, model in real_models():
+        for name, model in real:
             cases.append((name, model, capacities_for(model, frames), frames, frames, 1, LAYOUTS[chain_name][:1]))
     measured_fp32 = []  # every case in fp32 first, so that a worker stopped by --time-limit has them all
     for name, model, capacity, measured, calibration, repeats, layouts in cases:
@@ -230,7 +231,8 @@ def main() -> int:
                         help="the interpreter whose environment has TOOLCHAIN installed")
     parser.add_argument("--toolchains", default=",".join(LAYOUTS), help="comma-separated (default: all)")
     parser.add_argument("--models", default="small,real",
-                        help="small (random frames), real (the nuScenes frames, ../shared/data) or both (default)")
+                        help="small (random frames), real (the nuScenes frames, ../shared/data), both (default), "
+                             "or one real-frame model by name ('sparse UNet')")
     parser.add_argument("--time-limit", type=int, default=5400, help="seconds per toolchain worker")
     parser.add_argument("--parallel", action="store_true",
                         help="run the toolchain workers at once (faster; the times then share the cores)")
