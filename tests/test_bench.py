@@ -151,3 +151,28 @@ def test_scaling_plot_and_option(tmp_path):
     assert path == tmp_path / "scaling.png" and path.stat().st_size > 0
     assert scaling_plot({"systems": [], "cases": []}, tmp_path) is None
     assert parser().parse_args(["bench", "--scaling"]).scaling
+
+
+def test_layers_per_run_splits_a_profile_by_run(tmp_path):
+    """Runs interleaved with other work (tools/unet_inverse_layers.py alternates with spconv) are read
+    one by one from one profile: every run has every layer, and the runs add up to the whole profile."""
+    from sparse_lower.api import lower
+    from sparse_lower.bench.cases import QUICK_CAP, network_case
+    from sparse_lower.bench.profile import layers_per_run
+    from sparse_lower.bench.systems import session_options
+    from sparse_lower.runtime import create_session
+
+    built = network_case("unet", None, "unet/tiny", ((41, 48, 48), 0.02, QUICK_CAP)).build()
+    options = session_options(1)
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "profile")
+    session = create_session(lower(built.source), sess_options=options)
+    for _ in range(3):
+        session.run(None, built.feeds)
+    with open(session.end_profiling()) as file:
+        events = json.load(file)
+    runs = layers_per_run(events)
+    assert len(runs) == 3 and all(set(run) == set(runs[0]) for run in runs)
+    assert {"enc1", "dec1"} <= set(runs[0]) and all(ms > 0 for run in runs for ms in run.values())
+    kernels = sum(e["dur"] for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")) / 1e3
+    assert sum(sum(run.values()) for run in runs) == pytest.approx(kernels)

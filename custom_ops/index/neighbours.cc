@@ -25,6 +25,21 @@ std::vector<int64_t> SortedUnion(const Ort::KernelContext& ctx, std::vector<std:
   return runs.empty() ? std::vector<int64_t>{} : std::move(runs[0]);
 }
 
+// Rows are filled in ascending site order, which for coordinates as a user gives them (a voxelizer's
+// order) is a random order of rows: each row's coordinates and its K slots of nbr then miss the cache,
+// and one row at a time leaves the memory idle between misses. Asking for row i + kAhead's lines while
+// row i is filled overlaps them. On the real frame as read, 1 thread: TargetMap of the UNet's finest
+// inverse conv 18.4 → 13.5 ms, SubmanifoldMap 3³ 31–35 → 25–27 ms; unchanged on sorted coordinates.
+// (Prefetching the mirror slots of SubmanifoldNeighbours' second pass the same way was slower.)
+constexpr int64_t kAhead = 8;
+
+void PrefetchRow(const Coords& coords, const int64_t* nbr, int64_t taps, int64_t m) {
+  __builtin_prefetch(coords.Row(m));
+  const int64_t* row = nbr + m * taps;
+  for (int64_t k = 0; k < taps; k += 8) __builtin_prefetch(row + k, 1);  // 8 int64 per 64-byte line
+  __builtin_prefetch(row + taps - 1, 1);
+}
+
 }  // namespace
 
 IndexedInput ReadIndexedInput(const Ort::KernelContext& ctx, size_t index, const MapGeometry& geometry) {
@@ -100,6 +115,7 @@ void GatherNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry
     std::vector<Cursor> cursors(static_cast<size_t>(taps), Cursor(inputs.sites.site));
     for (int64_t i = begin; i < end; ++i) {
       const int64_t m = ascending ? (*ascending)[i] : i;
+      if (ascending && i + kAhead < end) PrefetchRow(outputs, nbr, taps, (*ascending)[i + kAhead]);
       int64_t* row = nbr + m * taps;
       std::fill(row, row + taps, -1);
       const int64_t* c = outputs.Row(m);
@@ -129,6 +145,7 @@ void SubmanifoldNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geo
     std::vector<Cursor> cursors(static_cast<size_t>(centre), Cursor(inputs.sites.site));
     for (int64_t i = begin; i < end; ++i) {
       const int64_t m = inputs.sites.row[i];
+      if (i + kAhead < end) PrefetchRow(coords, nbr, taps, inputs.sites.row[i + kAhead]);
       int64_t* row = nbr + m * taps;
       std::fill(row, row + taps, -1);
       row[centre] = m;

@@ -9,6 +9,7 @@ layers (a `Relu` or `Add` left unfused, the final `Reshape`) are layers of their
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import tempfile
@@ -40,12 +41,34 @@ def profile(lowered: onnx.ModelProto, feeds: dict, options, runs: int = 3) -> di
             continue
         ms = event["dur"] / 1e3 / runs
         by_op[event["args"]["op_name"]] += ms
-        by_layer[event["name"].removesuffix("_kernel_time").split("/")[0]] += ms
+        by_layer[_layer(event)] += ms
     return {"total_ms": sum(by_op.values()), "by_op": dict(by_op.most_common()),
             "by_layer": dict(by_layer.most_common())}
 
 
+def layers_per_run(events: list[dict]) -> list[dict[str, float]]:
+    """ms per layer of each model run in a profile's `events`, in run order: for runs interleaved with
+    other work (a peer's run between two of ours), where a mean over a block of runs would not pair them."""
+    starts = _run_starts(events)
+    runs: list[Counter] = [Counter() for _ in starts]
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            run = bisect.bisect_right(starts, event["ts"]) - 1
+            runs[run][_layer(event)] += event["dur"] / 1e3
+    return [dict(run) for run in runs]
+
+
 def _runs_start(events: list[dict]) -> float:
     """The start (µs) of the second model run in the profile: the first is the warm-up."""
-    starts = sorted(e["ts"] for e in events if e.get("cat") == "Session" and e["name"] == "model_run")
+    starts = _run_starts(events)
     return starts[1] if len(starts) > 1 else 0.0
+
+
+def _run_starts(events: list[dict]) -> list[float]:
+    """The start (µs) of every model run in the profile, in order."""
+    return sorted(e["ts"] for e in events if e.get("cat") == "Session" and e["name"] == "model_run")
+
+
+def _layer(event: dict) -> str:
+    """The layer of a node's kernel event: the first part of the node's name."""
+    return event["name"].removesuffix("_kernel_time").split("/")[0]
