@@ -26,7 +26,7 @@ from sparse_lower.toolchains.base import ACCELERATOR
 from sparse_lower.toolchains.quantize import (activation_ranges, first_and_last_products, quantize_qdq,
                                                segment_samples, weight_products)
 from sparse_lower.verify import relative_error
-from toolchain_table import FRAMES, capacity_for, frame, real_models, snr_db
+from toolchain_table import FRAMES, capacities_for, frame, real_models, snr_db
 
 
 def int8_rounded(weight: np.ndarray, reduced: tuple[int, ...]) -> np.ndarray:
@@ -59,7 +59,7 @@ def main() -> None:
     args = parser.parse_args()
     model = dict(real_models())[args.model]
     frames = [frame(name) for name in FRAMES]
-    capacity = capacity_for(model, frames)
+    capacity = capacities_for(model, frames)
     lowered = sparse_lower.lower(model, target="nna", combine="gather", max_active=capacity)
     parts = sparse_lower.partition(lowered)
     session = sparse_lower.create_session(lowered)

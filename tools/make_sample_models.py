@@ -9,6 +9,7 @@ exporters' own tools and are kept as they are (models/README.md says how).
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import warnings
 from pathlib import Path
@@ -57,6 +58,7 @@ def aimet_three_layer(path: Path) -> None:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     onnx.save(centerpoint_head_stack(), MODELS / "centerpoint_head.onnx")
     onnx.save(sparse_unet(CanonicalEmitter(), np.random.default_rng(0), base=8, levels=2, classes=4),
               MODELS / "sparse_unet.onnx")
