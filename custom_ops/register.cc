@@ -8,6 +8,7 @@
 
 #include "common/op.h"
 #include "conv/indexed_conv.h"
+#include "conv/indexed_conv_int8.h"
 #include "fold/indexed_fold.h"
 #include "index/index_ops.h"
 #include "index/nna_tables.h"
@@ -51,6 +52,7 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     static const Op<IndexedUnfold> indexed_unfold;
     static const Op<IndexedFold> indexed_fold;
     static const Op<IndexedConv> indexed_conv;
+    static const Op<IndexedConvInt8> indexed_conv_int8;
     static const Op<InverseMap> inverse_map;
     static const Op<ScatterMatrices> scatter_matrices;
     static const Op<CapacityPads> capacity_pads;
@@ -58,8 +60,8 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     Ort::CustomOpDomain domain(kDomain);
     for (const OrtCustomOp* op : std::initializer_list<const OrtCustomOp*>{
              &active_sites, &submanifold_map, &strided_map, &transposed_map, &target_map, &rulebook, &site_index,
-             &indexed_unfold, &indexed_fold, &indexed_conv, &inverse_map, &scatter_matrices, &capacity_pads,
-             &pair_rows}) {
+             &indexed_unfold, &indexed_fold, &indexed_conv, &indexed_conv_int8, &inverse_map, &scatter_matrices,
+             &capacity_pads, &pair_rows}) {
       domain.Add(op);
     }
     Ort::UnownedSessionOptions(options).Add(domain);

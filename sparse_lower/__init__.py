@@ -13,8 +13,9 @@ from .export import export
 from .frames import run_frames
 from .importers import import_model
 from .partition import Partition, partition
+from .quantize import quantize
 from .runtime import create_session, get_library_path
 from .version import VERSION as __version__
 
 __all__ = ["Partition", "SparseLowerError", "__version__", "create_session", "export", "get_library_path",
-           "import_model", "lower", "partition", "reference", "run_frames"]
+           "import_model", "lower", "partition", "quantize", "reference", "run_frames"]

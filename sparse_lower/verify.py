@@ -165,6 +165,13 @@ def relative_error(have: np.ndarray, want: np.ndarray) -> float:
     return worst / max(float(np.abs(want).max(initial=0.0)), 1e-12)
 
 
+def snr_db(have: np.ndarray, want: np.ndarray) -> float:
+    """Signal-to-noise ratio of `have` against `want` in dB (inf when equal): how quantized outputs are
+    usually judged, over the whole output where `relative_error` takes the worst element."""
+    noise = float(((have.astype(np.float64) - want.astype(np.float64)) ** 2).sum())
+    return float("inf") if noise == 0 else 10 * float(np.log10(float((want.astype(np.float64) ** 2).sum()) / noise))
+
+
 def compare(model: onnx.ModelProto, lowered: onnx.ModelProto, feeds: dict, **session_kwargs) -> list[Difference]:
     """Run the reference on `model` and onnxruntime on `lowered`, output by output."""
     expected = reference.run(model, feeds)

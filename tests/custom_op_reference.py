@@ -288,6 +288,28 @@ def indexed_conv(x, idx, w, b=None, r=None, activation="none"):
     return (np.maximum(y, 0) if activation == "relu" else y).astype(np.float32)
 
 
+def quantized_rows(x, x_scale):
+    """u8 codes of X [N, Cin] per channel: X · (1 / x_scale) in float32, clamped to [0, 255] (NaN: 0),
+    rounded to nearest even."""
+    v = np.asarray(x, np.float32) * (np.float32(1) / np.asarray(x_scale, np.float32))
+    v = np.minimum(np.where(v > 0, v, np.float32(0)), np.float32(255))
+    return np.rint(v).astype(np.int64)
+
+
+def indexed_conv_int8(x, idx, w, x_scale, w_scale, b=None, r=None, activation="none"):
+    """Y [M, Cout] = act(b + Σ_k w_scale[k] · (q[idx[:, k]] · W[k]) + r) with q = quantized_rows(X): the
+    tap sums exact (int64), each tap added to the float32 result in ascending k with one rounding."""
+    q, idx, w = quantized_rows(x, x_scale), np.asarray(idx, np.int64), np.asarray(w, np.int64)
+    w_scale = np.asarray(w_scale, np.float64)
+    y = np.zeros((idx.shape[0], w.shape[2]), np.float32) + (0 if b is None else np.asarray(b, np.float32))
+    for k in range(idx.shape[1]):
+        read = idx[:, k] >= 0
+        sums = q[idx[read, k]] @ w[k]
+        y[read] = (sums * w_scale[k] + y[read].astype(np.float64)).astype(np.float32)
+    y = y + (0 if r is None else np.asarray(r, np.float32))
+    return np.maximum(y, 0) if activation == "relu" else y
+
+
 # ----------------------------------------------------------------------------------------------------
 # Index tables of the nna target
 

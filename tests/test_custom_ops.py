@@ -23,7 +23,7 @@ from sparse_lower.runtime import create_session, get_library_path
 
 DOMAIN = "sparse_lower"
 _ELEMENT_TYPES = {np.dtype(t): helper.np_dtype_to_tensor_dtype(np.dtype(t))
-                  for t in (np.float32, np.int64, np.float64, np.int32, np.uint8, np.bool_)}
+                  for t in (np.float32, np.int64, np.float64, np.int32, np.uint8, np.int8, np.bool_)}
 SEEDS = range(30)
 
 
@@ -434,10 +434,59 @@ def test_indexed_conv_with_the_last_of_64_taps(taps):
         run("IndexedConv", {"X": x, "idx": idx, "W": w}, 1)
 
 
+def int8_conv_inputs(rng, n, m, taps, cin, cout) -> dict:
+    """IndexedConvInt8's inputs: rows ≥ 0 mostly (some negative, some past the range, a NaN: they clamp),
+    weights within ±63, positive scales."""
+    x = np.abs(rng.standard_normal((n, cin))).astype(np.float32)
+    if x.size:
+        x.flat[rng.integers(0, x.size, 3)] = [-1.0, 1e6, np.nan]
+    return {"X": x, "idx": random_index(rng, n, (m, taps)),
+            "W": rng.integers(-63, 64, (taps, cin, cout)).astype(np.int8),
+            "x_scale": rng.uniform(0.005, 0.02, cin).astype(np.float32),
+            "w_scale": rng.uniform(1e-3, 1e-2, (taps, cout)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_indexed_conv_int8(seed):
+    """The 8-bit conv against the reference: exact integer sums, so the same float32 result but for a
+    rare double rounding of the reference's float64 step. Channel counts off whole quads and blocks of 8."""
+    rng = np.random.default_rng(seed)
+    n = 0 if seed % 10 == 3 else int(rng.integers(1, 200))
+    m = 0 if seed % 10 == 7 else int(rng.integers(1, 700))
+    taps, cin, cout = int(rng.integers(1, 28)), int(rng.integers(0, 40)), int(rng.integers(0, 70))
+    inputs = int8_conv_inputs(rng, n, m, taps, cin, cout)
+    if seed % 2:
+        inputs["B"] = rng.standard_normal(cout).astype(np.float32)
+        if seed % 4 == 1:
+            inputs["coords"] = random_coords(rng, [256], 1, n)
+    if seed % 3 == 0:
+        inputs = {**inputs, "B": inputs.get("B"), "coords": inputs.get("coords"),
+                  "R": rng.standard_normal((m, cout)).astype(np.float32)}
+    activation = {0: "relu", 1: "none"}.get(seed % 5, None)
+    (y,) = run("IndexedConvInt8", inputs, 1, threads=int(rng.choice([1, 2, 8])),
+               **({"activation": activation} if activation else {}))
+    expected = ref.indexed_conv_int8(inputs["X"], inputs["idx"], inputs["W"], inputs["x_scale"], inputs["w_scale"],
+                                     inputs.get("B"), inputs.get("R"), activation or "none")
+    assert y.dtype == np.float32 and y.shape == expected.shape == (m, cout)
+    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_indexed_conv_int8_refusals():
+    rng = np.random.default_rng(0)
+    good = int8_conv_inputs(rng, 5, 4, 3, 6, 7)
+    cases = [({"W": np.full((3, 6, 7), 64, np.int8)}, r"W must be within \[-63, 63\].*got 64 at flat index 0"),
+             ({"x_scale": np.ones(5, np.float32)}, r"x_scale must have shape \[6\], got \[5\]"),
+             ({"w_scale": np.zeros((3, 7), np.float32)}, r"w_scale must be finite and positive, got 0")]
+    for change, message in cases:
+        with pytest.raises(Exception, match=message):
+            run("IndexedConvInt8", {**good, **change}, 1)
+
+
 def test_indexed_conv_portable_kernels():
     """The loops that run where AVX2/FMA is missing (aarch64, old x86), forced on this CPU by
     SPARSE_LOWER_PORTABLE_KERNELS in a fresh process: the library reads it once, at first use."""
-    script = "import test_custom_ops as t\nfor seed in t.SEEDS: t.test_indexed_conv(seed)\n"
+    script = ("import test_custom_ops as t\n"
+              "for seed in t.SEEDS: t.test_indexed_conv(seed); t.test_indexed_conv_int8(seed)\n")
     env = {**os.environ, "SPARSE_LOWER_PORTABLE_KERNELS": "1"}
     # Run from tests/: from the repository root, `import sparse_lower` would find the source tree,
     # which holds no built library, instead of the installed package.

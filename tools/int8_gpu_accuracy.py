@@ -21,9 +21,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 import sparse_lower
-from sparse_lower.verify import relative_error
+from sparse_lower.verify import relative_error, snr_db
 from int8_layers import int8_rounded
-from toolchain_table import FRAMES, frame, real_models, snr_db
+from toolchain_table import FRAMES, frame, real_models
 
 # (label, activation levels or None for float, activation range per channel, weight scale per tap)
 VARIANTS = (("int8 weights per output channel, float activations", None, False, False),

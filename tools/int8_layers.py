@@ -25,8 +25,8 @@ from sparse_lower.runtime import create_session
 from sparse_lower.toolchains.base import ACCELERATOR
 from sparse_lower.toolchains.quantize import (activation_ranges, first_and_last_products, quantize_qdq,
                                                segment_samples, weight_products)
-from sparse_lower.verify import relative_error
-from toolchain_table import FRAMES, capacities_for, frame, real_models, snr_db
+from sparse_lower.verify import relative_error, snr_db
+from toolchain_table import FRAMES, capacities_for, frame, real_models
 
 
 def int8_rounded(weight: np.ndarray, reduced: tuple[int, ...]) -> np.ndarray:

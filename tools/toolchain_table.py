@@ -77,17 +77,12 @@ def capacities_for(model, frames: list[dict]) -> list[int]:
     return [-(-rows // 1000) * 1000 for rows in level_rows(model, frames)]
 
 
-def snr_db(got: np.ndarray, want: np.ndarray) -> float:
-    noise = float(((got.astype(np.float64) - want) ** 2).sum())
-    return float("inf") if noise == 0 else 10 * np.log10(float((want.astype(np.float64) ** 2).sum()) / noise)
-
-
 def measure(chain_name, model, lowered, feeds_list, calibration, repeats, activation_bits=8) -> dict:
     """Compile and run one case: errors (max relative, SNR) per measured frame, times."""
     import sparse_lower
     from sparse_lower.errors import SparseLowerError
     from sparse_lower.toolchains import compile_partition
-    from sparse_lower.verify import relative_error
+    from sparse_lower.verify import relative_error, snr_db
 
     parts = sparse_lower.partition(lowered)
     session = sparse_lower.create_session(lowered)

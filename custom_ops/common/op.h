@@ -29,6 +29,7 @@ struct InputSpec {
 
 constexpr auto kFloat = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr auto kInt64 = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+constexpr auto kInt8 = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8;
 constexpr auto kAnyType = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 
 // What onnxruntime holds per node.

@@ -43,15 +43,17 @@ __attribute__((target("avx2"))) bool PresentBits(const int64_t* row, int64_t tap
 
 }  // namespace
 
-TapLists::TapLists(int64_t taps, int64_t rows)
+template <typename T>
+TapLists<T>::TapLists(int64_t taps, int64_t rows)
     : taps_(taps),
       rows_(rows),
-      sources_(new const float*[static_cast<size_t>(taps * rows)]),
+      sources_(new const T*[static_cast<size_t>(taps * rows)]),
       targets_(new float*[static_cast<size_t>(taps * rows)]),
       counts_(static_cast<size_t>(taps)) {}
 
-void TapLists::Fill(const int64_t* idx, int64_t begin, int64_t end, int64_t inputs, const float* x, int64_t cin,
-                    float* y, int64_t cout) {
+template <typename T>
+void TapLists<T>::Fill(const int64_t* idx, int64_t begin, int64_t end, int64_t inputs, const T* x, int64_t stride,
+                       float* y, int64_t cout) {
   std::fill(counts_.begin(), counts_.end(), 0);
 #if defined(__x86_64__)
   if (HasVectorUnits() && taps_ <= 64) {  // only the taps present cost more than a compare
@@ -62,7 +64,7 @@ void TapLists::Fill(const int64_t* idx, int64_t begin, int64_t end, int64_t inpu
       for (; bits != 0; bits &= bits - 1) {
         const int64_t k = __builtin_ctzll(bits);
         const int64_t slot = k * rows_ + counts_[static_cast<size_t>(k)]++;
-        sources_[slot] = x + row[k] * cin;
+        sources_[slot] = x + row[k] * stride;
         targets_[slot] = y + m * cout;
       }
     }
@@ -75,11 +77,14 @@ void TapLists::Fill(const int64_t* idx, int64_t begin, int64_t end, int64_t inpu
       const int64_t source = row[k];
       if (source < -1 || source >= inputs) OutsideRows(idx, m, taps_, inputs);
       const int64_t slot = k * rows_ + counts_[static_cast<size_t>(k)];
-      sources_[slot] = x + std::max<int64_t>(source, 0) * cin;  // overwritten when -1
+      sources_[slot] = x + std::max<int64_t>(source, 0) * stride;  // overwritten when -1
       targets_[slot] = y + m * cout;
       counts_[static_cast<size_t>(k)] += source >= 0;
     }
   }
 }
+
+template class TapLists<float>;
+template class TapLists<uint8_t>;
 
 }  // namespace sparse_lower

@@ -10,11 +10,14 @@ import onnx
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
 from ..api import load, lower
+from ..frames.files import find_frames, frame_feeds, model_inputs, read_frame
 from ..errors import SparseLowerError
 from ..importers import SECTION3, detect_format, format_title, import_model
 from ..lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS
 from ..passes.lower import run_hint
-from ..verify import compare, example_inputs, given_inputs
+from ..quantize import quantize
+from ..runtime import create_session
+from ..verify import compare, example_inputs, given_inputs, relative_error, snr_db
 from ..report import render
 from .status import Status
 from .table import before_after
@@ -93,6 +96,12 @@ class Convert:
         parser.add_argument("--tolerance", type=float, default=1e-4,
                             help="largest error allowed, relative to the largest output value (default 1e-4)")
         parser.add_argument("-q", "--quiet", action="store_true", help="no status lines on stderr while it works")
+        parser.add_argument("--int8", action="store_true",
+                            help="gpu: the convs in 8 bits (IndexedConvInt8) where the calibration allows; "
+                                 "needs --calibrate")
+        parser.add_argument("--calibrate", nargs="+", metavar="FRAME",
+                            help="--int8: frames to calibrate on (.npz with features/coords, or folders of them, "
+                                 "as `sparse-lower run` reads them)")
         parser.add_argument("--leaky-relu-alpha", type=float,
                             help="import: the LeakyReLU slope an NVIDIA file does not record (default 0.01)")
 
@@ -101,6 +110,15 @@ class Convert:
         if not folder.is_dir():  # said now, not after the whole lowering
             raise SparseLowerError(f"cannot write {args.output}: the folder {folder} does not exist",
                                    fix="create it, or give another --output")
+        if args.int8 != bool(args.calibrate):
+            raise SparseLowerError("--int8 and --calibrate go together",
+                                   fix="give both: --int8 --calibrate FRAME [FRAME ...]")
+        if args.int8 and (args.target != "gpu" or args.strategy not in ("auto", "fused")):
+            raise SparseLowerError(f"--int8 quantizes the gpu target's fused convs, not --target {args.target} "
+                                   f"--strategy {args.strategy}",
+                                   fix="use --target gpu with the default strategy; for the nna target's int8 see "
+                                       "`sparse-lower partition --for ... --calibrate`")
+        calibration = find_frames(args.calibrate) if args.int8 else []  # a wrong path is said before any work
         status = Status(args.quiet)
         source = load(args.input)
         found = detect_format(source)
@@ -112,6 +130,13 @@ class Convert:
             lowered = lower(source, target=args.target, strategy=args.strategy, combine=args.combine,
                             max_active=args.max_active, fuse_taps=args.fuse_taps, layout=args.layout,
                             dump_dir=args.dump_dir)
+        if args.int8:
+            with status.step(f"calibrating on {len(calibration)} frame(s) and quantizing the convs"):
+                frames = calibration_feeds(lowered, calibration)
+                float_model = lowered
+                lowered, found = quantize(lowered, frames)
+            print(f"int8: {len(found.tops)} of {len(found.tops) + len(found.float_convs)} convs in 8 bits"
+                  + "".join(f"\n  left float: {name}: {why}" for name, why in found.float_convs.items()))
         onnx.save(lowered, args.output)
         print(before_after(source, lowered))
         print(f"wrote {args.output}: {run_hint(repr(args.output))}")
@@ -119,6 +144,13 @@ class Convert:
             print(f"wrote the model after every pass to {args.dump_dir}/ "
                   f"({', '.join(sorted(p.name for p in Path(args.dump_dir).glob('*.onnx')))})")
         if not args.verify:
+            return 0
+        if args.int8:
+            with status.step("measuring the 8-bit model against the float one on the calibration frames"):
+                rows = int8_errors(float_model, lowered, calibration, frames)
+            print(render(["frame", "output", "max rel error", "SNR dB"], rows))
+            print("verify: the 8-bit model's error against the float one, on the frames it was calibrated on "
+                  "(no pass/fail: its size is the quantization's)")
             return 0
         with status.step("verifying (NumPy reference against onnxruntime)"):
             differences = self._differences(args, source, lowered)
@@ -148,3 +180,26 @@ class Convert:
                     raise
                 active //= 2
                 print(f"verify: the random inputs overflow --max-active {_spelled(args.max_active)}; drawing {active} sites")
+
+
+def calibration_feeds(model: onnx.ModelProto, paths: list[Path]) -> list[dict[str, np.ndarray]]:
+    """The feeds of `model` from each calibration frame; a bad frame is refused with its path."""
+    inputs = model_inputs(model)
+    feeds = []
+    for path in paths:
+        try:
+            feeds.append(frame_feeds(read_frame(path), inputs))
+        except SparseLowerError as error:
+            raise SparseLowerError(f"calibration frame {path}: {error.reason}", fix=error.fix) from error
+    return feeds
+
+
+def int8_errors(float_model, quantized, paths, frames) -> list[list[str]]:
+    """Rows (frame, output, max relative error, SNR) of `quantized` against `float_model`."""
+    reference, tested = create_session(float_model), create_session(quantized)
+    names = [o.name for o in reference.get_outputs()]
+    rows = []
+    for path, feeds in zip(paths, frames):
+        for name, want, got in zip(names, reference.run(None, feeds), tested.run(None, feeds)):
+            rows.append([path.name, name, f"{relative_error(got, want):.3g}", f"{snr_db(got, want):.1f}"])
+    return rows

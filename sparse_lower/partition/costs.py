@@ -14,6 +14,7 @@ from .devices import STANDARD_DOMAINS
 from .value_types import ValueTypes
 
 Shape = tuple[int, ...]
+INDEXED_CONVS = ("IndexedConv", "IndexedConvInt8")
 ShapeOf = Callable[[str], "Shape | None"]
 
 
@@ -23,7 +24,7 @@ def _attribute(node: onnx.NodeProto, name: str, default: int) -> int:
 
 def _mac_tensors(node: onnx.NodeProto) -> tuple[str, ...]:
     """The tensors whose shapes `macs` reads (none for ops without multiply-accumulates)."""
-    if node.domain == CUSTOM_DOMAIN and node.op_type == "IndexedConv":
+    if node.domain == CUSTOM_DOMAIN and node.op_type in INDEXED_CONVS:
         return node.output[0], node.input[2]
     if node.domain not in STANDARD_DOMAINS:
         return ()
@@ -39,8 +40,8 @@ def macs(node: onnx.NodeProto, shape_of: ShapeOf) -> int | None:
 
     Conv: output elements · Cin/group · Πkernel (the weight is [Cout, Cin/group, *K]); ConvTranspose:
     input elements · Cout/group · Πkernel; MatMul and Gemm: M·K·N (output elements · K); the gpu's
-    IndexedConv: M·K·Cin·Cout (output rows · its weight [K, Cin, Cout]), the bound it reaches when every
-    tap of every row exists (it skips the missing ones, which only a run knows).
+    IndexedConv (and IndexedConvInt8): M·K·Cin·Cout (output rows · its weight [K, Cin, Cout]), the bound
+    it reaches when every tap of every row exists (it skips the missing ones, which only a run knows).
     """
     tensors = _mac_tensors(node)
     if not tensors:
@@ -49,7 +50,7 @@ def macs(node: onnx.NodeProto, shape_of: ShapeOf) -> int | None:
     if any(shape is None for shape in shapes):
         return None
     first, second = shapes
-    if node.op_type == "IndexedConv":
+    if node.op_type in INDEXED_CONVS:
         return prod(first[:-1]) * prod(second)
     if node.op_type in ("Conv", "ConvTranspose"):
         return prod(first) * prod(second[1:])

@@ -1,0 +1,146 @@
+#include "conv/indexed_conv_int8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "common/attributes.h"
+#include "common/parallel.h"
+#include "common/status.h"
+#include "common/tensor.h"
+#include "common/vector_units.h"
+#include "conv/conv_rows.h"
+#include "conv/row_gemm_int8.h"
+#include "conv/tap_lists.h"
+
+namespace sparse_lower {
+namespace {
+
+constexpr size_t kOptional = 5;  // B, coords, R
+constexpr int64_t kMaxWeight = 63;  // 2 · 255 · 63 < 32767: vpmaddubsw's int16 pair sums are exact
+constexpr float kCodes = 255.0f;
+constexpr int64_t kMaxChannels = 1024;  // Cin · 255 · 63 < 2^24: a tap's sum converts to float exactly
+
+void CheckScales(const Input<float>& scales, const std::vector<int64_t>& shape, const char* name) {
+  if (scales.shape != shape) Fail(name, " must have shape ", List(shape), ", got ", List(scales.shape));
+  for (int64_t i = 0; i < scales.Size(); ++i) {
+    if (!(scales.data[i] > 0.0f) || !std::isfinite(scales.data[i])) {
+      Fail(name, " must be finite and positive, got ", scales.data[i], " at flat index ", i);
+    }
+  }
+}
+
+void CheckWeights(const Input<int8_t>& w) {
+  for (int64_t i = 0; i < w.Size(); ++i) {
+    if (w.data[i] < -kMaxWeight || w.data[i] > kMaxWeight) {
+      Fail("W must be within [-", kMaxWeight, ", ", kMaxWeight, "] (7-bit: see IndexedConvInt8), got ",
+           int{w.data[i]}, " at flat index ", i, "; quantize with sparse_lower.quantize");
+    }
+  }
+}
+
+// Row n's u8 codes (see the header: x · (1 / x_scale) in float, clamped, rounded to nearest even).
+void QuantizeRow(const float* x, const float* inverse, int64_t cin, uint8_t* q) {
+  for (int64_t c = 0; c < cin; ++c) {
+    float v = x[c] * inverse[c];
+    v = v > 0.0f ? v : 0.0f;  // negative and NaN: 0
+    v = v < kCodes ? v : kCodes;
+    q[c] = static_cast<uint8_t>(std::nearbyint(v));
+  }
+}
+
+#if defined(__x86_64__)
+// The same 8 channels at a time: max(v, 0) returns 0 for NaN as the comparison above does, and the
+// conversion rounds to nearest even (the default rounding mode, which nearbyint uses too).
+__attribute__((target("avx2"))) void QuantizeRowVector(const float* x, const float* inverse, int64_t cin, uint8_t* q) {
+  const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(kCodes);
+  int64_t c = 0;
+  for (; c + 8 <= cin; c += 8) {
+    const __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(x + c), _mm256_loadu_ps(inverse + c)),
+                                                 zero), top);
+    const __m256i codes = _mm256_cvtps_epi32(v);
+    const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + c), _mm_packus_epi16(words, words));
+  }
+  QuantizeRow(x + c, inverse + c, cin - c, q + c);
+}
+#endif
+
+// X quantized to u8 rows of `stride` bytes (Cin rounded up to whole quads, zeros after Cin). Why once per
+// call: each row is read by up to K outputs. Left uninitialised but for the padding: every code is written.
+std::unique_ptr<uint8_t[]> QuantizeRows(const Ort::KernelContext& ctx, const Input<float>& x, const float* scale,
+                                        int64_t stride) {
+  const int64_t rows = x.shape[0], cin = x.shape[1];
+  std::vector<float> inverse(static_cast<size_t>(cin));
+  for (int64_t c = 0; c < cin; ++c) inverse[static_cast<size_t>(c)] = 1.0f / scale[c];
+  std::unique_ptr<uint8_t[]> q(new uint8_t[static_cast<size_t>(rows * stride)]);
+  ParallelFor(ctx, rows, Grain(cin), [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      uint8_t* row = q.get() + n * stride;
+      std::fill(row + cin, row + stride, uint8_t{0});
+#if defined(__x86_64__)
+      if (HasVectorUnits()) {
+        QuantizeRowVector(x.data + n * cin, inverse.data(), cin, row);
+        continue;
+      }
+#endif
+      QuantizeRow(x.data + n * cin, inverse.data(), cin, row);
+    }
+  });
+  return q;
+}
+
+}  // namespace
+
+IndexedConvInt8::IndexedConvInt8(const Ort::ConstKernelInfo& info)
+    : relu_(Choice(info, "activation", {"none", "relu"}) == 1) {}
+
+void IndexedConvInt8::Compute(const Ort::KernelContext& ctx) const {
+  const Input<float> x = ReadInput<float>(ctx, 0);
+  const Input<int64_t> idx = ReadInput<int64_t>(ctx, 1);
+  const Input<int8_t> w = ReadInput<int8_t>(ctx, 2);
+  const ConvShapes s = CheckConvShapes(ctx, x.shape, idx.shape, w.shape, kOptional);
+  if (s.cin > kMaxChannels) {
+    Fail("Cin = ", s.cin, " is above the ", kMaxChannels, " input channels this op sums exactly");
+  }
+  const Input<float> x_scale = ReadInput<float>(ctx, 3);
+  const Input<float> w_scale = ReadInput<float>(ctx, 4);
+  CheckScales(x_scale, {s.cin}, "x_scale");
+  CheckScales(w_scale, {s.taps, s.cout}, "w_scale");
+  CheckWeights(w);
+  const float* bias = HasInput(ctx, kOptional) ? ReadInput<float>(ctx, kOptional).data : nullptr;
+  const float* residual = HasInput(ctx, kOptional + 2) ? ReadInput<float>(ctx, kOptional + 2).data : nullptr;
+  float* y = AllocateOutput<float>(ctx, 0, {s.rows, s.cout});
+
+  const int64_t stride = 4 * ((s.cin + 3) / 4);
+  const std::unique_ptr<uint8_t[]> q = QuantizeRows(ctx, x, x_scale.data, stride);
+  std::vector<PackedWeights> packed;
+  packed.reserve(static_cast<size_t>(s.taps));
+  for (int64_t k = 0; k < s.taps; ++k) packed.emplace_back(w.data + k * s.cin * s.cout, s.cin, s.cout);
+
+  ParallelFor(ctx, s.rows, kConvBlockRows, [&](int64_t begin, int64_t end) {
+    StartRows(y, bias, begin, end, s.cout);
+    TapLists<uint8_t> lists(s.taps, end - begin);
+    lists.Fill(idx.data, begin, end, s.inputs, q.get(), stride, y, s.cout);
+    for (int64_t k = 0; k < s.taps; ++k) {
+      AccumulateRowsInt8(lists.Sources(k), lists.Targets(k), lists.Count(k), packed[static_cast<size_t>(k)],
+                         w_scale.data + k * s.cout, s.cout);
+    }
+    FinishRows(y, residual, relu_, begin, end, s.cout);
+  });
+}
+
+void IndexedConvInt8::InferShapes(const ShapeContext& ctx) {
+  const Shape& idx = ctx.Input(1);
+  const Shape& w = ctx.Input(2);
+  if (idx.size() != 2 || w.size() != 3) return;
+  ctx.SetOutput(0, {idx[0], w[2]}, kFloat);
+}
+
+}  // namespace sparse_lower

@@ -1,0 +1,34 @@
+// IndexedConvInt8: IndexedConv with 8-bit products: u8 input rows, int8 weights, int32 sums.
+#pragma once
+
+#include "common/op.h"
+
+namespace sparse_lower {
+
+// X [N, Cin] float rows, idx [M, K] (-1: no input through tap k), W [K, Cin, Cout] int8 within ±63,
+// x_scale [Cin] and w_scale [K, Cout] float (> 0), optional B [Cout], coords [N, 1+D] and R [M, Cout]
+// as in IndexedConv; attribute activation "none" (default) or "relu". Y [M, Cout] float:
+//   q[n, c] = round(clamp(X[n, c] · (1 / x_scale[c]), 0, 255))      (float32; half to even; NaN → 0)
+//   Y[m, o] = act(B[o] + Σ_k w_scale[k, o] · Σ_c q[idx[m, k], c] · W[k, c, o] + R[m, o])
+// The taps are added in ascending k, each with one rounding, after the bias; then R, then the ReLU.
+//
+// Why u8 rows and weights within ±63: AVX2 without VNNI multiplies 8-bit numbers only through vpmaddubsw
+// (u8 × s8, adjacent products summed to int16 with saturation); |W| ≤ 63 makes that sum exact. Rows are
+// quantized once per call (each is read by up to K outputs), non-negative only: the rows a ReLU made.
+// A per-channel x_scale costs nothing in the sums (sparse_lower.quantize folds it into w_scale's W).
+class IndexedConvInt8 {
+ public:
+  static constexpr const char* kName = "IndexedConvInt8";
+  static constexpr InputSpec kInputs[] = {{kFloat, false}, {kInt64, false}, {kInt8, false}, {kFloat, false},
+                                          {kFloat, false}, {kFloat, true},  {kInt64, true}, {kFloat, true}};
+  static constexpr ONNXTensorElementDataType kOutputs[] = {kFloat};
+
+  explicit IndexedConvInt8(const Ort::ConstKernelInfo& info);
+  void Compute(const Ort::KernelContext& ctx) const;
+  static void InferShapes(const ShapeContext& ctx);
+
+ private:
+  bool relu_;
+};
+
+}  // namespace sparse_lower

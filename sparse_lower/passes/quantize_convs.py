@@ -1,0 +1,90 @@
+"""QuantizeConvs: each `IndexedConv` with calibrated input ranges becomes an `IndexedConvInt8` (u8 input
+rows, int8 weights within ±63, int32 sums; docs/custom_ops.md).
+
+Per conv, from the largest value of each input channel over the calibration frames (`top`, [Cin]):
+* x_scale[c] = top[c] / 255: each channel's codes span its own range. A per-channel scale costs the
+  integer sums nothing: it is folded into the weights, W'[k, c, o] = W[k, c, o] · x_scale[c], so that
+  Σ_c X[c] · W[k, c, o] ≈ Σ_c code[c] · W'[k, c, o].
+* W' is rounded to integers within ±63 with one w_scale per (tap, output channel): 7 bits, the most
+  the kernel sums exactly without VNNI (docs/custom_ops.md). Calibrated on the real frames, one scale
+  per (tap, output channel) kept the CenterPoint backbone's BEV output 2 dB closer to float than one
+  per output channel (tools/int8_gpu_accuracy.py).
+The bias, the coords, the residual and the activation stay as they were (float).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from ..errors import SparseLowerError
+from ..lowering.graph import deep_graph, export
+from ..schemas import CUSTOM_DOMAIN
+
+CODES = 255  # u8 activation codes
+WEIGHT_LIMIT = 63  # |W| of IndexedConvInt8
+
+
+def quantized_weights(weight: np.ndarray, x_scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(W int8 [K, Cin, Cout], w_scale float32 [K, Cout]) of a float `weight` [K, Cin, Cout] that reads
+    rows quantized with `x_scale` [Cin]."""
+    folded = weight.astype(np.float64) * x_scale.astype(np.float64)[None, :, None]
+    top = np.abs(folded).max(axis=1)  # [K, Cout]
+    w_scale = np.where(top > 0, top / WEIGHT_LIMIT, 1.0).astype(np.float32)
+    codes = np.clip(np.rint(folded / w_scale[:, None, :]), -WEIGHT_LIMIT, WEIGHT_LIMIT)
+    return codes.astype(np.int8), w_scale
+
+
+def x_scales(top: np.ndarray) -> np.ndarray:
+    """x_scale [Cin] of a conv whose input channels reach `top` at most (a channel that stays 0: scale 1)."""
+    return np.where(top > 0, top / CODES, 1.0).astype(np.float32)
+
+
+class QuantizeConvs:
+    """requires: every conv named in `tops` is an IndexedConv of the custom domain with constant
+    [K, Cin, Cout] weights and Cin ≤ 1024. ensures: none of them is left, each is an IndexedConvInt8."""
+
+    name = "quantize-convs"
+    step = "quantizing the convs to 8 bits"
+
+    def __init__(self, tops: dict[str, np.ndarray]):
+        self.tops = tops  # conv node name -> the largest value of each input channel
+
+    def requires(self, model: onnx.ModelProto) -> None:
+        initializers = {t.name: t for t in model.graph.initializer}
+        convs = {n.name: n for n in model.graph.node if n.op_type == "IndexedConv" and n.domain == CUSTOM_DOMAIN}
+        for name, top in self.tops.items():
+            if name not in convs:
+                raise SparseLowerError("no IndexedConv of this name to quantize", name)
+            weight = initializers.get(convs[name].input[2])
+            if weight is None or len(weight.dims) != 3:
+                raise SparseLowerError("its weights are not a constant [K, Cin, Cout]", name,
+                                       fix="quantize a model as sparse_lower.lower writes it")
+            if weight.dims[1] != len(top) or len(top) > 1024:
+                raise SparseLowerError(f"{len(top)} calibrated channels for weights {list(weight.dims)} "
+                                       "(IndexedConvInt8 sums up to 1024 input channels exactly)", name)
+
+    def call(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        graph = gs.import_onnx(model)
+        for node in graph.nodes:
+            if node.op == "IndexedConv" and node.domain == CUSTOM_DOMAIN and node.name in self.tops:
+                self._rewrite(node, self.tops[node.name])
+        with deep_graph(graph):
+            graph.cleanup().toposort()
+        return export(graph, model)
+
+    @staticmethod
+    def _rewrite(node: gs.Node, top: np.ndarray) -> None:
+        x_scale = x_scales(top)
+        codes, w_scale = quantized_weights(node.inputs[2].values, x_scale)
+        optional = list(node.inputs[3:])  # B, coords, R as they were
+        node.op = "IndexedConvInt8"
+        node.inputs = [node.inputs[0], node.inputs[1], gs.Constant(f"{node.name}/W_int8", codes),
+                       gs.Constant(f"{node.name}/x_scale", x_scale), gs.Constant(f"{node.name}/w_scale", w_scale),
+                       *optional]
+
+    def ensures(self, model: onnx.ModelProto) -> None:
+        left = [n.name for n in model.graph.node if n.op_type == "IndexedConv" and n.name in self.tops]
+        if left:
+            raise SparseLowerError("a conv calibrated for 8 bits is still float", left[0])
