@@ -53,7 +53,8 @@ def calibrate(lowered: onnx.ModelProto, frames: list[dict[str, np.ndarray]]) -> 
     for feeds in frames:
         for name, value in zip(rows, session.run(rows, feeds)):
             if len(value):
-                top[name] = np.maximum(top.get(name, value.max(axis=0)), value.max(axis=0))
+                most = value.max(axis=0)
+                top[name] = np.maximum(top[name], most) if name in top else most
                 low[name] = min(low.get(name, 0.0), float(value.min()))
     found = Calibration()
     for conv in convs:
@@ -73,8 +74,9 @@ def quantize(model: onnx.ModelProto | str | os.PathLike, calibration_frames: lis
              ) -> tuple[onnx.ModelProto, Calibration]:
     """`model` for the gpu target with its convs in 8 bits (IndexedConvInt8) where the calibration allows,
     and the calibration (which convs stayed float, and why). `model`: lowered for the gpu target with the
-    default (fused) strategy, or a model of source ops, lowered here first. `calibration_frames`: feeds
-    of the model's inputs, e.g. real frames like the ones it will run on."""
+    default (fused) strategy, a model of source ops (lowered here first) or an exporter's file (NVIDIA,
+    AIMET, Autoware: imported first). `calibration_frames`: feeds of the model's inputs, e.g. real
+    frames like the ones it will run on."""
     model = load(model)
     if detect_format(model) != SECTION3:
         model = import_model(model)

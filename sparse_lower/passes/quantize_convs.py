@@ -6,9 +6,9 @@ Per conv, from the largest value of each input channel over the calibration fram
   integer sums nothing: it is folded into the weights, W'[k, c, o] = W[k, c, o] · x_scale[c], so that
   Σ_c X[c] · W[k, c, o] ≈ Σ_c code[c] · W'[k, c, o].
 * W' is rounded to integers within ±63 with one w_scale per (tap, output channel): 7 bits, the most
-  the kernel sums exactly without VNNI (docs/custom_ops.md). Calibrated on the real frames, one scale
-  per (tap, output channel) kept the CenterPoint backbone's BEV output 2 dB closer to float than one
-  per output channel (tools/int8_gpu_accuracy.py).
+  the kernel sums exactly without VNNI (docs/custom_ops.md). A scale per (tap, output channel) rather
+  than per output channel: with int8 weights alone, the CenterPoint backbone's BEV output on the real
+  frames was 39.0 / 37.0 dB from float against 37.2 / 35.0 dB (tools/int8_gpu_accuracy.py).
 The bias, the coords, the residual and the activation stay as they were (float).
 """
 
