@@ -42,7 +42,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .errors import SparseLowerError
-from .models.builder import IR_VERSION, OPSET
+from .onnx_conventions import IR_VERSION, OPSET
 from .names import UniqueNames
 from .schemas import SOURCE_DOMAIN
 

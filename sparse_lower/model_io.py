@@ -15,8 +15,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from .errors import SparseLowerError
-
-DEFAULT_DOMAIN_ALIAS = "ai.onnx"
+from .onnx_conventions import DEFAULT_DOMAIN_ALIAS, STANDARD_DOMAINS
 
 
 def load(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
@@ -48,7 +47,7 @@ def default_domain_spelled_empty(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` with the "ai.onnx" spelling of the default domain replaced by "" in its opset imports,
     nodes and functions; the same object when it has none. Importing both spellings at two different
     versions is a contradiction and refused."""
-    versions = {o.version for o in model.opset_import if o.domain in ("", DEFAULT_DOMAIN_ALIAS)}
+    versions = {o.version for o in model.opset_import if o.domain in STANDARD_DOMAINS}
     if not any(o.domain == DEFAULT_DOMAIN_ALIAS for o in model.opset_import) and \
             not any(n.domain == DEFAULT_DOMAIN_ALIAS for n in _nodes(model)):
         return model
@@ -57,7 +56,7 @@ def default_domain_spelled_empty(model: onnx.ModelProto) -> onnx.ModelProto:
                                f"'{DEFAULT_DOMAIN_ALIAS}', at opsets {sorted(versions)}",
                                fix="import the default domain once")
     model = onnx.ModelProto.FromString(model.SerializeToString())
-    opsets = [o for o in model.opset_import if o.domain not in ("", DEFAULT_DOMAIN_ALIAS)]
+    opsets = [o for o in model.opset_import if o.domain not in STANDARD_DOMAINS]
     if versions:
         opsets.insert(0, onnx.helper.make_opsetid("", versions.pop()))
     del model.opset_import[:]

@@ -16,6 +16,7 @@ import onnxruntime as ort
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
 from .errors import SparseLowerError
+from .onnx_conventions import SOURCE_DOMAIN, STANDARD_DOMAINS
 
 LIBRARY_ENV = "SPARSE_LOWER_LIBRARY"
 LIBRARY_NAME = "libsparse_lower_ops.so"
@@ -115,12 +116,12 @@ def _not_lowered(model: bytes | str) -> tuple[str, str] | None:
         proto = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model, load_external_data=False)
     except Exception:  # not even ONNX: onnxruntime's own error says more
         return None
-    ops = sorted({f"{n.domain}::{n.op_type}" for n in proto.graph.node if n.domain == "sparse"})
+    ops = sorted({f"{n.domain}::{n.op_type}" for n in proto.graph.node if n.domain == SOURCE_DOMAIN})
     if ops:
         return (f"the model holds sparse_lower's source ops ({', '.join(ops)}), not their lowered form",
                 "lower it first: sparse_lower.lower(model, target='gpu'), or `sparse-lower convert`")
     foreign = sorted({f"{n.domain or 'ai.onnx'}::{n.op_type}" for n in proto.graph.node
-                      if (n.domain if n.domain != "ai.onnx" else "", n.op_type) in _FOREIGN_OPS})
+                      if ("" if n.domain in STANDARD_DOMAINS else n.domain, n.op_type) in _FOREIGN_OPS})
     if foreign:
         return (f"the model is a sparse-conv exporter's file ({', '.join(foreign)})",
                 "import and lower it first: sparse_lower.lower(sparse_lower.import_model(model), target='gpu'), "

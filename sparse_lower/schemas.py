@@ -1,4 +1,4 @@
-"""Schemas of the source ops (docs/source_ops.md) and of the custom ops the gpu lowering emits.
+"""Schemas of the source ops (docs/source_ops.md): their attributes, defaults, rules and output extents.
 
 This module is the one place that knows the source ops' attributes, their defaults, the rules they
 must obey and the output extents they imply. The NumPy reference and the lowering both read
@@ -15,9 +15,7 @@ import onnx
 from onnx import helper
 
 from .errors import SparseLowerError
-
-SOURCE_DOMAIN = "sparse"
-CUSTOM_DOMAIN = "sparse_lower"
+from .onnx_conventions import CUSTOM_DOMAIN, SOURCE_DOMAIN  # noqa: F401  (re-exported: most modules read them here)
 IMPORT_METADATA = "sparse_lower.import"  # an imported model's report of what the import did (JSON)
 CONV_OPS = ("SubmanifoldConv", "SparseConv", "SparseDeconv")
 BOUNDARY_OPS = ("ToSparse", "ToDense")
@@ -112,13 +110,6 @@ class ConvGeometry:
         return tuple(
             s[i] * (S[i] - 1) + self.output_padding[i] + dl[i] * (K[i] - 1) + 1 - p[i] - p[n + i] for i in d
         )
-
-    def key(self) -> tuple:
-        """What makes two layers' index tables identical (spconv's indice_key)."""
-        pads = (0,) * (2 * self.ndim) if self.op_type == "SubmanifoldConv" else self.pads
-        strides = (1,) * self.ndim if self.op_type == "SubmanifoldConv" else self.strides
-        return (self.op_type, self.kernel_shape, strides, pads, self.dilations, self.spatial_shape,
-                self.output_padding)
 
 
 def conv_geometry(node: onnx.NodeProto) -> ConvGeometry:

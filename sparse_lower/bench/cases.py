@@ -19,6 +19,7 @@ from onnx import TensorProto, helper
 
 from ..models import CanonicalEmitter, SparseModelBuilder, sp_middle_resnet_fhd, sparse_unet
 from ..models.voxels import find_data, load_voxels
+from ..onnx_conventions import IR_VERSION, OPSET
 from . import minkowski
 
 CENTERPOINT_FILE = "nuscenes_centerpoint_voxels.npz"
@@ -271,8 +272,8 @@ def _dense_layer(spec: LayerSpec, grid: tuple, features: np.ndarray, coords: np.
                                                                              [1, spec.cin, *grid])],
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
                               [onnx.numpy_helper.from_array(weight, "W")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 10
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
     dense = np.zeros((1, spec.cin) + tuple(grid), np.float32)
     dense[0][(slice(None),) + tuple(coords[:, 1:].T)] = features.T
     return model, {"X": dense}
@@ -326,9 +327,9 @@ def network_case(network: str, frame: str | None, name: str, random=None, count:
         source = builder(CanonicalEmitter(), np.random.default_rng(0), spatial_shape=grid)
 
         def spconv_factory():
-            from .spconv_support import spconv_emitter
+            from ..models.spconv_emitter import SpconvEmitter  # torch, spconv: ImportError names the missing
 
-            net = builder(spconv_emitter()(), np.random.default_rng(0), spatial_shape=grid)
+            net = builder(SpconvEmitter(), np.random.default_rng(0), spatial_shape=grid)
 
             def run():
                 out = net(features, coords)

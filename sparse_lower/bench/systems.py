@@ -17,6 +17,7 @@ import onnx
 import onnxruntime as ort
 
 from ..api import lower
+from ..onnx_conventions import IR_VERSION, OPSET
 from ..runtime import create_session
 from .cases import Built, Skip
 from .profile import profile
@@ -173,8 +174,8 @@ def gemm_peak_gflops(size: int = 2048, repeat: int = 5, threads: int = THREADS) 
                               [helper.make_tensor_value_info("A", TensorProto.FLOAT, [size, size]),
                                helper.make_tensor_value_info("B", TensorProto.FLOAT, [size, size])],
                               [helper.make_tensor_value_info("C", TensorProto.FLOAT, [size, size])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 10
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
     session = ort.InferenceSession(model.SerializeToString(), sess_options=session_options(threads),
                                    providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)

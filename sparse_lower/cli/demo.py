@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 
 from ..api import lower
+from ..errors import SparseLowerError
 from ..importers import import_model
 from ..models.centerpoint import sp_middle_resnet_fhd
 from ..models.formats import NvidiaEmitter
@@ -104,7 +105,9 @@ class Demo:
         occupied = np.abs(dense[0]).max(axis=0) > 0
         print(f"output: {list(dense.shape)} float32, {int(occupied.sum()):,} of {occupied.size:,} BEV cells "
               f"non-zero, mean {dense.mean():.4f}, max {dense.max():.4f}")
-        assert all(np.array_equal(run, dense) for run in runs)
+        if not all(np.array_equal(run, dense) for run in runs):
+            raise SparseLowerError("runs of the same frame gave different outputs",
+                                   fix="report it: every kernel is meant to give the same bits on every run")
         print(f"picture: {save_bev_picture(dense, Path(args.picture)).absolute()} (--picture PATH to put it "
               f"elsewhere)")
         if args.check:

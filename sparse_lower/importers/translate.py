@@ -18,14 +18,13 @@ import onnx
 from onnx import version_converter
 
 from ..errors import SparseLowerError
+from ..onnx_conventions import IR_VERSION, OPSET
 from ..spconv_rules import runs_as_matmul
 from .context import SparseTensor, Translation, label
 from .spconv_layers import (Rulebooks, checked_bias, declared_grid, parse_layer, relaid_weight,
                             section3_node)
 from .standard_ops import parse_scatter_dense, scatter_dense, standard_node
 
-IR_VERSION = 10  # onnxruntime 1.31 reads IR <= 13, but not every tool in the flow does
-MIN_OPSET = 17  # the imported model uses opset-13+ forms (Reshape with a shape input, ...)
 
 
 @dataclass(frozen=True)
@@ -183,18 +182,18 @@ def _float_constant(t: Translation, name: str | None, where: str, role: str) -> 
 
 
 def source_opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain == ""), MIN_OPSET)
+    return next((o.version for o in model.opset_import if o.domain == ""), OPSET)
 
 
 def to_target_versions(model: onnx.ModelProto) -> onnx.ModelProto:
     """Convert the standard ops to opset >= 17 (the formats export at 11) and stamp IR 10."""
     version = source_opset(model)
-    if version < MIN_OPSET:
+    if version < OPSET:
         try:
-            model = version_converter.convert_version(model, MIN_OPSET)
+            model = version_converter.convert_version(model, OPSET)
         except Exception as error:  # the converter raises bare RuntimeErrors / ConvertErrors
-            raise SparseLowerError(f"converting the standard ops from opset {version} to {MIN_OPSET} failed: "
-                                   f"{error}", fix=f"export the model at opset {MIN_OPSET}") from error
+            raise SparseLowerError(f"converting the standard ops from opset {version} to {OPSET} failed: "
+                                   f"{error}", fix=f"export the model at opset {OPSET}") from error
     model.ir_version = IR_VERSION
     try:
         onnx.checker.check_model(model)

@@ -10,8 +10,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from ..errors import SparseLowerError
-
-MAX_IR_VERSION = 10
+from ..onnx_conventions import IR_VERSION
 
 
 @contextmanager
@@ -82,17 +81,6 @@ def detach(node: gs.Node) -> None:
     node.outputs.clear()
 
 
-def require_constant(node: gs.Node, index: int, role: str) -> np.ndarray:
-    """The constant value of input `index`, or a clear refusal naming the input."""
-    tensor = optional_input(node, index)
-    value = constant_value(tensor)
-    if value is None:
-        raise SparseLowerError(
-            f"{role} '{tensor.name if tensor else ''}' is not a constant",
-            node.name, f"store the {role} as an initializer (or a Constant node) so it can be re-laid out")
-    return value
-
-
 def node_proto(node: gs.Node) -> onnx.NodeProto:
     """The onnx NodeProto of a graphsurgeon node's identity and attributes (for schema parsing)."""
     return onnx.helper.make_node(node.op, [], [], name=node.name, domain=node.domain, **node.attrs)
@@ -107,7 +95,7 @@ def export(graph: gs.Graph, like: onnx.ModelProto, drop_domains=(), add_domains=
     declared without a shape get the one shape inference finds.
     """
     model = gs.export_onnx(graph, do_type_check=False)
-    model.ir_version = min(like.ir_version, MAX_IR_VERSION)
+    model.ir_version = min(like.ir_version, IR_VERSION)
     for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
         setattr(model, field, getattr(like, field))
     del model.metadata_props[:]

@@ -6,10 +6,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..schemas import SOURCE_DOMAIN
-
-IR_VERSION = 10  # onnxruntime 1.31 accepts IR ≤ 13; onnx.helper would stamp a newer one
-OPSET = 17
+from ..onnx_conventions import IR_VERSION, OPSET, SOURCE_DOMAIN
 
 
 class SparseModelBuilder:

@@ -29,7 +29,7 @@ from onnx import TensorProto, helper
 
 from ..schemas import SOURCE_DOMAIN, conv_geometry
 from ..spconv_rules import LEAKY_RELU_ALPHA
-from .builder import OPSET
+from ..onnx_conventions import OPSET
 from .emitter import Dense, Sparse
 from .graph_writer import GraphWriter
 from .layers import (ConvLayer, ConvPlanner, Values, check_add, check_reshape, output_name,

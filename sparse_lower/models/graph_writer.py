@@ -9,7 +9,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..names import UniqueNames
-from .builder import IR_VERSION
+from ..onnx_conventions import IR_VERSION
 
 
 class GraphWriter:

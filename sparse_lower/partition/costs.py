@@ -10,7 +10,7 @@ import onnx
 from onnx import helper
 
 from ..schemas import CUSTOM_DOMAIN
-from .devices import STANDARD_DOMAINS
+from ..onnx_conventions import STANDARD_DOMAINS
 from .value_types import ValueTypes
 
 Shape = tuple[int, ...]

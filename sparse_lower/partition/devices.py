@@ -13,12 +13,10 @@ from collections.abc import Callable
 import onnx
 from onnx import TensorProto
 
-from ..schemas import CUSTOM_DOMAIN, SOURCE_DOMAIN
+from ..onnx_conventions import CUSTOM_DOMAIN, SOURCE_DOMAIN, STANDARD_DOMAINS
 from .value_types import ValueTypes
 
 Predicate = Callable[[onnx.NodeProto, ValueTypes], "str | None"]
-
-STANDARD_DOMAINS = ("", "ai.onnx")
 
 # Dense float compute an accelerator's compiler maps to its engines.
 NNA_OPS = frozenset({

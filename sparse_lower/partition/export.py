@@ -11,6 +11,7 @@ import onnx
 from onnx import helper
 
 from ..errors import SparseLowerError
+from ..onnx_conventions import STANDARD_DOMAINS
 from .segments import NodeGraph, Segment
 from .value_types import ValueTypes
 
@@ -56,7 +57,7 @@ def segment_model(model: onnx.ModelProto, graph: NodeGraph, types: ValueTypes, s
     # Only the domains the segment uses: a toolchain given an accelerator segment should not meet the
     # custom-op domain its nodes were lowered away from (some refuse any domain they do not know).
     used = {node.domain for node in nodes} | {node.domain for f in model.functions for node in f.node}
-    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx") or o.domain in used]
+    opsets = [o for o in model.opset_import if o.domain in STANDARD_DOMAINS or o.domain in used]
     result = helper.make_model(onnx_graph, opset_imports=opsets, ir_version=model.ir_version,
                                producer_name="sparse_lower.partition", functions=list(model.functions))
     onnx.checker.check_model(result)

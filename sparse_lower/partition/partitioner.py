@@ -19,7 +19,8 @@ from ..report import render
 from ..runtime import create_session
 from . import export, picture
 from .costs import macs, shapes_after_run, tensor_bytes, total
-from .devices import STANDARD_DOMAINS, Predicate, device_table, op_label
+from ..onnx_conventions import STANDARD_DOMAINS
+from .devices import Predicate, device_table, op_label
 from .segments import NodeGraph, Segment, assign, cut
 from .value_types import ValueTypes
 

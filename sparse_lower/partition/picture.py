@@ -1,5 +1,5 @@
 """Pictures of a partition: Graphviz DOT text of the nodes in device-coloured segment clusters, and a
-PNG/SVG of the segment graph drawn with matplotlib (an optional dependency: the `picture` extra).
+PNG/SVG of the segment graph drawn with matplotlib (a dependency of the package).
 
 The DOT text needs nothing installed to produce; render it with `dot -Tsvg` where Graphviz is at hand.
 """

@@ -20,7 +20,8 @@ import networkx as nx
 import onnx
 
 from ..errors import SparseLowerError
-from .devices import STANDARD_DOMAINS, Predicate
+from ..onnx_conventions import STANDARD_DOMAINS
+from .devices import Predicate
 from .value_types import ValueTypes
 
 log = logging.getLogger("sparse_lower.partition")

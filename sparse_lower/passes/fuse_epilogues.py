@@ -22,6 +22,7 @@ import onnx_graphsurgeon as gs
 
 from ..errors import SparseLowerError
 from ..lowering.graph import deep_graph, detach, export
+from ..onnx_conventions import is_standard
 from ..schemas import CUSTOM_DOMAIN
 
 RESIDUAL_INPUT = 5  # IndexedConv's inputs: X, idx, W, B, coords, R
@@ -32,7 +33,7 @@ def _sole_reader(graph: gs.Graph, tensor: gs.Tensor, op: str) -> gs.Node | None:
     if len(tensor.outputs) != 1 or tensor in graph.outputs:
         return None
     reader = tensor.outputs[0]
-    return reader if reader.op == op and reader.domain in (None, "", "ai.onnx") else None
+    return reader if reader.op == op and is_standard(reader.domain) else None
 
 
 def _residual(add: gs.Node, output: gs.Tensor, cout: int) -> gs.Variable | None:
@@ -107,6 +108,6 @@ class FuseEpilogues:
             activated = any(a.name == "activation" for a in node.attribute)
             if node.op_type == "IndexedConv" and node.domain == CUSTOM_DOMAIN and not activated:
                 found = readers.get(node.output[0], [])
-                if len(found) == 1 and (found[0].domain, found[0].op_type) in (("", "Relu"), ("ai.onnx", "Relu")) \
+                if len(found) == 1 and is_standard(found[0].domain) and found[0].op_type == "Relu" \
                         and node.output[0] not in outputs:
                     raise SparseLowerError("a Relu after the conv was left unfused", node.name)

@@ -13,13 +13,13 @@ from ..costs import layer_costs, record
 from ..errors import SparseLowerError
 from ..lowering import LoweringContext, Options, rules
 from ..lowering.graph import deep_graph, export
+from ..onnx_conventions import OPSET
 from ..schemas import CUSTOM_DOMAIN, SOURCE_DOMAIN, coords_levels
 from ..version import VERSION
 
 # The oldest default-domain opset whose ops the lowering emits: Unsqueeze with an axes input (13) for
 # gpu; Shape with start/end (15) and ScatterElements with reduction="add" (16) for nna.
 MIN_OPSET = {"gpu": 13, "nna": 16, "hybrid": 16}
-DEFAULT_OPSET = 17
 
 
 def source_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
@@ -73,7 +73,7 @@ class LowerSparse:
             graph.cleanup().toposort()
         imports = [(CUSTOM_DOMAIN, 1)]
         if not any(o.domain == "" for o in model.opset_import):
-            imports.append(("", DEFAULT_OPSET))
+            imports.append(("", OPSET))
         lowered = export(graph, model, drop_domains=(SOURCE_DOMAIN,), add_domains=imports)
         self._stamp(lowered, model)
         return lowered

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from ...onnx_conventions import is_standard
 from ..context import FLOAT, INT64, LoweringContext
 from ..graph import constant_value
 
@@ -32,7 +33,7 @@ def _propagated(ctx: LoweringContext, rows: gs.Tensor, capacity: int) -> gs.Tens
     if rows.name in ctx.padded:
         return ctx.padded[rows.name]
     producer = rows.inputs[0] if len(rows.inputs) == 1 else None
-    if producer is None or producer.domain not in (None, "") or producer.op not in _ROWWISE:
+    if producer is None or not is_standard(producer.domain) or producer.op not in _ROWWISE:
         return None
     inputs = []
     for tensor in producer.inputs:

@@ -1,0 +1,27 @@
+"""The ONNX conventions the whole package follows, each defined here once.
+
+* Domains: the source ops live in `SOURCE_DOMAIN` ("sparse", docs/source_ops.md), the library's custom
+  ops in `CUSTOM_DOMAIN` ("sparse_lower", docs/custom_ops.md). ONNX spells its default domain two
+  ways, "" and "ai.onnx" (NVIDIA's exports declare the second); `model_io.load` rewrites the second to
+  the first, so code after loading may compare with "". A check that can meet a model that was not
+  loaded, or an onnx-graphsurgeon node (whose domain may be None), asks `is_standard`.
+* IR version: every model the package writes carries `IR_VERSION` (10). onnx.helper stamps newer ones
+  than onnxruntime reads (1.21, the oldest runtime supported, reads up to 10; 1.31 up to 13).
+* Opset: `OPSET` (17) for the default domain of every model the package writes, and the version an
+  import converts older exports to (the imported forms need opset 13 or later: Reshape with a shape
+  input, …).
+"""
+
+from __future__ import annotations
+
+SOURCE_DOMAIN = "sparse"
+CUSTOM_DOMAIN = "sparse_lower"
+DEFAULT_DOMAIN_ALIAS = "ai.onnx"
+STANDARD_DOMAINS = ("", DEFAULT_DOMAIN_ALIAS)
+IR_VERSION = 10
+OPSET = 17
+
+
+def is_standard(domain: str | None) -> bool:
+    """Whether `domain` is ONNX's default domain, in any spelling (None: onnx-graphsurgeon's)."""
+    return domain is None or domain in STANDARD_DOMAINS
