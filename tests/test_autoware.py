@@ -25,7 +25,7 @@ from sparse_lower import reference
 from sparse_lower.cli.main import main
 from sparse_lower.errors import SparseLowerError
 from sparse_lower.importers import detect_format, import_model
-from test_importers import as_dict, spconv_conv, spconv_deconv, spconv_dense, spconv_subm
+from spconv_semantics import as_dict, spconv_conv, spconv_deconv, spconv_dense, spconv_subm
 
 PAIR_IMPLICIT, PAIR_NATIVE = "GetIndicePairsImplicitGemm", "GetIndicePairs"
 COORS = {"awml": [2, 1, 0], "aml": [2, 0, 1]}  # per coors column (z, y, x): the grid axis it becomes

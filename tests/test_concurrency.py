@@ -17,9 +17,9 @@ import onnxruntime as ort
 import pytest
 
 import sparse_lower
+from helpers import session
 from oracle import random_sparse
 from sparse_lower.models import SparseModelBuilder
-from test_lower_gpu import session
 
 GRID = (12, 24, 24)
 LOWERINGS = {

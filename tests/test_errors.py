@@ -9,17 +9,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import sparse_lower
-from oracle import random_sparse, sparse_node_model
+from helpers import SUBM, model_with
+from oracle import random_sparse
 from sparse_lower import SparseLowerError
-
-SUBM = {"kernel_shape": [3, 3], "spatial_shape": [8, 8]}
-
-
-def model_with(op_type="SubmanifoldConv", attrs=SUBM, cin=3, cout=4, ndim=2, target=False, rng=None):
-    model, _ = sparse_node_model(op_type, attrs, cin, cout, ndim, True, target, rng or np.random.default_rng(0),
-                                 name="bad_node")
-    return model
-
 
 def refusal(model, *fragments, **options):
     with pytest.raises(SparseLowerError) as info:

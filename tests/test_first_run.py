@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import onnx
 import pytest
 
 import sparse_lower
+from helpers import sparse_lower_cli
 from sparse_lower import SparseLowerError, runtime
 from sparse_lower.models import CanonicalEmitter, NvidiaEmitter, centerpoint_head_stack, sp_middle_resnet_fhd
 from sparse_lower.verify import given_inputs
@@ -62,12 +61,6 @@ def test_an_installed_package_without_its_library_says_how_to_build_it(tmp_path,
     with pytest.raises(FileNotFoundError, match="the sparse_lower custom-op library is not built: no "
                                                 "libsparse_lower_ops.so in"):
         runtime.get_library_path()
-
-
-def sparse_lower_cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
-    """The command line as a user runs it: its own process, its exit status, its stdout and stderr."""
-    return subprocess.run([sys.executable, "-m", "sparse_lower.cli.main", *argv], cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
 
 
 @pytest.fixture

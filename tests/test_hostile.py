@@ -24,12 +24,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import sparse_lower
+from foreign_graphs import one_conv, scatter_model
+from helpers import SUBM, model_with
 from oracle import densify, dense_oracle, gather_sites, oracle_active_coords, random_sparse, sparse_node_model
 from sparse_lower import SparseLowerError
 from sparse_lower.cli.main import main
 from sparse_lower.importers import import_model
-from test_errors import SUBM, model_with
-from test_importers import _one_conv, _scatter
 
 VALIDATE = " (step 1 of 4: checking the source model)"
 LOWER_GPU = " (step 2 of 4: lowering for the gpu target)"
@@ -411,48 +411,48 @@ SCATTER = "node 'ScatterDense_6'"
 
 FOREIGN = {
     "zero kernel_size": (
-        lambda: foreign(_one_conv(kernel_size=[0, 3, 3])),
+        lambda: foreign(one_conv(kernel_size=[0, 3, 3])),
         f"{CONV}: attribute 'kernel_size'=[0, 3, 3] has a value below 1 (fix: use values >= 1)"),
     "kernel_size as a tensor": (
-        lambda: with_attribute(foreign(_one_conv()), "kernel_size", numpy_helper.from_array(np.array([3, 3, 3]))),
+        lambda: with_attribute(foreign(one_conv()), "kernel_size", numpy_helper.from_array(np.array([3, 3, 3]))),
         f"{CONV}: attribute 'kernel_size' is of type TENSOR (fix: write kernel_size as the exporter does (an "
         f"int, ints, a float or a string))"),
     "weight of rank 6": (
-        lambda: with_initializer(foreign(_one_conv()), "W_1", np.zeros((4, 3, 3, 3, 3, 3), np.float16)),
+        lambda: with_initializer(foreign(one_conv()), "W_1", np.zeros((4, 3, 3, 3, 3, 3), np.float16)),
         f"{CONV}: weight of shape [4, 3, 3, 3, 3, 3] on a 3-D input (fix: give the weight as spconv 2.x KRSC "
         f"[Cout, k, k, k, Cin])"),
     "rulebook not a string": (
-        lambda: foreign(_one_conv(rulebook=5)),
+        lambda: foreign(one_conv(rulebook=5)),
         f"{CONV}: attribute 'rulebook'=5 is not a string (fix: write the spconv indice_key as a string)"),
     "bias of the wrong shape": (
-        lambda: with_bias(foreign(_one_conv()), np.zeros((2, 2), np.float16)),
+        lambda: with_bias(foreign(one_conv()), np.zeros((2, 2), np.float16)),
         f"{CONV}: bias of shape [2, 2], expected [4] (fix: give a bias of 4 values or none)"),
     "ScatterDense without output_shape": (
-        lambda: with_attribute(foreign(_scatter()), "output_shape", None, node=1),
+        lambda: with_attribute(foreign(scatter_model()), "output_shape", None, node=1),
         f"{SCATTER}: attribute 'output_shape' is missing or not a list of ints (fix: write output_shape as a list "
         f"of ints)"),
     "ScatterDense grid as floats": (
-        lambda: with_attribute(foreign(_scatter()), "input_spatial_shape", [6.0, 7.0, 8.0], node=1),
+        lambda: with_attribute(foreign(scatter_model()), "input_spatial_shape", [6.0, 7.0, 8.0], node=1),
         f"{SCATTER}: attribute 'input_spatial_shape' is missing or not a list of ints (fix: write "
         f"input_spatial_shape as a list of ints)"),
     "ScatterDense with a dynamic batch": (
-        lambda: foreign(_scatter(output_shape=[-1, 4, 6, 7, 8])),
+        lambda: foreign(scatter_model(output_shape=[-1, 4, 6, 7, 8])),
         f"{SCATTER}: output_shape=[-1, 4, 6, 7, 8] is not static (fix: write the dense shape with a static batch "
         f"size)"),
     "AIMET indices declared float": (
-        lambda: with_input_type(foreign(_one_conv("aimet")), 0, TensorProto.FLOAT),
+        lambda: with_input_type(foreign(one_conv("aimet")), 0, TensorProto.FLOAT),
         f"{CONV}: the indices 'indices' are not integers (fix: declare them int32 or int64 [N, 4])"),
     "AIMET indices of the wrong width": (
-        lambda: with_input(foreign(_one_conv("aimet")),
+        lambda: with_input(foreign(one_conv("aimet")),
                            helper.make_tensor_value_info("indices", TensorProto.INT32, ["N", 3])),
         f"{CONV}: the indices 'indices' are not [N, 4] (fix: declare them [N, 4] (batch, then 3 spatial indices))"),
     "NVIDIA graph already holding a 'coords' tensor": (
-        lambda: with_graph_input(foreign(_one_conv()), helper.make_tensor_value_info("coords", TensorProto.INT64,
+        lambda: with_graph_input(foreign(one_conv()), helper.make_tensor_value_info("coords", TensorProto.INT64,
                                                                                      ["N", 4])),
         f"{CONV}: the graph already has a tensor named 'coords' (fix: rename it: the imported model's coordinates "
         f"input is 'coords')"),
     "graph output without a shape": (
-        lambda: without_output_shape(foreign(_scatter())),
+        lambda: without_output_shape(foreign(scatter_model())),
         "graph output 'dense_5' declares no shape (fix: declare its shape ([N, C] for sparse features; unknown "
         "dims may be symbolic))"),
 }
@@ -622,7 +622,7 @@ def test_to_sparse_refuses_an_input_of_another_rank_by_name(rng):
 @pytest.mark.parametrize("build, message", [
     (cycle_model, "node 'bad_node': the graph has a cycle: bad_node -> relu -> bad_node (fix: break the cycle (a "
                   "recurrence needs a Loop or Scan node))" + VALIDATE),
-    (lambda: foreign(_one_conv(kernel_size=[0, 3, 3])),
+    (lambda: foreign(one_conv(kernel_size=[0, 3, 3])),
      f"{CONV}: attribute 'kernel_size'=[0, 3, 3] has a value below 1 (fix: use values >= 1)"),
 ], ids=["section-3 model with a cycle", "NVIDIA file with a zero kernel"])
 def test_convert_reports_a_hostile_file_in_one_line(build, message, tmp_path, capsys):

@@ -1,22 +1,18 @@
 """The importers (sparse_lower.importers): NVIDIA Lidar_AI_Solution and AIMET/QNN sparse-conv ONNX →
 section-3 ops, on graphs of every geometry.
 
-The foreign models are written here by hand with onnx.helper (`SpconvGraph`), in the forms the real
-exporters write (NVIDIA's exptool: `ai.onnx` opset 11, the traced N frozen into the declared shapes,
-FP16 initializers, KRSC weights, non-standard attributes; AIMET: the first conv on (indices, features),
-later ones on the previous output, falsy attributes left out). tests/test_wild.py holds the files the
-real exporters wrote. While it writes a node, `SpconvGraph` also records the layer's meaning in
-spconv's own terms, and `evaluate` runs that record in plain NumPy loops over a dict of active sites:
-an evaluation of spconv's semantics that shares nothing with the importer or with the section-3
-reference it is compared against.
+The foreign models are written by hand with onnx.helper (`ForeignGraph`, tests/foreign_graphs.py), in
+the forms the real exporters write; tests/test_wild.py holds the files the real exporters wrote. While
+it writes a node, `ForeignGraph` also records the layer's meaning in spconv's own terms, and `evaluate`
+runs that record in plain NumPy loops over a dict of active sites (tests/spconv_semantics.py): an
+evaluation of spconv's semantics that shares nothing with the importer or with the section-3 reference
+it is compared against.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -24,292 +20,21 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import sparse_lower
+from foreign_graphs import ForeignGraph, Handle, assert_outputs_match, one_conv, scatter_model
 from sparse_lower import reference
 from sparse_lower.cli.main import main
 from sparse_lower.errors import SparseLowerError, SparseLowerWarning
 from sparse_lower.importers import SECTION3, detect_format, import_model
-
-LEAKY_SLOPE = 0.01
-ACTIVATIONS = {"None": lambda v: v, "ReLU": lambda v: np.maximum(v, 0),
-               "Sigmoid": lambda v: 1 / (1 + np.exp(-v)), "LeakyReLU": lambda v: np.where(v > 0, v, LEAKY_SLOPE * v)}
-
-
-# -- spconv semantics in NumPy loops (a sparse tensor is {(batch, *site): feature vector}) --------------
-
-def _taps(kernel):
-    return list(itertools.product(*(range(k) for k in kernel)))
-
-
-def spconv_subm(x, w, b, dilation):
-    centre = [(k - 1) // 2 for k in w.shape[1:-1]]
-    out = {}
-    for site in x:
-        value = b.copy()
-        for tap in _taps(w.shape[1:-1]):
-            source = (site[0], *(c + (t - m) * d for c, t, m, d in zip(site[1:], tap, centre, dilation)))
-            if source in x:
-                value += w[(slice(None), *tap, slice(None))] @ x[source]
-        out[site] = value
-    return out
-
-
-def spconv_conv(x, w, b, stride, padding, dilation, out_shape):
-    """spconv's forward rule: input i reaches output o through tap k when i = o·s − p + k·d."""
-    out = {}
-    for site, feature in x.items():
-        for tap in _taps(w.shape[1:-1]):
-            numerator = [c + p - t * d for c, p, t, d in zip(site[1:], padding, tap, dilation)]
-            if any(n % s for n, s in zip(numerator, stride)):
-                continue
-            o = [n // s for n, s in zip(numerator, stride)]
-            if all(0 <= v < e for v, e in zip(o, out_shape)):
-                key = (site[0], *o)
-                out[key] = out.get(key, b) + w[(slice(None), *tap, slice(None))] @ feature
-    return out
-
-
-def spconv_deconv(x, w, b, stride, padding, out_shape):
-    """SparseConvTranspose: input i sends tap k to o = i·s − p + k (spconv ignores dilation here)."""
-    out = {}
-    for site, feature in x.items():
-        for tap in _taps(w.shape[1:-1]):
-            o = [c * s - p + t for c, s, p, t in zip(site[1:], stride, padding, tap)]
-            if all(0 <= v < e for v, e in zip(o, out_shape)):
-                key = (site[0], *o)
-                out[key] = out.get(key, b) + w[(slice(None), *tap, slice(None))] @ feature
-    return out
-
-
-def spconv_inverse(x, w, b, forward_sites, stride, padding, dilation):
-    """SparseInverseConv: the forward conv's pairs (input j, output o, tap k) read backwards."""
-    out = {}
-    for site in forward_sites:
-        value = b.copy()
-        for tap in _taps(w.shape[1:-1]):
-            numerator = [c + p - t * d for c, p, t, d in zip(site[1:], padding, tap, dilation)]
-            if any(n % s for n, s in zip(numerator, stride)):
-                continue
-            source = (site[0], *(n // s for n, s in zip(numerator, stride)))
-            if source in x:
-                value += w[(slice(None), *tap, slice(None))] @ x[source]
-        out[site] = value
-    return out
-
-
-def spconv_dense(x, batch, channels, grid):
-    """spconv's `.dense()`: [B, C, *grid], the spatial axes in the coordinates' order."""
-    dense = np.zeros((batch, channels, *grid), np.float32)
-    for site, feature in x.items():
-        dense[(site[0], slice(None), *site[1:])] = feature
-    return dense
-
-
-def as_dict(features, coords):
-    return {tuple(int(v) for v in row): feature for row, feature in zip(coords, features)}
-
-
-# -- hand-written foreign models --------------------------------------------------------------------
-
-TRACED_ROWS = 7  # the row count the writers freeze into the declared shapes (a traced frame's)
-AIMET_ACTIVATIONS = {"ReLU": ("Relu", {}), "Sigmoid": ("Sigmoid", {}), "LeakyReLU": ("LeakyRelu", {"alpha": 0.01})}
-
-
-@dataclass(frozen=True)
-class Handle:
-    name: str  # the features tensor
-    grid: tuple
-    channels: int
-    first: bool = False  # the graph's input features (AIMET: read together with the indices)
-
-
-class SpconvGraph:
-    """Writes an NVIDIA ("nvidia") or AIMET ("aimet") sparse-conv graph and records its spconv meaning."""
-
-    def __init__(self, fmt: str, cin: int, grid, rng, batch=2, name_nodes=True):
-        self.fmt, self.rng, self.batch, self.name_nodes = fmt, rng, batch, name_nodes
-        self.nodes, self.initializers, self.program, self.keys = [], [], [], {}
-        if fmt == "nvidia":
-            self.inputs = [helper.make_tensor_value_info("0", TensorProto.FLOAT16, [TRACED_ROWS, cin])]
-        else:
-            self.inputs = [helper.make_tensor_value_info("indices", TensorProto.INT32, [TRACED_ROWS, 1 + len(grid)]),
-                           helper.make_tensor_value_info("features", TensorProto.FLOAT, [TRACED_ROWS, cin])]
-        self.x = Handle("0" if fmt == "nvidia" else "features", tuple(grid), cin, first=True)
-        self.count = 0
-
-    def _name(self, stem):
-        self.count += 1
-        return f"{stem}_{self.count}"
-
-    def _node(self, op_type, inputs, outputs, domain="", **attrs):
-        name = self._name(op_type) if self.name_nodes else ""
-        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=name, domain=domain, **attrs))
-        return self.nodes[-1]
-
-    def _weight(self, stem, value):
-        """An initializer as the format stores it (NVIDIA: FP16); returns the values it holds."""
-        dtype = np.float16 if self.fmt == "nvidia" else np.float32
-        name = self._name(stem)
-        self.initializers.append(numpy_helper.from_array(value.astype(dtype), name))
-        return value.astype(dtype).astype(np.float32)
-
-    def conv(self, x: Handle, kind: str, cout: int, kernel, stride=1, padding=0, dilation=1, output_padding=0,
-             key="", activation="None", bias=True, weight_shape=None, weight=None, drop=(), **overrides) -> Handle:
-        """`weight` (else random of `weight_shape`, else of the layer's shape) in KRSC; `drop` names
-        attributes to leave out, `overrides` sets others."""
-        n = len(x.grid)
-        kernel, stride, padding, dilation, output_padding = (
-            (v,) * n if isinstance(v, int) else tuple(v) for v in (kernel, stride, padding, dilation, output_padding))
-        if weight is None:
-            weight = self.rng.standard_normal(weight_shape or (cout, *kernel, x.channels)) / 3
-        w = self._weight("W", weight)
-        b = self._weight("B", self.rng.standard_normal(cout) / 3) if bias else np.zeros(cout, np.float32)
-        if kind == "subm":
-            out_grid = x.grid
-        elif kind == "conv":
-            out_grid = tuple((s + 2 * p - d * (k - 1) - 1) // st + 1
-                             for s, k, st, p, d in zip(x.grid, kernel, stride, padding, dilation))
-        elif kind == "deconv":
-            out_grid = tuple((s - 1) * st - 2 * p + k + op
-                             for s, k, st, p, op in zip(x.grid, kernel, stride, padding, output_padding))
-        else:
-            out_grid = self.keys[key][0].grid if key in self.keys else x.grid
-        attrs = dict(ndim=n, input_spatial_shape=list(x.grid), output_spatial_shape=list(out_grid),
-                     in_channels=x.channels, out_channels=cout, kernel_size=list(kernel), output_bound=200000,
-                     stride=list(stride), dilation=list(dilation), padding=list(padding),
-                     transposed=int(kind == "deconv"), inverse=int(kind == "inverse"),
-                     output_padding=list(output_padding), groups=1, subm=int(kind == "subm"), rulebook=key or None,
-                     activation=activation, input_shape=[TRACED_ROWS, x.channels], output_shape=[TRACED_ROWS, cout])
-        if self.fmt == "aimet":  # AIMET: rulebook is "subm<flag>", falsy values are not written, no fused act
-            attrs.update(rulebook=f"subm{attrs['subm']}", activation="None", output_spatial_shape=None,
-                         output_padding=None, output_shape=None)
-            attrs = {k: v for k, v in attrs.items() if v or isinstance(v, list)}
-        attrs.update(overrides)
-        attrs = {k: v for k, v in attrs.items() if v is not None and k not in drop}
-        weights = [self.initializers[-2 if bias else -1].name] + ([self.initializers[-1].name] if bias else [])
-        out = self._name("y")
-        if self.fmt == "nvidia":
-            self._node("SparseConvolution", [x.name, *weights], [out], **attrs)
-        else:
-            inputs = ["indices", x.name] if x.first else [x.name]
-            self._node("SparseConvolution", [*inputs, *weights], [out], domain="spconv", **attrs)
-        y = Handle(out, out_grid, cout)
-        if key and kind != "inverse":
-            self.keys.setdefault(key, (x, stride, padding, dilation))
-        forward = self.keys.get(key)
-        act = {name.lower(): f for name, f in ACTIVATIONS.items()}.get(activation.lower())
-
-        # spconv's 1x1 fast path (one tap; stride 1 unless submanifold) multiplies the rows by
-        # weight.view(Cin, Cout): the stored memory, reinterpreted rather than transposed.
-        if int(np.prod(kernel)) == 1 and (kind == "subm" or int(np.prod(stride)) == 1) and kind != "inverse":
-            w = np.ascontiguousarray(w.reshape(x.channels, cout).T).reshape(w.shape)
-
-        def run(env):
-            source = env[x.name]
-            if kind == "subm":
-                result = spconv_subm(source, w, b, dilation)
-            elif kind == "conv":
-                result = spconv_conv(source, w, b, stride, padding, dilation, out_grid)
-            elif kind == "deconv":
-                result = spconv_deconv(source, w, b, stride, padding, out_grid)
-            else:
-                result = spconv_inverse(source, w, b, env[forward[0].name], *forward[1:])
-            env[out] = {site: act(v) for site, v in result.items()}
-        self.program.append(run)
-        if self.fmt == "aimet" and activation != "None":
-            op_type, extra = AIMET_ACTIVATIONS[activation]
-            activated = self._name("act")
-            self._node(op_type, [out], [activated], **extra)
-            self.program.append(lambda env: env.__setitem__(activated, env[out]))
-            y = Handle(activated, out_grid, cout)
-        return y
-
-    def relu(self, x: Handle) -> Handle:
-        out = self._name("relu")
-        self._node("Relu", [x.name], [out])
-        self.program.append(lambda env: env.__setitem__(out, {k: np.maximum(v, 0) for k, v in env[x.name].items()}))
-        return Handle(out, x.grid, x.channels)
-
-    def add(self, a: Handle, b: Handle) -> Handle:
-        out = self._name("add")
-        self._node("Add", [a.name, b.name], [out])
-        self.program.append(lambda env: env.__setitem__(out, {k: v + env[b.name][k] for k, v in env[a.name].items()}))
-        return Handle(out, a.grid, a.channels)
-
-    def scatter_dense(self, x: Handle, layout="zyx", output_shape=None, **overrides):
-        """ScatterDense: `format` names the coordinates' axes; the dense axes are in their order."""
-        shape = output_shape or [self.batch, x.channels, *x.grid]
-        out = self._name("dense")
-        attrs = {"input_spatial_shape": list(x.grid), "format": layout, "output_shape": shape, **overrides}
-        self._node("ScatterDense", [x.name], [out], domain="spconv" if self.fmt == "aimet" else "", **attrs)
-        self.program.append(lambda env: env.__setitem__(out, spconv_dense(
-            env[x.name], self.batch, x.channels, x.grid).reshape(shape)))
-        return out, shape
-
-    def reshape(self, dense, dims):
-        out = self._name("reshape")
-        self._node("Reshape", [dense[0]], [out], dims=dims)  # NVIDIA: no shape input, a `dims` attribute
-        self.program.append(lambda env: env.__setitem__(out, env[dense[0]].reshape(dims)))
-        return out, dims
-
-    def transpose(self, dense, dims):
-        out = self._name("transpose")
-        self._node("Transpose", [dense[0]], [out], dims=dims)  # NVIDIA: `dims` instead of `perm`
-        self.program.append(lambda env: env.__setitem__(out, np.transpose(env[dense[0]], dims)))
-        return out, [dense[1][d] for d in dims]
-
-    def build(self, *outputs) -> onnx.ModelProto:
-        float_type = TensorProto.FLOAT16 if self.fmt == "nvidia" else TensorProto.FLOAT
-        values = []
-        for out in outputs:
-            if isinstance(out, Handle):
-                values.append(helper.make_tensor_value_info(out.name, float_type, [TRACED_ROWS, out.channels]))
-            else:
-                values.append(helper.make_tensor_value_info(out[0], float_type, list(out[1])))
-        graph = helper.make_graph(self.nodes, f"{self.fmt}_scn", self.inputs, values, self.initializers)
-        opsets = [helper.make_opsetid("ai.onnx", 11)] if self.fmt == "nvidia" else \
-            [helper.make_opsetid("", 16), helper.make_opsetid("spconv", 1)]
-        model = helper.make_model(graph, opset_imports=opsets, producer_name="hand")
-        model.ir_version = 6
-        self.outputs, self.model = outputs, model
-        return model
-
-    def random_input(self, active=60):
-        volume = int(np.prod(self.x.grid))
-        sites = self.rng.choice(self.batch * volume, size=min(active, self.batch * volume), replace=False)
-        coords = np.column_stack([sites // volume, *np.unravel_index(sites % volume, self.x.grid)]).astype(np.int64)
-        features = self.rng.standard_normal((len(coords), self.x.channels)).astype(np.float16).astype(np.float32)
-        return features, coords
-
-    def feeds(self, features, coords):
-        return {"0": features, "coords": coords} if self.fmt == "nvidia" else {"features": features, "indices": coords}
-
-    def evaluate(self, features, coords) -> list:
-        env = {self.x.name: as_dict(features, coords)}
-        for run in self.program:
-            run(env)
-        return [env[out.name] if isinstance(out, Handle) else env[out[0]] for out in self.outputs]
-
-
-def assert_outputs_match(graph: SpconvGraph, imported: onnx.ModelProto, features, coords, results=None):
-    """The imported model's outputs (through `results` or the section-3 reference) equal spconv's."""
-    results = results or reference.run(imported, graph.feeds(features, coords))
-    for out, want in zip(graph.outputs, graph.evaluate(features, coords)):
-        if isinstance(out, Handle):
-            got = as_dict(results[out.name], results[f"{out.name}_coords"])
-            assert got.keys() == want.keys()
-            for site in want:
-                np.testing.assert_allclose(got[site], want[site], rtol=1e-4, atol=1e-4)
-        else:
-            np.testing.assert_allclose(results[out[0]], want, rtol=1e-4, atol=1e-4)
+from spconv_semantics import LEAKY_SLOPE, as_dict
 
 
 # -- networks --------------------------------------------------------------------------------------
 
-def residual_unet(rng, name_nodes=True) -> SpconvGraph:
+def residual_unet(rng, name_nodes=True) -> ForeignGraph:
     """NVIDIA, 3D: subm blocks with a residual Add, a strided conv, its inverse (same rulebook key) and a
     skip Add; a folded BEV map of the bottleneck through ScatterDense + the non-standard Transpose and
     Reshape."""
-    g = SpconvGraph("nvidia", 4, (6, 8, 10), rng, name_nodes=name_nodes)
+    g = ForeignGraph("nvidia", 4, (6, 8, 10), rng, name_nodes=name_nodes)
     a = g.conv(g.x, "subm", 8, 3, key="subm1", activation="ReLU")
     b = g.conv(a, "subm", 8, 3, key="subm1")
     c = g.relu(g.add(a, b))
@@ -323,11 +48,11 @@ def residual_unet(rng, name_nodes=True) -> SpconvGraph:
     return g
 
 
-def aimet_chain(rng, name_nodes=True) -> SpconvGraph:
+def aimet_chain(rng, name_nodes=True) -> ForeignGraph:
     """AIMET, what its export holds: a regular conv on (indices, features), a torch ReLU between layers,
     a subm conv and a residual Add on its rows, a strided conv, ScatterDense (format "xyz", no
     transposition) on a non-cubic grid."""
-    g = SpconvGraph("aimet", 3, (5, 7, 9), rng, name_nodes=name_nodes)
+    g = ForeignGraph("aimet", 3, (5, 7, 9), rng, name_nodes=name_nodes)
     a = g.relu(g.conv(g.x, "conv", 6, 2))
     b = g.conv(a, "subm", 6, 3, activation="ReLU")
     c = g.conv(g.add(a, b), "conv", 4, 3, stride=2, padding=1, dilation=1)
@@ -335,10 +60,10 @@ def aimet_chain(rng, name_nodes=True) -> SpconvGraph:
     return g
 
 
-def decoder_2d(rng) -> SpconvGraph:
+def decoder_2d(rng) -> ForeignGraph:
     """2D: subm, a transposed conv with padding and output_padding, ScatterDense in format zyx (which a 2D
     export writes too)."""
-    g = SpconvGraph("nvidia", 3, (5, 7), rng)
+    g = ForeignGraph("nvidia", 3, (5, 7), rng)
     a = g.conv(g.x, "subm", 6, (3, 5), activation="ReLU")
     b = g.conv(a, "deconv", 4, 3, stride=2, padding=1, output_padding=1, bias=False)
     g.build(b, g.scatter_dense(b, "zyx"))
@@ -371,7 +96,7 @@ def test_2d_transposed_conv_and_dense_match_spconv(rng):
     assert_outputs_match(g, imported, *g.random_input(20))
 
 
-def bevfusion_head(layout: str) -> tuple[SpconvGraph, np.ndarray]:
+def bevfusion_head(layout: str) -> tuple[ForeignGraph, np.ndarray]:
     """The tail of BEVFusion's encoder as its exporter writes it in the `layout` variant: one strided
     conv with the same weights (tap axes in the file's order), ScatterDense, exptool's permute to
     (Z, X, Y) and the reshape to [B, C·Z, X, Y]; and the coordinates of a frame in that order."""
@@ -379,7 +104,7 @@ def bevfusion_head(layout: str) -> tuple[SpconvGraph, np.ndarray]:
     grid = zyx_grid if layout == "zyx" else zyx_grid[::-1]
     weights = np.random.default_rng(5).standard_normal((4, 3, 3, 3, 2)) / 3  # [Cout, kz, ky, kx, Cin]
     w = weights if layout == "zyx" else np.ascontiguousarray(weights.transpose(0, 3, 2, 1, 4))
-    g = SpconvGraph("nvidia", 2, grid, np.random.default_rng(5), batch=1)
+    g = ForeignGraph("nvidia", 2, grid, np.random.default_rng(5), batch=1)
     y = g.conv(g.x, "conv", 4, (3, 3, 3), stride=(2, 1, 1) if layout == "zyx" else (1, 1, 2), padding=1,
                key="spconv1", weight=w)
     dense = g.scatter_dense(y, layout)
@@ -413,7 +138,7 @@ def test_bevfusion_exports_in_both_coordinate_orders_compute_the_same():
 @pytest.mark.parametrize("activation, op_type", [("ReLU", "Relu"), ("None", None), ("Sigmoid", "Sigmoid"),
                                                  ("LeakyReLU", "LeakyRelu"), ("relu", "Relu")])
 def test_activation_variants(activation, op_type, rng):
-    g = SpconvGraph("nvidia", 3, (6, 7), rng)
+    g = ForeignGraph("nvidia", 3, (6, 7), rng)
     out = g.conv(g.x, "conv", 5, 2, stride=2, activation=activation)
     g.build(out)
     with warnings.catch_warnings(record=True) as caught:
@@ -436,7 +161,7 @@ def test_activation_variants(activation, op_type, rng):
 
 @pytest.mark.parametrize("fmt", ["nvidia", "aimet"])
 def test_lower_asks_for_the_import_of_a_foreign_file(fmt, rng):
-    g = SpconvGraph(fmt, 3, (6, 7, 8), rng)
+    g = ForeignGraph(fmt, 3, (6, 7, 8), rng)
     g.build(g.conv(g.x, "conv", 4, 3, stride=2))
     with pytest.raises(SparseLowerError, match=r"the model is an export in the .* format \(fix: import it first"):
         sparse_lower.lower(g.model)
@@ -445,7 +170,7 @@ def test_lower_asks_for_the_import_of_a_foreign_file(fmt, rng):
 def test_convert_takes_the_leaky_relu_slope_the_file_leaves_out(rng, tmp_path, capsys):
     """`convert --leaky-relu-alpha`: the network's slope, where exptool wrote none; no note is left, the
     lowered model uses it, and a bad value is refused before anything is written."""
-    g = SpconvGraph("nvidia", 3, (6, 7, 8), rng)
+    g = ForeignGraph("nvidia", 3, (6, 7, 8), rng)
     g.build(g.conv(g.x, "subm", 5, 3, activation="LeakyReLU"))
     source = tmp_path / "leaky.onnx"
     onnx.save(g.model, source)
@@ -466,7 +191,7 @@ def test_random_geometries_match_spconv(seed):
     rng = np.random.default_rng(100 + seed)
     ndim = 2 + seed % 2
     grid = tuple(int(v) for v in rng.integers(5, 9, ndim))
-    g = SpconvGraph("nvidia", 2, grid, rng)
+    g = ForeignGraph("nvidia", 2, grid, rng)
     kernel = tuple(int(v) for v in rng.choice([1, 2, 3], ndim))
     stride = tuple(int(v) for v in rng.integers(1, 4, ndim))
     padding = tuple(int(rng.integers(0, k + 1)) for k in kernel)
@@ -516,7 +241,7 @@ def test_stale_descriptive_attributes_are_noted_not_used(case, rng):
     reads the weight and takes each grid from the layer before. So does the import; a contradicting
     value is a warning and a metadata note, and the numbers are the engine's."""
     overrides, message = STALE[case]
-    g = SpconvGraph("nvidia", 3, (6, 7, 8), rng)
+    g = ForeignGraph("nvidia", 3, (6, 7, 8), rng)
     a = g.conv(g.x, "subm", 3, 3, key="s")
     g.build(g.conv(a, "conv", 4, 3, stride=2, padding=1, **overrides))
     with warnings.catch_warnings(record=True) as caught:
@@ -531,7 +256,7 @@ def test_stale_descriptive_attributes_are_noted_not_used(case, rng):
 def test_missing_descriptive_attributes_are_derived(rng):
     """A file without ndim, channel counts, spatial shapes (after the first conv) or feature shapes still
     imports the way libspconv runs it."""
-    g = SpconvGraph("nvidia", 3, (6, 7, 8), rng)
+    g = ForeignGraph("nvidia", 3, (6, 7, 8), rng)
     absent = ("ndim", "in_channels", "out_channels", "output_spatial_shape", "input_shape", "output_shape", "groups",
               "transposed", "inverse", "output_padding", "rulebook")
     a = g.conv(g.x, "subm", 3, 3, drop=absent)
@@ -543,7 +268,7 @@ def test_missing_descriptive_attributes_are_derived(rng):
 
 
 def test_first_conv_without_input_grid_is_refused(rng):
-    g = SpconvGraph("nvidia", 3, (6, 7, 8), rng)
+    g = ForeignGraph("nvidia", 3, (6, 7, 8), rng)
     g.build(g.conv(g.x, "subm", 3, 3, drop=("input_spatial_shape",)))
     with pytest.raises(SparseLowerError) as raised:
         import_model(g.model)
@@ -554,7 +279,7 @@ def test_first_conv_without_input_grid_is_refused(rng):
 
 def test_transposed_conv_is_spconvs_and_noted(rng):
     """libspconv ignores `transposed`; the import computes what the exported SparseConvTranspose does."""
-    g = SpconvGraph("nvidia", 3, (4, 5, 6), rng)
+    g = ForeignGraph("nvidia", 3, (4, 5, 6), rng)
     g.build(g.conv(g.x, "deconv", 4, 2, stride=2))
     with pytest.warns(SparseLowerWarning, match="transposed=1: imported as spconv's SparseConvTranspose"):
         imported = import_model(g.model)
@@ -565,7 +290,7 @@ def test_int8_export_computes_in_float_and_keeps_its_ranges(rng):
     """The PTQ/QAT export (CUDA-CenterPoint/CUDA-BEVFusion qat exptool): ranges and precisions on convs,
     on Add (also spelled QuantAdd) and on ScatterDense; the import computes float32 from the stored
     weights and keeps every range in the metadata."""
-    g = SpconvGraph("nvidia", 3, (6, 7, 8), rng)
+    g = ForeignGraph("nvidia", 3, (6, 7, 8), rng)
     int8 = dict(precision="int8", output_precision="int8", input_dynamic_range=2.5)
     a = g.conv(g.x, "subm", 4, 3, key="s", precision="fp16", output_precision="int8", input_dynamic_range=1.5,
                weight_dynamic_ranges=[0.5, 0.25, 0.75, 1.0])
@@ -596,7 +321,7 @@ def test_int8_export_computes_in_float_and_keeps_its_ranges(rng):
 
 
 def test_vectorised_output_layout_is_noted(rng):
-    g = SpconvGraph("nvidia", 3, (6, 7, 8), rng, batch=1)
+    g = ForeignGraph("nvidia", 3, (6, 7, 8), rng, batch=1)
     g.build(g.scatter_dense(g.conv(g.x, "subm", 4, 3), output_layout="NCHW32"))
     with pytest.warns(SparseLowerWarning, match="output_layout=NCHW32: TensorRT's vectorised layout"):
         imported = import_model(g.model)
@@ -608,7 +333,7 @@ def test_aimet_missing_subm_is_the_writers_zero(stride, warned, rng):
     """AIMET leaves subm=0 out; QNN's converter reads a missing subm as 1. The import follows the writer
     (a regular SparseConv3d, which AIMET's layer wraps, and `rulebook` "subm0" says so) and warns where
     the reader would compute another network: a conv of stride 1."""
-    g = SpconvGraph("aimet", 3, (6, 7, 8), rng)
+    g = ForeignGraph("aimet", 3, (6, 7, 8), rng)
     g.build(g.scatter_dense(g.conv(g.x, "conv", 4, 3, stride=stride, padding=1)))
     assert "subm" not in {a.name for a in g.nodes[0].attribute}
     with warnings.catch_warnings(record=True) as caught:
@@ -625,7 +350,7 @@ def test_aimet_missing_subm_is_the_writers_zero(stride, warned, rng):
 def test_element_wise_ops_on_sparse_features(rng):
     """A per-channel Mul (a BatchNorm kept as Mul/Add) and a channel Concat of two tensors on the same
     coords stay on those coords; their numbers are the row-wise ones."""
-    g = SpconvGraph("nvidia", 2, (6, 7), rng)
+    g = ForeignGraph("nvidia", 2, (6, 7), rng)
     a = g.conv(g.x, "subm", 3, 3)
     b = g.conv(a, "subm", 2, 1)
     scale = g._weight("scale", rng.standard_normal(3))
@@ -760,14 +485,8 @@ def test_cli_convert_imports_foreign_models(rng, tmp_path, capsys):
 
 # -- refusals --------------------------------------------------------------------------------------
 
-def _one_conv(fmt="nvidia", kind="subm", **overrides):
-    g = SpconvGraph(fmt, 3, (6, 7, 8), np.random.default_rng(1))
-    out = g.conv(g.x, kind, 4, 3, stride=1 if kind == "subm" else 2, **overrides)
-    return g.build(out), g.nodes[-1].name
-
-
 def _bad_inverse(**changes):
-    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
+    g = ForeignGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
     a = g.conv(g.x, "subm", 3, 3, key="s")
     b = g.conv(a, "conv", 4, 3, stride=2, padding=1, key="down")
     c = g.conv(a if changes.get("wrong_input") else b, "inverse", 3, changes.get("kernel", 3),
@@ -776,13 +495,13 @@ def _bad_inverse(**changes):
 
 
 def _one_tap_inverse():
-    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
+    g = ForeignGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
     down = g.conv(g.x, "conv", 4, 1, stride=2, key="down")
     return g.build(g.conv(down, "inverse", 3, 1, key="down")), g.nodes[-1].name
 
 
 def _residual_across_grids():
-    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
+    g = ForeignGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
     a = g.conv(g.x, "subm", 4, 3)
     b = g.conv(a, "conv", 4, 1)  # a 1x1 regular conv: same grid, but its rows are its own (sorted)
     g.add(a, b)
@@ -790,21 +509,14 @@ def _residual_across_grids():
 
 
 def _reused_rulebook():
-    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
+    g = ForeignGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
     a = g.conv(g.x, "conv", 4, 3, stride=2, padding=1, key="k")
     b = g.conv(a, "conv", 4, 3, stride=2, padding=1, key="k")
     return g.build(b), g.nodes[-1].name
 
 
-def _scatter(**attrs):
-    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
-    a = g.conv(g.x, "subm", 4, 3)
-    out = g.scatter_dense(a, **attrs)
-    return g.build(out), g.nodes[-1].name
-
-
 def _with_node(op_type, domain="", sparse_input=True, extra_input=None, **attrs):
-    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
+    g = ForeignGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
     a = g.conv(g.x, "subm", 4, 3)
     if op_type == "Transpose":
         attrs["perm"] = [1, 0]
@@ -822,7 +534,7 @@ def _with_node(op_type, domain="", sparse_input=True, extra_input=None, **attrs)
 def _aimet_indices_later():
     """A later conv on (indices, features): AIMET gives indices to the first layer only (a file with them on
     every layer was our own writer's invention, which no real exporter shares)."""
-    g = SpconvGraph("aimet", 3, (6, 7, 8), np.random.default_rng(1))
+    g = ForeignGraph("aimet", 3, (6, 7, 8), np.random.default_rng(1))
     a = g.conv(g.x, "conv", 4, 3, stride=2)
     g.inputs.append(helper.make_tensor_value_info("other", TensorProto.INT32, ["N", 4]))
     g._weight("W", np.ones((4, 3, 3, 3, 4)))
@@ -834,7 +546,7 @@ def _aimet_indices_later():
 
 def _aimet_dense_form():
     """aimet_torch's dense-input form: SparseConvolution(dense NCDHW graph input, W, B), every site active."""
-    g = SpconvGraph("aimet", 3, (6, 7, 8), np.random.default_rng(1))
+    g = ForeignGraph("aimet", 3, (6, 7, 8), np.random.default_rng(1))
     g.inputs[:] = [helper.make_tensor_value_info("dense", TensorProto.FLOAT, [1, 3, 6, 7, 8])]
     g._weight("W", np.ones((4, 3, 3, 3, 3)))
     g._weight("B", np.ones(4))
@@ -844,26 +556,26 @@ def _aimet_dense_form():
 
 
 def _unnamed():
-    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1), name_nodes=False)
+    g = ForeignGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1), name_nodes=False)
     out = g.conv(g.conv(g.x, "subm", 4, 3), "subm", 4, 3, activation="GELU")
     return g.build(out), "SparseConvolution#1"
 
 
 def _missing(name):
-    model, node = _one_conv()
+    model, node = one_conv()
     attrs = model.graph.node[0].attribute
     attrs.remove(next(a for a in attrs if a.name == name))
     return model, node
 
 
 def _unsorted():
-    model, node = _one_conv()
+    model, node = one_conv()
     model.graph.node.insert(0, helper.make_node("Relu", [model.graph.node[0].output[0]], ["r"], name="early"))
     return model, "early"
 
 
 def _per_channel(shape):
-    g = SpconvGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
+    g = ForeignGraph("nvidia", 3, (6, 7, 8), np.random.default_rng(1))
     a = g.conv(g.x, "subm", 4, 3)
     g._weight("c", np.ones(shape))
     g._node("Mul", [a.name, g.initializers[-1].name], ["scaled"])
@@ -871,7 +583,7 @@ def _per_channel(shape):
 
 
 def _graph_input_weight():
-    model, node = _one_conv()
+    model, node = one_conv()
     weight = model.graph.initializer[0]
     model.graph.input.append(helper.make_tensor_value_info(weight.name, TensorProto.FLOAT16, list(weight.dims)))
     del model.graph.initializer[0]
@@ -880,19 +592,19 @@ def _graph_input_weight():
 
 REFUSALS = {
     "unnamed node": (_unnamed, "attribute 'activation'='GELU'"),
-    "activation": (lambda: _one_conv(activation="GELU"), "attribute 'activation'='GELU'"),
-    "flag value": (lambda: _one_conv(subm=2), "'subm'=2 is not 0 or 1"),
-    "subm and transposed": (lambda: _one_conv(transposed=1), "subm=1 contradicts transposed"),
-    "precision": (lambda: _one_conv(precision="int4"), "attribute 'precision'='int4' is not a precision"),
-    "dynamic range": (lambda: _one_conv(input_dynamic_range=-1.0), "'input_dynamic_range'=-1.0 is not a dynamic"),
+    "activation": (lambda: one_conv(activation="GELU"), "attribute 'activation'='GELU'"),
+    "flag value": (lambda: one_conv(subm=2), "'subm'=2 is not 0 or 1"),
+    "subm and transposed": (lambda: one_conv(transposed=1), "subm=1 contradicts transposed"),
+    "precision": (lambda: one_conv(precision="int4"), "attribute 'precision'='int4' is not a precision"),
+    "dynamic range": (lambda: one_conv(input_dynamic_range=-1.0), "'input_dynamic_range'=-1.0 is not a dynamic"),
     "missing attribute": (lambda: _missing("kernel_size"), "attribute 'kernel_size' missing"),
-    "kernel length": (lambda: _one_conv(kernel_size=[3, 3]), "'kernel_size' has 2 values but the layer is 3-D"),
-    "kernel and weight": (lambda: _one_conv(kernel_size=[3, 3, 1]), "kernel_size=[3, 3, 1] contradicts the weight's taps"),
-    "weight rank": (lambda: _one_conv(weight_shape=(4, 3, 3, 3)), "weight of shape [4, 3, 3, 3] on a 3-D input"),
-    "weight channels": (lambda: _one_conv(weight_shape=(4, 3, 3, 3, 2)),
+    "kernel length": (lambda: one_conv(kernel_size=[3, 3]), "'kernel_size' has 2 values but the layer is 3-D"),
+    "kernel and weight": (lambda: one_conv(kernel_size=[3, 3, 1]), "kernel_size=[3, 3, 1] contradicts the weight's taps"),
+    "weight rank": (lambda: one_conv(weight_shape=(4, 3, 3, 3)), "weight of shape [4, 3, 3, 3] on a 3-D input"),
+    "weight channels": (lambda: one_conv(weight_shape=(4, 3, 3, 3, 2)),
                         "its weight [4, 3, 3, 3, 2] takes 2 input channels but its input '0' has 3"),
     "weight not constant": (_graph_input_weight, "is not a constant"),
-    "dilated transposed": (lambda: _one_conv(kind="deconv", dilation=2), "dilation=[2, 2, 2]"),
+    "dilated transposed": (lambda: one_conv(kind="deconv", dilation=2), "dilation=[2, 2, 2]"),
     "inverse without forward": (lambda: _bad_inverse(key="nowhere"), "registered rulebook 'nowhere'"),
     "inverse without key": (lambda: _bad_inverse(key=""), "without a rulebook key"),
     "inverse of subm": (lambda: _bad_inverse(key="s"), "spconv inverts only regular sparse convs"),
@@ -903,10 +615,10 @@ REFUSALS = {
                       "not on the output coordinates"),
     "reused rulebook": (_reused_rulebook, "rulebook 'k' was built by"),
     "add across coords": (_residual_across_grids, "Add of sparse tensors on different coordinates"),
-    "scatter format": (lambda: _scatter(layout="yxz"), "'format'='yxz'"),
-    "scatter shape": (lambda: _scatter(output_shape=[2, 4, 8, 7, 6]), "output_shape=[2, 4, 8, 7, 6] is neither"),
-    "scatter grid": (lambda: _scatter(input_spatial_shape=[6, 7, 9]), "input_spatial_shape=[6, 7, 9] contradicts"),
-    "scatter layout": (lambda: _scatter(output_layout="NC4HW"), "'output_layout'='NC4HW' is not understood"),
+    "scatter format": (lambda: scatter_model(layout="yxz"), "'format'='yxz'"),
+    "scatter shape": (lambda: scatter_model(output_shape=[2, 4, 8, 7, 6]), "output_shape=[2, 4, 8, 7, 6] is neither"),
+    "scatter grid": (lambda: scatter_model(input_spatial_shape=[6, 7, 9]), "input_spatial_shape=[6, 7, 9] contradicts"),
+    "scatter layout": (lambda: scatter_model(output_layout="NC4HW"), "'output_layout'='NC4HW' is not understood"),
     "unknown standard op": (lambda: _with_node("Frobnicate"), "unknown op 'Frobnicate'"),
     "non-standard attribute": (lambda: _with_node("Relu", sparse_input=False, **{"alpha": 2}), "Relu has no attribute"),
     "reshape dims and shape": (lambda: _with_node("Reshape", sparse_input=False, extra_input="shape", dims=[1]),
@@ -917,7 +629,7 @@ REFUSALS = {
     "non-element-wise op": (lambda: _with_node("Transpose"), "Transpose cannot take the sparse features"),
     "aimet indices on a later layer": (_aimet_indices_later, "AIMET writes (indices, features, W, B) only on the layer"),
     "aimet dense form": (_aimet_dense_form, "AIMET's dense-input form"),
-    "aimet subm contradiction": (lambda: _one_conv("aimet", rulebook="subm0"), "subm=1 contradicts rulebook='subm0'"),
+    "aimet subm contradiction": (lambda: one_conv("aimet", rulebook="subm0"), "subm=1 contradicts rulebook='subm0'"),
 }
 
 

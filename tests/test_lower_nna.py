@@ -14,12 +14,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import sparse_lower
+from helpers import chain_model, session
 from oracle import (IR_VERSION, OPSET_IMPORTS, assert_matches_oracle, densify, random_conv_config,
                     random_sparse, sparse_node_model)
 from sparse_lower import reference
 from sparse_lower.capacity import level_rows
 from sparse_lower.models import SparseModelBuilder, centerpoint_head_stack
-from test_lower_gpu import chain_model, session
 
 COMBINES = ("gather", "scatter", "matmul")
 

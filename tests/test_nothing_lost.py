@@ -13,8 +13,8 @@ import pytest
 from onnx import helper
 
 import sparse_lower
+from helpers import run_lowered
 from sparse_lower.models import SparseModelBuilder
-from test_lower_gpu import run_lowered
 
 LOWERINGS = [{"target": "gpu"}, {"target": "gpu", "strategy": "unfold"}, {"target": "nna", "combine": "scatter"},
              {"target": "nna", "max_active": 64, "fuse_taps": True}, {"target": "hybrid"}]

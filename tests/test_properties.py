@@ -22,11 +22,11 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
+from helpers import run_lowered
 from oracle import densify
 from sparse_lower import reference
 from sparse_lower.models import SparseModelBuilder
 from sparse_lower.schemas import ConvGeometry
-from test_lower_gpu import run_lowered
 
 settings.register_profile("ci", max_examples=150, derandomize=True, deadline=None, database=None,
                           suppress_health_check=[HealthCheck.too_slow])

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import DATA
-from test_first_run import sparse_lower_cli
+from helpers import sparse_lower_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

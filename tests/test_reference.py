@@ -19,11 +19,6 @@ from sparse_lower.errors import SparseLowerError
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng(0)
-
-
 def run_node(config: ConvConfig, rng, name="node"):
     """Build the single-node model of `config`, run it in the reference; return (W, B, outputs)."""
     model, (W, B) = sparse_node_model(config.op_type, config.attrs, config.cin, config.cout, config.ndim,

@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 
 import sparse_lower

@@ -14,10 +14,10 @@ import numpy as np
 import onnx
 import pytest
 
+from helpers import run_lowered
 from oracle import random_sparse
 from sparse_lower import reference
 from sparse_lower.models import SparseModelBuilder
-from test_lower_gpu import run_lowered
 
 HUGE_GRID = (4096, 4096, 4096)  # × batch 8: linear sites up to 8·4096³ ≈ 5.5e11, far past 2^31 and 2^32
 HUGE_BATCH = 8

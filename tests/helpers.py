@@ -1,0 +1,78 @@
+"""Code the test modules share: sessions and lowered runs, small source models, and the command line in
+a process of its own. Test modules import shared code from here (or from oracle.py, custom_op_reference.py,
+spconv_semantics.py, foreign_graphs.py), never from one another."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import sparse_lower
+from oracle import IR_VERSION, OPSET_IMPORTS, sparse_node_model
+
+
+def session(model, threads=1, **settings) -> ort.InferenceSession:
+    """A session of a lowered model on `threads` intra-op threads, with any other SessionOptions
+    attributes in `settings`."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    for name, value in settings.items():
+        setattr(options, name, value)
+    return sparse_lower.create_session(model, sess_options=options)
+
+
+def run_lowered(model, feeds, threads=1, target="gpu", **options) -> dict:
+    """Lower `model` for `target` (every pass checked), run it, and return its outputs by name, in the
+    order of the graph outputs."""
+    lowered = sparse_lower.lower(model, target=target, check_each_pass=True, **options)
+    lowered_session = session(lowered, threads)
+    names = [o.name for o in lowered_session.get_outputs()]
+    return dict(zip(names, lowered_session.run(names, feeds)))
+
+
+def chain_model(S=(6, 8), batch=2):
+    """X → ToSparse → SubM → Relu → SubM → SubM (same table) → SparseConv s2 → ToDense."""
+    rng = np.random.default_rng(3)
+    W1 = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    W2 = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    W3 = rng.standard_normal((3, 4, 2, 2)).astype(np.float32)
+    B1 = rng.standard_normal(4).astype(np.float32)
+    S_down = [s // 2 for s in S]
+    conv = {"kernel_shape": [2, 2], "strides": [2, 2], "spatial_shape": list(S)}
+    nodes = [
+        helper.make_node("ToSparse", ["X"], ["f0", "c0"], name="in", domain="sparse"),
+        helper.make_node("SubmanifoldConv", ["f0", "c0", "W1", "B1"], ["f1", "c1"], name="subm1", domain="sparse",
+                         kernel_shape=[3, 3], spatial_shape=list(S)),
+        helper.make_node("Relu", ["f1"], ["r1"]),
+        helper.make_node("SubmanifoldConv", ["r1", "c1", "W2"], ["f2", "c2"], name="subm2", domain="sparse",
+                         kernel_shape=[3, 3], spatial_shape=list(S)),
+        helper.make_node("SubmanifoldConv", ["f2", "c2", "W2"], ["f2b", "c2b"], name="subm3", domain="sparse",
+                         kernel_shape=[3, 3], spatial_shape=list(S)),
+        helper.make_node("SparseConv", ["f2b", "c2b", "W3"], ["f3", "c3"], name="down", domain="sparse", **conv),
+        helper.make_node("ToDense", ["f3", "c3"], ["Y"], name="out", domain="sparse", spatial_shape=S_down,
+                         batch_size=batch)]
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [batch, 2, *S])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [batch, 3, *S_down])],
+        [numpy_helper.from_array(v, k) for k, v in (("W1", W1), ("B1", B1), ("W2", W2), ("W3", W3))])
+    return helper.make_model(graph, opset_imports=OPSET_IMPORTS, ir_version=IR_VERSION)
+
+
+SUBM = {"kernel_shape": [3, 3], "spatial_shape": [8, 8]}
+
+
+def model_with(op_type="SubmanifoldConv", attrs=SUBM, cin=3, cout=4, ndim=2, target=False, rng=None):
+    model, _ = sparse_node_model(op_type, attrs, cin, cout, ndim, True, target, rng or np.random.default_rng(0),
+                                 name="bad_node")
+    return model
+
+
+def sparse_lower_cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The command line as a user runs it: its own process, its exit status, its stdout and stderr."""
+    return subprocess.run([sys.executable, "-m", "sparse_lower.cli.main", *argv], cwd=cwd, capture_output=True,
+                          text=True, timeout=600)
