@@ -45,6 +45,7 @@ from .errors import SparseLowerError
 from .onnx_conventions import IR_VERSION, OPSET
 from .names import UniqueNames
 from .schemas import SOURCE_DOMAIN
+from .spconv_rules import inverse_output_padding, source_weight, weight_from_matmul_memory
 
 INSTALL_HINT = 'pip install "sparse-lower[spconv]" (torch 2.13.0 and spconv 2.3.8)'
 
@@ -516,7 +517,7 @@ class _Tracer:
         features, coords = self._sparse(x, name)
         ndim = module.ndim
         weight = module.weight.detach().cpu().float().numpy()
-        cout, cin = module.out_channels, module.in_channels
+        cout = module.out_channels
         bias = (module.bias.detach().cpu().float().numpy() if module.bias is not None
                 else np.zeros(cout, np.float32))
         attrs = {"spatial_shape": [int(s) for s in x.spatial_shape]}
@@ -525,30 +526,30 @@ class _Tracer:
         if module.conv1x1:
             # spconv's fast path multiplies by weight.view(Cin, Cout), whatever the declared layout
             op_type, channel_axis = "SubmanifoldConv", 0
-            W = weight.reshape(cin, cout).T.reshape(cout, cin, *([1] * ndim))
+            W = source_weight(weight_from_matmul_memory(weight), transposed=False)
             attrs["kernel_shape"] = [1] * ndim
             out_coords = coords
         elif module.inverse:
             op_type, channel_axis = "SparseDeconv", 1
-            W = np.moveaxis(weight, -1, 0)
+            W = source_weight(weight, transposed=True)
             attrs.update(self._inverse_geometry(module, x, name))
             extra_inputs = [self._value(x.find_indice_pair(module.indice_key).indices, name).name]
             out_coords = extra_inputs[0]
         elif module.transposed:
             op_type, channel_axis = "SparseDeconv", 1
-            W = np.moveaxis(weight, -1, 0)
+            W = source_weight(weight, transposed=True)
             attrs.update(self._transposed_geometry(module, x, output, name))
         elif module.subm:
             op_type, channel_axis = "SubmanifoldConv", 0
-            W = np.moveaxis(weight, -1, 1)
+            W = source_weight(weight, transposed=False)
             attrs.update(kernel_shape=list(module.kernel_size), dilations=list(module.dilation))
             out_coords = coords
         else:
             op_type, channel_axis = "SparseConv", 0
-            W = np.moveaxis(weight, -1, 1)
+            W = source_weight(weight, transposed=False)
             attrs.update(kernel_shape=list(module.kernel_size), strides=list(module.stride),
                          pads=list(module.padding) * 2, dilations=list(module.dilation))
-        w_name = self.graph.constant(f"{name}.weight", np.ascontiguousarray(W, np.float32))
+        w_name = self.graph.constant(f"{name}.weight", W)
         b_name = self.graph.constant(f"{name}.bias", bias)
         out_features = self.graph.unique(f"{name}.features")
         out_coords_name = self.graph.unique(f"{name}.coords")
@@ -598,8 +599,7 @@ class _Tracer:
             raise SparseLowerError(f"kernel {list(module.kernel_size)} differs from the forward conv's {kernel}",
                                    name, fix="give the inverse conv the forward conv's kernel size")
         extent = [int(s) for s in forward.spatial_shape]
-        output_padding = [(S + 2 * p - d * (k - 1) - 1) % s
-                          for S, k, s, p, d in zip(extent, kernel, stride, padding, dilation)]
+        output_padding = inverse_output_padding(extent, kernel, stride, padding, dilation)
         return {"kernel_shape": kernel, "strides": stride, "pads": padding * 2, "dilations": dilation,
                 "output_padding": output_padding}
 

@@ -18,10 +18,9 @@ from oracle import dense_oracle, densify, gather_sites, random_sparse
 from sparse_lower import reference
 from sparse_lower.models import (AimetEmitter, CanonicalEmitter, NvidiaEmitter, patent_2d_stack, patent_example,
                                  sp_middle_resnet_fhd, sparse_unet)
-from sparse_lower.models.canonical import onnx_weight
 from sparse_lower.models.emitter import Sparse
 from sparse_lower.models.layers import ConvPlanner, Values
-from sparse_lower.spconv_rules import LEAKY_RELU_ALPHA
+from sparse_lower.spconv_rules import LEAKY_RELU_ALPHA, source_weight
 from sparse_lower.models.patent2d import PATENT_SITES
 from sparse_lower.models.voxels import load_voxels
 from sparse_lower.schemas import conv_geometry
@@ -231,8 +230,8 @@ def test_spconv_weights_become_onnx_layouts():
     x = Sparse(Values("f", "c", "c"), 4, (10, 10))
     conv = planner.plan(x, "conv", w, None, name="conv", indice_key="k")
     deconv = planner.plan(x, "deconv", w, None, name="deconv", stride=2)
-    assert onnx_weight(conv, w)[1, 3, 2, 4] == w[1, 2, 4, 3]  # [Cout, Cin, k0, k1]
-    assert onnx_weight(deconv, w)[3, 1, 2, 4] == w[1, 2, 4, 3]  # [Cin, Cout, k0, k1]
+    assert source_weight(w, conv.transposed)[1, 3, 2, 4] == w[1, 2, 4, 3]  # [Cout, Cin, k0, k1]
+    assert source_weight(w, deconv.transposed)[3, 1, 2, 4] == w[1, 2, 4, 3]  # [Cin, Cout, k0, k1]
 
 
 @pytest.mark.parametrize("build, message", [

@@ -1,7 +1,8 @@
 """One spconv `SparseConvolution` node (NVIDIA, AIMET) → one section-3 node.
 
-Both formats serialise an spconv module with the same attribute names, so this module is the one
-place that knows spconv's semantics and maps them onto the section-3 ops:
+Both formats serialise an spconv module with the same attribute names, so this module is where the
+importers read them and map them onto the section-3 ops (the behaviours the writers of spconv modules
+reproduce too, the weight layouts, the 1×1 path and the inverse geometry, are in spconv_rules.py):
 
 * `subm=1` → `SubmanifoldConv`: spconv's submanifold conv is centred and ignores `padding`, so no
   pads are written;
@@ -40,7 +41,7 @@ from onnx import helper
 
 from ..errors import SparseLowerError
 from ..schemas import SOURCE_DOMAIN, conv_geometry
-from ..spconv_rules import runs_as_matmul
+from ..spconv_rules import inverse_output_padding, runs_as_matmul, source_weight, weight_from_matmul_memory
 
 Note = Callable[[str, str], None]  # (node label, message): what the translation reports and records
 
@@ -268,12 +269,8 @@ def relaid_weight(layer: SpconvLayer, weight: np.ndarray, spconv_1x1: bool = Tru
                                "on the forward conv's input coords", layer.label,
                                "use a kernel of more than one tap, or a 1×1 submanifold conv")
     if spconv_1x1 and runs_as_matmul(layer.kind, layer.kernel_size, layer.stride):
-        # spconv's 1×1 fast path computes features @ weight.view(Cin, Cout): the stored memory is the
-        # matrix [Cin, Cout], whatever the declared [Cout, 1.., Cin] shape says. Read it as spconv does.
-        matrix = weight.reshape(layer.in_channels, layer.out_channels)
-        weight = np.ascontiguousarray(matrix.T).reshape(weight.shape)
-    destination = 0 if layer.kind in ("deconv", "inverse") else 1
-    return np.ascontiguousarray(np.moveaxis(weight, -1, destination))
+        weight = weight_from_matmul_memory(weight)  # read the memory as spconv does
+    return source_weight(weight, transposed=layer.kind in ("deconv", "inverse"))
 
 
 def checked_bias(layer: SpconvLayer, bias: np.ndarray) -> np.ndarray:
@@ -357,7 +354,6 @@ def section3_node(layer: SpconvLayer, inputs: list[str], outputs: list[str], nam
     extent that differs is noted as stale. For an inverse conv, `forward` gives the geometry and
     `inputs[4]` must be the forward conv's input coords: `output_padding` is chosen so that the output
     extent is the forward conv's input extent (section 3's inverse deconvolution)."""
-    n = layer.ndim
     if layer.kind == "subm":
         op_type, attrs = "SubmanifoldConv", dict(dilations=list(layer.dilation))
     elif layer.kind == "conv":
@@ -368,8 +364,7 @@ def section3_node(layer: SpconvLayer, inputs: list[str], outputs: list[str], nam
                                               output_padding=list(layer.output_padding))
     else:
         f = forward.layer
-        output_padding = [(f.input_spatial_shape[i] + 2 * f.padding[i] - f.dilation[i] * (f.kernel_size[i] - 1) - 1)
-                          % f.stride[i] for i in range(n)]
+        output_padding = inverse_output_padding(f.input_spatial_shape, f.kernel_size, f.stride, f.padding, f.dilation)
         op_type, attrs = "SparseDeconv", dict(strides=list(f.stride), pads=list(f.padding) * 2,
                                               dilations=list(f.dilation), output_padding=output_padding)
     node = helper.make_node(op_type, inputs, outputs, name=name, domain=SOURCE_DOMAIN,

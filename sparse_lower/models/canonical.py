@@ -27,9 +27,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ..schemas import SOURCE_DOMAIN, conv_geometry
-from ..spconv_rules import LEAKY_RELU_ALPHA
 from ..onnx_conventions import OPSET
+from ..schemas import SOURCE_DOMAIN, conv_geometry
+from ..spconv_rules import LEAKY_RELU_ALPHA, source_weight
 from .emitter import Dense, Sparse
 from .graph_writer import GraphWriter
 from .layers import (ConvLayer, ConvPlanner, Values, check_add, check_reshape, output_name,
@@ -38,14 +38,6 @@ from .layers import (ConvLayer, ConvPlanner, Values, check_add, check_reshape, o
 _SOURCE_OP = {"subm": "SubmanifoldConv", "conv": "SparseConv", "deconv": "SparseDeconv", "inverse": "SparseDeconv"}
 _ACTIVATION = {"ReLU": ("Relu", {}), "LeakyReLU": ("LeakyRelu", {"alpha": LEAKY_RELU_ALPHA}),
                "Sigmoid": ("Sigmoid", {})}
-
-
-def onnx_weight(layer: ConvLayer, weight: np.ndarray) -> np.ndarray:
-    """spconv's [Cout, *K, Cin] as ONNX Conv's [Cout, Cin, *K], or as ConvTranspose's [Cin, Cout, *K]
-    for the transposed kinds (W_deconv[ci, co, k] = W[co, k, ci])."""
-    last = weight.ndim - 1
-    order = (last, 0, *range(1, last)) if layer.transposed else (0, last, *range(1, last))
-    return np.ascontiguousarray(np.transpose(weight, order), dtype=np.float32)
 
 
 def activation_node(writer: GraphWriter, features: str, activation: str | None, name: str) -> str:
@@ -92,7 +84,7 @@ class CanonicalEmitter:
         layer = self.planner.plan(x, kind, weight, bias, name=name, stride=stride, padding=padding,
                                   dilation=dilation, output_padding=output_padding, indice_key=indice_key,
                                   activation=activation)
-        inputs = [x.handle.features, x.handle.coords, self.writer.constant(f"{name}.W", onnx_weight(layer, weight))]
+        inputs = [x.handle.features, x.handle.coords, self.writer.constant(f"{name}.W", source_weight(weight, layer.transposed))]
         if bias is not None:
             inputs.append(self.writer.constant(f"{name}.B", np.asarray(bias, np.float32)))
         if kind == "inverse":  # target_coords is the fifth input: an absent bias is the empty name

@@ -39,7 +39,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from ..spconv_rules import runs_as_matmul
+from ..spconv_rules import matmul_memory, runs_as_matmul
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,4 @@ def spconv_weight_memory(weight: np.ndarray, kind: str, stride) -> np.ndarray:
     reinterpretation rather than a transpose, so a trained module's (and its export's) 1×1 weights
     are the transposed matrix stored in the [Cout, *K, Cin] shape.
     """
-    if not runs_as_matmul(kind, weight.shape[1:-1], stride):
-        return weight
-    cout, cin = weight.shape[0], weight.shape[-1]
-    return np.ascontiguousarray(weight.reshape(cout, cin).T).reshape(weight.shape)
+    return matmul_memory(weight) if runs_as_matmul(kind, weight.shape[1:-1], stride) else weight

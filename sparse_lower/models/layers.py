@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..spconv_rules import inverse_output_padding
 from .emitter import Dense, Sparse, per_dim, spconv_output_shape
 
 KINDS = ("subm", "conv", "deconv", "inverse")
@@ -68,8 +69,7 @@ class ConvLayer:
     def inverse_output_padding(self) -> tuple:
         """The output_padding that makes a SparseDeconv with the forward geometry end at the forward
         input extent (docs/source_ops.md): (S_in + 2p − d·(K − 1) − 1) mod s per dimension."""
-        return tuple((s + 2 * p - d * (k - 1) - 1) % st for s, k, st, p, d in
-                     zip(self.output_shape, self.kernel, self.stride, self.padding, self.dilation))
+        return tuple(inverse_output_padding(self.output_shape, self.kernel, self.stride, self.padding, self.dilation))
 
 
 class ConvPlanner:
