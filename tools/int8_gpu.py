@@ -10,13 +10,13 @@ the time per op type of each from onnxruntime's profile.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import onnxruntime as ort
 
 import sparse_lower
 from sparse_lower.bench.profile import profile
+from sparse_lower.bench.run import alternating_medians
 from sparse_lower.bench.systems import session_options
 from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd, sparse_unet
 from sparse_lower.models.voxels import data_places, load_voxels
@@ -48,13 +48,7 @@ def main() -> None:
     rows = []
     for name, feeds in zip(FRAMES, frames):
         want, got = (session.run(None, feeds)[0] for session in sessions.values())
-        times = {title: [] for title in sessions}
-        for _ in range(args.repeat):
-            for title, session in sessions.items():
-                start = time.perf_counter()
-                session.run(None, feeds)
-                times[title].append((time.perf_counter() - start) * 1e3)
-        fp32, int8 = (float(np.median(times[title])) for title in sessions)
+        fp32, int8 = alternating_medians(sessions, feeds, args.repeat).values()
         rows.append([name, f"{100 * relative_error(got, want):.2f} %", f"{snr_db(got, want):.1f}", f"{fp32:,.1f}",
                      f"{int8:,.1f}", f"{fp32 / int8:.2f}x"])
     print(render(["frame", "max rel error", "SNR dB", f"float ms ({args.threads} threads)", "int8 ms", "float/int8"],

@@ -13,12 +13,12 @@ that both give the same outputs.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import onnxruntime as ort
 
 import sparse_lower
+from sparse_lower.bench.run import alternating_medians
 from sparse_lower.capacity import level_rows
 from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd
 from sparse_lower.models.voxels import data_places, load_voxels
@@ -65,15 +65,10 @@ def main() -> None:
     for name, feeds in zip(FRAMES, frames):
         outputs = {title: session.run(None, feeds)[0] for title, session in sessions.items()}
         assert np.array_equal(*outputs.values()), "the two forms disagree"
-        times = {title: [] for title in sessions}
-        for _ in range(args.repeat):
-            for title, session in sessions.items():
-                start = time.perf_counter()
-                session.run(None, feeds)
-                times[title].append((time.perf_counter() - start) * 1e3)
+        times = alternating_medians(sessions, feeds, args.repeat)
         for title, capacities in forms.items():
             rows.append([name, title, ",".join(map(str, capacities)), f"{product_macs(model, capacities) / 1e9:.1f}",
-                         f"{np.median(times[title]):,.0f}"])
+                         f"{times[title]:,.0f}"])
     print(render(["frame", "max_active", "capacities", "product GMACs", f"onnxruntime ms (2 threads, {args.combine}, "
                   f"{args.layout})"], rows))
 

@@ -35,6 +35,17 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def alternating_medians(sessions: dict, feeds: dict, repeat: int) -> dict[str, float]:
+    """Median ms of `repeat` runs of each onnxruntime session on `feeds`, the sessions taking turns, so
+    that the drift of a shared machine's speed falls on all of them alike (the tools' side-by-side
+    comparisons)."""
+    samples: dict[str, list[float]] = {title: [] for title in sessions}
+    for _ in range(repeat):
+        for title, session in sessions.items():
+            samples[title].append(_timed(lambda s=session: s.run(None, feeds)))
+    return {title: _median_ms(values) for title, values in samples.items()}
+
+
 MEMORY_SYSTEMS = ("ours-gpu-auto", "ours-gpu-auto-2threads", "spconv-2.3.8")  # measured on network cases
 PROFILED_SYSTEM = "ours-gpu-auto-2threads"  # how a user runs it; its profile is printed for network cases
 SCALING_SYSTEMS = ("ours-gpu-auto", "ours-gpu-auto-2threads", "spconv-2.3.8", "minkowski-0.5.4")
