@@ -16,7 +16,7 @@ import onnxruntime as ort
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
 from .errors import SparseLowerError
-from .onnx_conventions import SOURCE_DOMAIN, STANDARD_DOMAINS
+from .onnx_conventions import DEFAULT_DOMAIN_ALIAS, SOURCE_DOMAIN, STANDARD_DOMAINS
 
 LIBRARY_ENV = "SPARSE_LOWER_LIBRARY"
 LIBRARY_NAME = "libsparse_lower_ops.so"
@@ -120,7 +120,7 @@ def _not_lowered(model: bytes | str) -> tuple[str, str] | None:
     if ops:
         return (f"the model holds sparse_lower's source ops ({', '.join(ops)}), not their lowered form",
                 "lower it first: sparse_lower.lower(model, target='gpu'), or `sparse-lower convert`")
-    foreign = sorted({f"{n.domain or 'ai.onnx'}::{n.op_type}" for n in proto.graph.node
+    foreign = sorted({f"{n.domain or DEFAULT_DOMAIN_ALIAS}::{n.op_type}" for n in proto.graph.node
                       if ("" if n.domain in STANDARD_DOMAINS else n.domain, n.op_type) in _FOREIGN_OPS})
     if foreign:
         return (f"the model is a sparse-conv exporter's file ({', '.join(foreign)})",

@@ -69,6 +69,9 @@ def test_a_capacity_per_level_on_the_command_line(model_path, tmp_path, capsys):
     assert "'100,x' is not N or N1,N2,..." in capsys.readouterr().err
     assert main(["inspect", str(tmp_path / "nna.onnx"), "--frames", str(tmp_path / "f0.npz")]) == 2
     assert "the levels are those of the model's sparse convs, and it has none" in capsys.readouterr().err
+    np.savez(tmp_path / "f2.npz", voxels=np.zeros((3, 4), np.float32))  # no array for the inputs
+    assert main(["inspect", str(model_path), "--frames", str(tmp_path / "f0.npz"), str(tmp_path / "f2.npz")]) == 2
+    assert f"frame {tmp_path / 'f2.npz'}: nothing in the frame feeds the model input(s)" in capsys.readouterr().err
 
 
 def test_convert_refusal_is_an_error_message_not_a_traceback(tmp_path, capsys):

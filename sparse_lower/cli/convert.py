@@ -10,7 +10,7 @@ import onnx
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
 from ..api import load, lower
-from ..frames.files import find_frames, frame_feeds, model_inputs, read_frame
+from ..frames.files import find_frames, frames_feeds
 from ..errors import SparseLowerError
 from ..importers import SECTION3, detect_format, format_title, import_model
 from ..lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS
@@ -132,7 +132,7 @@ class Convert:
                             dump_dir=args.dump_dir)
         if args.int8:
             with status.step(f"calibrating on {len(calibration)} frame(s) and quantizing the convs"):
-                frames = calibration_feeds(lowered, calibration)
+                frames = frames_feeds(lowered, calibration)
                 float_model = lowered
                 lowered, found = quantize(lowered, frames)
             print(f"int8: {len(found.tops)} of {len(found.tops) + len(found.float_convs)} convs in 8 bits"
@@ -180,18 +180,6 @@ class Convert:
                     raise
                 active //= 2
                 print(f"verify: the random inputs overflow --max-active {_spelled(args.max_active)}; drawing {active} sites")
-
-
-def calibration_feeds(model: onnx.ModelProto, paths: list[Path]) -> list[dict[str, np.ndarray]]:
-    """The feeds of `model` from each calibration frame; a bad frame is refused with its path."""
-    inputs = model_inputs(model)
-    feeds = []
-    for path in paths:
-        try:
-            feeds.append(frame_feeds(read_frame(path), inputs))
-        except SparseLowerError as error:
-            raise SparseLowerError(f"calibration frame {path}: {error.reason}", fix=error.fix) from error
-    return feeds
 
 
 def int8_errors(float_model, quantized, paths, frames) -> list[list[str]]:

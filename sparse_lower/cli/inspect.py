@@ -10,8 +10,9 @@ from ..api import load
 from ..capacity import level_rows
 from ..costs import METHODS, cost_rows, layer_costs
 from ..errors import SparseLowerError
-from ..frames.files import find_frames, frame_feeds, model_inputs, read_frame
+from ..frames.files import find_frames, frames_feeds
 from ..importers import SECTION3, detect_format, format_title, import_model, nothing_to_lower
+from ..onnx_conventions import DEFAULT_DOMAIN_ALIAS
 from ..schemas import CONV_OPS, CUSTOM_DOMAIN, SOURCE_DOMAIN, conv_geometry
 from ..report import render
 from .table import op_counts
@@ -80,7 +81,7 @@ class Inspect:
         model = load(args.input)
         graph = model.graph
         initializers = {t.name for t in graph.initializer}
-        opsets = ", ".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in model.opset_import)
+        opsets = ", ".join(f"{o.domain or DEFAULT_DOMAIN_ALIAS}:{o.version}" for o in model.opset_import)
         print(f"model: {args.input} (IR {model.ir_version}, opsets {opsets})")
         print(render(["input", "type"], [[v.name, _shape(v)] for v in graph.input if v.name not in initializers]))
         print(render(["output", "type"], [[v.name, _shape(v)] for v in graph.output]))
@@ -111,8 +112,7 @@ class Inspect:
     def _levels(model: onnx.ModelProto, paths: list[str]) -> None:
         """The most active sites per level over the frames, and the capacity per level that holds them."""
         files = find_frames(paths)
-        inputs = model_inputs(model)
-        rows = level_rows(model, [frame_feeds(read_frame(path), inputs) for path in files])
+        rows = level_rows(model, frames_feeds(model, files))
         print(render(["level", "active sites (most, over the frames)"], [[level, f"{n:,}"] for level, n in enumerate(rows)]))
         capacities = ",".join(str(max(n, 1)) for n in rows)  # a level no frame reached still needs a valid capacity
         print(f"on these {len(files)} frames: --max-active {capacities} (add a margin for other frames)")

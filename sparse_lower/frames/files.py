@@ -123,6 +123,19 @@ def read_frame(path: Path) -> dict[str, np.ndarray]:
                                fix="write frames with numpy.savez(path, features=..., coords=...)") from error
 
 
+def frames_feeds(model: onnx.ModelProto, paths: list[Path]) -> list[dict[str, np.ndarray]]:
+    """Every frame of `paths` read and fed to `model`'s inputs, all at once (calibration, level counts); a
+    bad frame is refused with its path."""
+    inputs = model_inputs(model)
+    feeds = []
+    for path in paths:
+        try:
+            feeds.append(frame_feeds(read_frame(path), inputs))
+        except SparseLowerError as error:
+            raise SparseLowerError(f"frame {path}: {error.reason}", fix=error.fix) from error
+    return feeds
+
+
 def write_outputs(path: Path, outputs: dict[str, np.ndarray], compress: bool = False) -> None:
     """Write `outputs` to `path` whole: into a hidden file of the same folder (named uniquely, since several
     workers write into one folder; created with the user's umask like any file), renamed over `path`
