@@ -10,8 +10,8 @@ import onnx
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
 from ..api import load, lower
-from ..frames.files import find_frames, frames_feeds
 from ..errors import SparseLowerError
+from ..frames.files import find_frames, frames_feeds
 from ..importers import SECTION3, detect_format, format_title, import_model
 from ..lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS
 from ..passes.lower import run_hint
@@ -64,6 +64,10 @@ class Convert:
     --max-active) or the inputs of --inputs, and the largest error per output is printed; the exit
     status is 1 when an output differs by more than --tolerance (relative to the output's largest
     magnitude).
+
+    With --int8 --calibrate FRAMES (gpu target), the convs whose input rows stay >= 0 on the frames run
+    in 8 bits (IndexedConvInt8, calibrated on those frames), and the check measures the 8-bit model
+    against the float one on each frame instead: max relative error and SNR, with no pass or fail.
 
     example: sparse-lower convert model.onnx -o model.gpu.onnx --target gpu
     """
