@@ -15,7 +15,7 @@ import onnx
 
 from .api import lower
 from .errors import SparseLowerError
-from .model_io import load
+from .model_io import exposing, load
 from .runtime import create_session
 from .schemas import CONV_OPS, SOURCE_DOMAIN, coords_levels
 
@@ -31,12 +31,7 @@ def level_rows(model: onnx.ModelProto | str | os.PathLike, frames: list[dict]) -
         raise SparseLowerError("the levels are those of the model's sparse convs, and it has none (a lowered model, "
                                "or one not imported yet)", fix="give the model before lowering, imported if foreign")
     watched = list(dict.fromkeys([*(n.input[1] for n in convs), *(n.output[1] for n in convs)]))
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    returned = {o.name for o in probe.graph.output}
-    probe.graph.output.extend(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.INT64, None)
-                              for name in watched if name not in returned)
-    session = create_session(lower(probe, target="gpu"))
+    session = create_session(lower(exposing(model, watched, onnx.TensorProto.INT64), target="gpu"))
     rows = [0] * (1 + max([0, *levels.values()]))
     for feeds in frames:
         for name, value in zip(watched, session.run(watched, feeds)):

@@ -75,3 +75,16 @@ def fed_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     """The graph inputs a run must feed (older exporters also list initializers as inputs)."""
     initializers = {t.name for t in model.graph.initializer}
     return [v for v in model.graph.input if v.name not in initializers]
+
+
+def exposing(model: onnx.ModelProto, names, elem_type: int | None = None) -> onnx.ModelProto:
+    """A copy of `model` that also returns the values `names` (those it does not return already), to read
+    what a run computes inside it: calibration ranges, active sites per level, resolved types. Declared
+    as tensors of `elem_type`, or left untyped for onnxruntime to resolve (None)."""
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(model)
+    returned = {o.name for o in exposed.graph.output}
+    exposed.graph.output.extend(onnx.ValueInfoProto(name=name) if elem_type is None
+                                else onnx.helper.make_tensor_value_info(name, elem_type, None)
+                                for name in dict.fromkeys(names) if name not in returned)
+    return exposed

@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import helper
 
 from .api import lower
 from .errors import SparseLowerError
 from .importers import SECTION3, detect_format, import_model
-from .model_io import load
+from .model_io import exposing, load
 from .passes.check import CheckModel
 from .passes.manager import PassManager
 from .passes.quantize_convs import QuantizeConvs
@@ -42,12 +41,7 @@ def calibrate(lowered: onnx.ModelProto, frames: list[dict[str, np.ndarray]]) -> 
     """The input ranges of every IndexedConv of `lowered` over `frames` (feeds of the model's inputs)."""
     convs = [n for n in lowered.graph.node if n.op_type == "IndexedConv" and n.domain == CUSTOM_DOMAIN]
     rows = sorted({conv.input[0] for conv in convs})
-    probe = onnx.ModelProto()
-    probe.CopyFrom(lowered)
-    declared = {o.name for o in probe.graph.output}
-    probe.graph.output.extend(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
-                              for name in rows if name not in declared)
-    session = create_session(probe)
+    session = create_session(exposing(lowered, rows, onnx.TensorProto.FLOAT))
     top: dict[str, np.ndarray] = {}
     low: dict[str, float] = {}
     for feeds in frames:

@@ -16,22 +16,19 @@ import onnx
 import onnxruntime as ort
 
 import sparse_lower
+from sparse_lower.model_io import exposing
 from sparse_lower.models import CanonicalEmitter, NvidiaEmitter, sp_middle_resnet_fhd
 from sparse_lower.models.voxels import find_data, load_voxels
 from sparse_lower.report import render
+from sparse_lower.schemas import SOURCE_DOMAIN
 
 FRAMES = ("nuscenes_centerpoint_voxels.npz", "nuscenes_bevfusion_voxels.npz")
 
 
 def with_layer_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     """The model with every sparse conv's output coords exposed as graph outputs."""
-    exposed = onnx.ModelProto()
-    exposed.CopyFrom(model)
-    names = [(n.name, n.output[1]) for n in model.graph.node if n.domain == "sparse" and len(n.output) == 2]
-    present = {o.name for o in exposed.graph.output}
-    exposed.graph.output.extend(onnx.helper.make_tensor_value_info(c, onnx.TensorProto.INT64, [None, None])
-                                for _, c in names if c not in present)
-    return exposed, [n for n, _ in names]
+    names = [(n.name, n.output[1]) for n in model.graph.node if n.domain == SOURCE_DOMAIN and len(n.output) == 2]
+    return exposing(model, [c for _, c in names], onnx.TensorProto.INT64), [n for n, _ in names]
 
 
 def spconv_error(features, coords, grid, output) -> str:

@@ -21,6 +21,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 import sparse_lower
+from sparse_lower.model_io import exposing
 from sparse_lower.verify import relative_error, snr_db
 from int8_layers import int8_rounded
 from toolchain_table import FRAMES, frame, real_models
@@ -43,10 +44,7 @@ def conv_inputs(lowered: onnx.ModelProto) -> tuple[list[onnx.NodeProto], list[st
 
 def ranges(lowered: onnx.ModelProto, rows: list[str], frames: list[dict]) -> dict[str, np.ndarray]:
     """Per tensor of `rows`, the largest magnitude of each channel over `frames`."""
-    probe = onnx.ModelProto()
-    probe.CopyFrom(lowered)
-    probe.graph.output.extend(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None) for name in rows)
-    session = sparse_lower.create_session(probe)
+    session = sparse_lower.create_session(exposing(lowered, rows, onnx.TensorProto.FLOAT))
     found = [dict(zip(rows, session.run(rows, feeds))) for feeds in frames]
     if any(float(values[name].min()) < 0 for values in found for name in rows):
         raise SystemExit("a conv reads negative rows: this model needs signed activations")

@@ -9,8 +9,8 @@ from math import prod
 import onnx
 from onnx import helper
 
-from ..schemas import CUSTOM_DOMAIN
 from ..onnx_conventions import STANDARD_DOMAINS
+from ..schemas import CUSTOM_DOMAIN
 from .value_types import ValueTypes
 
 Shape = tuple[int, ...]

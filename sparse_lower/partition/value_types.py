@@ -14,6 +14,7 @@ import logging
 import onnx
 from onnx import TensorProto, helper
 
+from ..model_io import exposing
 from ..runtime import create_session
 
 log = logging.getLogger("sparse_lower.partition")
@@ -118,12 +119,8 @@ def _onnxruntime_types(model: onnx.ModelProto, names: list[str]) -> dict[str, on
     `[]`, which reads like a scalar. A model onnxruntime cannot load (unlowered `sparse` nodes, no
     library) yields nothing.
     """
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    declared = {value.name for value in probe.graph.output}
-    probe.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names if name not in declared)
     try:
-        session = create_session(probe)
+        session = create_session(exposing(model, names))
     except Exception as error:  # onnxruntime's own exception types derive from Exception only
         log.debug("onnxruntime could not resolve the types of %d values: %s", len(names), error)
         return {}

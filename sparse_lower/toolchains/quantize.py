@@ -28,6 +28,7 @@ import networkx as nx
 import numpy as np
 import onnx
 
+from ..model_io import exposing
 from ..partition import Partition
 from ..partition.segments import NodeGraph
 from ..runtime import create_session
@@ -89,11 +90,7 @@ def activation_ranges(model: onnx.ModelProto, samples: list[dict], products: lis
     products keep float outputs needs. onnxruntime's own calibrator would also keep every product's
     output, 27 partials of `[capacity, Cout]` per layer: tens of GB on a real frame."""
     wanted = activations_read(model, products)
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    del probe.graph.output[:]
-    probe.graph.output.extend(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None) for name in wanted)
-    session = create_session(probe)
+    session = create_session(exposing(model, wanted, onnx.TensorProto.FLOAT))
     ranges: dict[str, tuple] = {}
     for sample in samples:
         for name, value in zip(wanted, session.run(wanted, sample)):
