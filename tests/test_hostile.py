@@ -245,8 +245,8 @@ MALFORMED = {
         "Constant node (the lowering re-lays them out at compile time))" + VALIDATE),
     "bias fed as a graph input": (
         lambda: bias_as_graph_input(conv()),
-        "node 'bad_node': the bias 'B' are computed at run time; the lowering re-lays them out at compile time, "
-        "so store them as an initializer or a Constant node" + LOWER_GPU),
+        "node 'bad_node': the bias 'B' are computed at run time (fix: store the bias as an initializer or a "
+        "Constant node (the lowering re-lays them out at compile time))" + VALIDATE),
     "cycle through a standard node": (
         cycle_model,
         "node 'bad_node': the graph has a cycle: bad_node -> relu -> bad_node (fix: break the cycle (a recurrence "

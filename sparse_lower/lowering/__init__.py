@@ -1,16 +1,18 @@
-"""Lowering rules: one module per source op (rules/), written as match / check / rewrite, and the
-compute form each target gives a conv (gpu/, nna/). `rules(target, options)` assembles them."""
+"""Lowering: one rule per source op (rules/, written as match / check / rewrite), and the compute form
+each target gives a conv (gpu/, nna/, both behind compute.py's interface). `compute_policy(target,
+options)` says which form each conv gets; the pass (passes/lower.py) applies the rules with it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import onnx_graphsurgeon as gs
+
+from .compute import Compute
 from .context import LoweringContext, Options
 from .gpu import GpuCompute
 from .nna import COMBINES, LAYOUTS, NnaCompute
-from .rules.sparse_conv import SparseConvRule
-from .rules.sparse_deconv import SparseDeconvRule
-from .rules.submanifold_conv import SubmanifoldConvRule
-from .rules.to_dense import ToDenseRule
-from .rules.to_sparse import ToSparseRule
+from .rules import RULES, Refusal, Rule, rule_for
 
 TARGETS = ("gpu", "nna", "hybrid")
 STRATEGIES = ("auto", "unfold", "rulebook", "fused")
@@ -26,7 +28,7 @@ def _gpu_compute(strategy: str) -> GpuCompute:
     return GpuCompute("fused" if strategy == "auto" else strategy)
 
 
-def _policy(target: str, options: Options):
+def compute_policy(target: str, options: Options) -> Callable[[gs.Node, LoweringContext], Compute]:
     """Which compute form each conv gets. hybrid: the patent's sequence — the first sparse layer of
     every branch on the gpu path (it may read the dense input directly), the following layers on the
     nna path."""
@@ -39,12 +41,5 @@ def _policy(target: str, options: Options):
     return lambda node, ctx: nna if ctx.after_a_sparse_layer(node.inputs[0]) else gpu
 
 
-def rules(target: str, options: Options) -> list:
-    """The rules of `target`, in the order they are tried on a node. The boundary ops always take
-    the custom ops: an accelerator cannot look coordinates up."""
-    choose = _policy(target, options)
-    return [ToSparseRule(), SubmanifoldConvRule(choose), SparseConvRule(choose), SparseDeconvRule(choose),
-            ToDenseRule()]
-
-
-__all__ = ["COMBINES", "LAYOUTS", "STRATEGIES", "TARGETS", "LoweringContext", "Options", "rules"]
+__all__ = ["COMBINES", "LAYOUTS", "RULES", "STRATEGIES", "TARGETS", "LoweringContext", "Options", "Refusal", "Rule",
+           "compute_policy", "rule_for"]

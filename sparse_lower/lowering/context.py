@@ -1,4 +1,5 @@
-"""State shared by the lowering rules during one pass: the graph, the options, the shared-node cache,
+"""State shared by the lowering rules during one pass: the graph, the options, the target's policy of
+which compute form each conv gets, the shared-node cache,
 the dense sources left by ToSparse, the capacity-padded versions of feature rows, and the naming of
 new tensors.
 
@@ -9,6 +10,7 @@ cache is per pass, never global, and serves the gpu and nna layers of a hybrid m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,9 +46,12 @@ class Options:
 
 
 class LoweringContext:
-    def __init__(self, graph: gs.Graph, options: Options, levels: dict[str, int] | None = None):
+    """`compute_for(node)` is the compute form (lowering/compute.py) the target's policy gives a conv."""
+
+    def __init__(self, graph: gs.Graph, options: Options, compute_policy: Callable, levels: dict[str, int] | None = None):
         self.graph = graph
         self.options = options
+        self._policy = compute_policy
         self.dense_sources: dict[str, DenseSource] = {}
         self.padded: dict[str, gs.Tensor] = {}
         self.conv_outputs: set[str] = set()  # feature rows produced by lowered convs (for hybrid)
@@ -54,6 +59,9 @@ class LoweringContext:
         self._shared: dict[tuple, list[gs.Variable]] = {}
         self._constants: dict[str, gs.Constant] = {}
         self._names = UniqueNames([*graph.tensors(), *(n.name for n in graph.nodes)])
+
+    def compute_for(self, node: gs.Node):
+        return self._policy(node, self)
 
     def after_a_sparse_layer(self, tensor: gs.Tensor, seen: set | None = None) -> bool:
         """Whether `tensor` is computed from the output of an already lowered sparse conv."""

@@ -9,7 +9,6 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from ..errors import SparseLowerError
 from ..onnx_conventions import IR_VERSION
 
 

@@ -11,7 +11,7 @@ import onnx_graphsurgeon as gs
 
 from ..costs import layer_costs, record
 from ..errors import SparseLowerError
-from ..lowering import LoweringContext, Options, rules
+from ..lowering import LoweringContext, Options, compute_policy, rule_for
 from ..lowering.graph import deep_graph, export
 from ..onnx_conventions import OPSET
 from ..schemas import CUSTOM_DOMAIN, SOURCE_DOMAIN, coords_levels
@@ -33,7 +33,7 @@ def run_hint(model: str = "model") -> str:
 
 
 class LowerSparse:
-    """requires: validated source nodes; a default-domain opset the emitted ops exist in and onnx knows
+    """requires: source nodes every rule's check accepts (ValidateSourceOps); a default-domain opset the emitted ops exist in and onnx knows
     (a model importing none gets opset 17). ensures: no `sparse` node is left; the model imports the
     `sparse_lower` domain."""
 
@@ -59,16 +59,11 @@ class LowerSparse:
         graph = gs.import_onnx(model)
         with deep_graph(graph):
             graph.toposort()
-        ctx = LoweringContext(graph, self.options, coords_levels(model.graph))
-        rule_list = rules(self.target, self.options)
+        ctx = LoweringContext(graph, self.options, compute_policy(self.target, self.options), coords_levels(model.graph))
         for node in list(graph.nodes):
-            rule = next((r for r in rule_list if r.match(node)), None)
-            if rule is None:
-                continue
-            reason = rule.check(node, ctx)
-            if reason:
-                raise SparseLowerError(reason, node.name)
-            rule.rewrite(node, ctx)
+            rule = rule_for(node)
+            if rule is not None:
+                rule.rewrite(node, ctx)
         with deep_graph(graph):
             graph.cleanup().toposort()
         imports = [(CUSTOM_DOMAIN, 1)]

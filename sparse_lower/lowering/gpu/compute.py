@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ...schemas import ConvGeometry
+from ..compute import ConvParts
 from ..context import FLOAT, INT64, LoweringContext
 
 RULEBOOK_GROUPS = 4
@@ -43,19 +43,17 @@ class GpuCompute:
     def __init__(self, strategy: str):
         self.strategy = strategy
 
-    def emit(self, ctx: LoweringContext, base: str, geometry: ConvGeometry, source: gs.Tensor, dense: bool,
-             coords: gs.Tensor, nbr: gs.Tensor, out_coords: gs.Tensor, matrix: np.ndarray,
-             bias: np.ndarray | None, out_features: gs.Variable) -> None:
-        """Emit the strategy's nodes computing `out_features` (bias included)."""
-        if self.strategy == "fused" and not dense:
-            _fused(ctx, base, geometry, source, coords, nbr, matrix, bias, out_features)
+    def emit(self, ctx: LoweringContext, conv: ConvParts) -> None:
+        """Emit the strategy's nodes computing `conv.out_features` (bias included)."""
+        if self.strategy == "fused" and not conv.dense:
+            _fused(ctx, conv)
             return
-        gather = _Gather(ctx, base, source, [] if dense else [coords],
-                         {"spatial_shape": list(geometry.spatial_shape)} if dense else {})
+        gather = _Gather(ctx, conv.base, conv.source, [] if conv.dense else [conv.coords],
+                         {"spatial_shape": list(conv.geometry.spatial_shape)} if conv.dense else {})
         if self.strategy in ("rulebook", "fused"):
-            _rulebook(ctx, base, geometry, gather, dense, nbr, out_coords, matrix, bias, out_features)
+            _rulebook(ctx, conv, gather)
         else:
-            _unfold(ctx, base, gather, nbr, matrix, bias, out_features)
+            _unfold(ctx, conv, gather)
 
 
 class _Gather:
@@ -69,36 +67,31 @@ class _Gather:
         return gathered
 
 
-def _unfold(ctx: LoweringContext, base: str, gather: _Gather, nbr: gs.Tensor, matrix: np.ndarray,
-            bias: np.ndarray | None, out_features: gs.Variable) -> None:
-    cin_k, cout = matrix.shape
-    cols = gather(nbr, ("cols", FLOAT, [None, cin_k]))
-    rows_out = out_features if bias is None else ("rows", FLOAT, [None, cout])
-    (rows,) = ctx.standard("MatMul", base, [cols, ctx.constant(f"{base}/W", matrix)], [rows_out])
+def _unfold(ctx: LoweringContext, conv: ConvParts, gather: _Gather) -> None:
+    base, bias = conv.base, conv.bias
+    cols = gather(conv.nbr, ("cols", FLOAT, [None, conv.matrix.shape[0]]))
+    rows_out = conv.out_features if bias is None else ("rows", FLOAT, [None, conv.cout])
+    (rows,) = ctx.standard("MatMul", base, [cols, ctx.constant(f"{base}/W", conv.matrix)], [rows_out])
     if bias is not None:
-        ctx.standard("Add", base, [rows, ctx.constant(f"{base}/B", bias.astype(np.float32))], [out_features])
+        ctx.standard("Add", base, [rows, ctx.constant(f"{base}/B", bias.astype(np.float32))], [conv.out_features])
 
 
-def _fused(ctx: LoweringContext, base: str, geometry: ConvGeometry, source: gs.Tensor, coords: gs.Tensor,
-           nbr: gs.Tensor, matrix: np.ndarray, bias: np.ndarray | None, out_features: gs.Variable) -> None:
-    taps = geometry.volume
-    weights = ctx.constant(f"{base}/W", matrix.reshape(taps, matrix.shape[0] // taps, matrix.shape[1]))
-    bias_input = gs.Variable.empty() if bias is None else ctx.constant(f"{base}/B", bias.astype(np.float32))
-    ctx.add("IndexedConv", base, [source, nbr, weights, bias_input, coords], [out_features])
+def _fused(ctx: LoweringContext, conv: ConvParts) -> None:
+    base = conv.base
+    weights = ctx.constant(f"{base}/W", conv.matrix.reshape(conv.taps, conv.cin, conv.cout))
+    bias_input = gs.Variable.empty() if conv.bias is None else ctx.constant(f"{base}/B", conv.bias.astype(np.float32))
+    ctx.add("IndexedConv", base, [conv.source, conv.nbr, weights, bias_input, conv.coords], [conv.out_features])
 
 
-def _rulebook(ctx: LoweringContext, base: str, geometry: ConvGeometry, gather: _Gather, dense: bool,
-              nbr: gs.Tensor, out_coords: gs.Tensor, matrix: np.ndarray, bias: np.ndarray | None,
-              out_features: gs.Variable) -> None:
-    taps = geometry.volume
-    submanifold_rows = geometry.op_type == "SubmanifoldConv" and not dense
+def _rulebook(ctx: LoweringContext, conv: ConvParts, gather: _Gather) -> None:
+    base, bias, taps, cin, cout = conv.base, conv.bias, conv.taps, conv.cin, conv.cout
+    submanifold_rows = conv.geometry.op_type == "SubmanifoldConv" and not conv.dense
     skip = [(taps - 1) // 2] if submanifold_rows else []  # the centre tap of output row m reads row m
     groups = min(RULEBOOK_GROUPS, taps - len(skip))
     if groups == 0:  # a 1×1 submanifold conv: its table only checks the coords, which the unfold keeps
-        _unfold(ctx, base, gather, nbr, matrix, bias, out_features)
+        _unfold(ctx, conv, gather)
         return
-    cin, cout = matrix.shape[0] // taps, matrix.shape[1]
-    weights = matrix.reshape(taps, cin, cout)
+    weights = conv.matrix.reshape(taps, cin, cout)
     # What the first fold starts from: the centre tap's rows, the bias, or zeros.
     start = None if bias is None else ctx.constant(f"{base}/B", bias.astype(np.float32))
     if skip:
@@ -107,7 +100,7 @@ def _rulebook(ctx: LoweringContext, base: str, geometry: ConvGeometry, gather: _
                                 [("centre", FLOAT, [None, cout])])
     specs = [spec for g in range(groups) for spec in (
         (f"in_rows{g}", INT64, [None, None]), (f"out_rows{g}", INT64, [None, None]), (f"taps{g}", INT64, [None]))]
-    tables = ctx.table("Rulebook", base, [nbr], specs, {"groups": groups, **({"skip_taps": skip} if skip else {})})
+    tables = ctx.table("Rulebook", base, [conv.nbr], specs, {"groups": groups, **({"skip_taps": skip} if skip else {})})
     all_weights = ctx.constant(f"{base}/W", weights)
     axes = ctx.shared_constant("axes_2", np.array([2], np.int64))
     for g in range(groups):
@@ -119,5 +112,5 @@ def _rulebook(ctx: LoweringContext, base: str, geometry: ConvGeometry, gather: _
         gathered = gather(in_rows3, (f"gathered{g}", FLOAT, [None, None, cin]))
         (pairs,) = ctx.standard("MatMul", base, [gathered, group_weights], [(f"pairs{g}", FLOAT, [None, None, cout])])
         last = g == groups - 1
-        (start,) = ctx.add("IndexedFold", base, [pairs, out_rows, out_coords] + ([] if start is None else [start]),
-                           [out_features if last else (f"rows{g}", FLOAT, [None, cout])], {"mode": "rows"})
+        (start,) = ctx.add("IndexedFold", base, [pairs, out_rows, conv.out_coords] + ([] if start is None else [start]),
+                           [conv.out_features if last else (f"rows{g}", FLOAT, [None, cout])], {"mode": "rows"})

@@ -11,6 +11,8 @@ from ..weights import deconv_matrix
 
 class SparseDeconvRule(ConvRule):
     op_type = "SparseDeconv"
+    arity = (3, 5, 2)  # the fifth input: target_coords
+    transposed = True
 
     def table(self, ctx, node, base, geometry, coords, source):
         targets = optional_input(node, 4)

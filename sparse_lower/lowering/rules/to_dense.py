@@ -5,19 +5,26 @@ pair with the coords in the user's terms."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import onnx_graphsurgeon as gs
 
-from ...schemas import SOURCE_DOMAIN, to_dense_attributes
-from ..graph import declare, detach, node_proto
+from ...schemas import to_dense_attributes
 from ..context import FLOAT, INT64, LoweringContext
+from ..graph import declare, detach, node_proto
+from .checks import coords_refusals, features_refusals
+from .rule import Refusal, Rule
 
 
-class ToDenseRule:
-    def match(self, node: gs.Node) -> bool:
-        return node.domain == SOURCE_DOMAIN and node.op == "ToDense"
+class ToDenseRule(Rule):
+    op_type = "ToDense"
+    arity = (2, 2, 1)
+    required = ("features", "coords")
 
-    def check(self, node: gs.Node, ctx: LoweringContext) -> str | None:
-        return None
+    def refusals(self, node: gs.Node) -> Iterator[Refusal]:
+        boundary = to_dense_attributes(node_proto(node))
+        yield from features_refusals(node.inputs[0], None)
+        yield from coords_refusals(node.inputs[1], len(boundary.spatial_shape))
 
     def rewrite(self, node: gs.Node, ctx: LoweringContext) -> None:
         boundary = to_dense_attributes(node_proto(node))

@@ -4,19 +4,26 @@ dense-format method), and then the gather is unused and cleanup drops it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import onnx_graphsurgeon as gs
 
-from ...schemas import SOURCE_DOMAIN
-from ..graph import declare, detach
 from ..context import FLOAT, INT64, DenseSource, LoweringContext
+from ..graph import declare, detach
+from .checks import declared_shape
+from .rule import Refusal, Rule
 
 
-class ToSparseRule:
-    def match(self, node: gs.Node) -> bool:
-        return node.domain == SOURCE_DOMAIN and node.op == "ToSparse"
+class ToSparseRule(Rule):
+    op_type = "ToSparse"
+    arity = (1, 1, 2)
+    required = ("X",)
 
-    def check(self, node: gs.Node, ctx: LoweringContext) -> str | None:
-        return None
+    def refusals(self, node: gs.Node) -> Iterator[Refusal]:
+        shape = declared_shape(node.inputs[0])
+        if shape is not None and not 3 <= len(shape) <= 5:
+            yield Refusal(f"ToSparse input of rank {len(shape)}", "feed a dense [B, C, *S] tensor with 1 to 3 spatial "
+                                                                  "dimensions")
 
     def rewrite(self, node: gs.Node, ctx: LoweringContext) -> None:
         dense = ctx.float32(node.inputs[0])

@@ -1,0 +1,33 @@
+"""The `gather` combine (the default): append a zero column to each tap's partial output `P_k`, and
+`Gather` the column each output site reads through tap k (the zero column where it reads nothing), then
+`Add` over taps. No scatter, O(N) memory, and NaN/Inf propagate exactly as in the dense conv."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from ..compute import ConvParts
+from ..context import FLOAT, INT64, LoweringContext
+from .combine import Combine
+from .sites import Sizes, per_tap, row_count, sum_over_taps
+
+
+class GatherCombine(Combine):
+    needs_zero_row = True  # the column of outputs that read nothing through a tap
+
+    def __call__(self, ctx: LoweringContext, conv: ConvParts, nbr: gs.Tensor, partials: list[gs.Tensor],
+                 sizes: Sizes) -> gs.Tensor:
+        shape = self.layout.shape(conv.cout, sizes.outputs)
+        indices = self._tap_columns(ctx, nbr, row_count(ctx, conv.coords, sizes.inputs), conv.taps, sizes)
+        moved = [ctx.standard("Gather", f"{conv.base}/tap{k}", [partial, index], [("moved", FLOAT, shape)],
+                              {"axis": self.layout.axis})[0] for k, (partial, index) in enumerate(zip(partials, indices))]
+        return sum_over_taps(ctx, conv.base, moved, shape)
+
+    def _tap_columns(self, ctx, nbr, zero_column, taps, sizes: Sizes) -> list[gs.Tensor]:
+        """Per tap, the input column each output reads ([M] int64), N (the zero column) for none."""
+        zero = ctx.shared_constant("zero_scalar", np.array(0, np.int64))
+        (missing,) = ctx.table("Less", nbr.name, [nbr, zero], [("missing", np.bool_, nbr.shape)], {}, domain="")
+        (columns,) = ctx.table("Where", nbr.name, [missing, zero_column, nbr], [("columns", INT64, nbr.shape)], {},
+                               domain="")
+        return per_tap(ctx, columns, taps, 1, sizes.outputs)

@@ -1,0 +1,34 @@
+"""The lowering rules, one module per source op, each a `Rule` (rule.py): match / check / rewrite.
+
+    ToSparse         to_sparse.py         ActiveSites → IndexedUnfold
+    SubmanifoldConv  submanifold_conv.py  SubmanifoldMap → compute (gpu/ or nna/)
+    SparseConv       sparse_conv.py       StridedMap → compute
+    SparseDeconv     sparse_deconv.py     TransposedMap or TargetMap → compute
+    ToDense          to_dense.py          SiteIndex → IndexedFold
+
+The three convs share conv_rule.py; checks.py holds the refusals several rules share. The rules are
+the same for every target: which compute form a conv gets is the target's policy
+(LoweringContext.compute_for). The boundary ops always take the custom ops: an accelerator cannot
+look coordinates up.
+"""
+
+from __future__ import annotations
+
+import onnx_graphsurgeon as gs
+
+from .rule import Refusal, Rule
+from .sparse_conv import SparseConvRule
+from .sparse_deconv import SparseDeconvRule
+from .submanifold_conv import SubmanifoldConvRule
+from .to_dense import ToDenseRule
+from .to_sparse import ToSparseRule
+
+RULES: tuple[Rule, ...] = (ToSparseRule(), SubmanifoldConvRule(), SparseConvRule(), SparseDeconvRule(), ToDenseRule())
+
+
+def rule_for(node: gs.Node) -> Rule | None:
+    """The rule that lowers `node`, or None for a node no rule is about (standard ops, unknown ops)."""
+    return next((rule for rule in RULES if rule.match(node)), None)
+
+
+__all__ = ["RULES", "Refusal", "Rule", "rule_for"]
