@@ -21,7 +21,6 @@ from onnx import TensorProto, helper, numpy_helper
 import sparse_lower
 from foreign_graphs import one_conv, scatter_model
 from helpers import STRIDED, SUBM, model_with, to_dense_model, with_input, with_nodes
-from oracle import random_sparse
 from sparse_lower import SparseLowerError
 from sparse_lower.cli.main import main
 from sparse_lower.importers import import_model
@@ -44,7 +43,6 @@ def without_initializer(model, name):
     return model.graph.initializer.pop(index)
 
 
-
 def with_attribute(model, name, value, node=0, **kwargs):
     """Replace one attribute of a node (remove it where `value` is None)."""
     attrs = model.graph.node[node].attribute
@@ -53,7 +51,6 @@ def with_attribute(model, name, value, node=0, **kwargs):
     if value is not None:
         attrs.append(helper.make_attribute(name, value, **kwargs))
     return model
-
 
 
 def with_opsets(model, **versions):
@@ -143,13 +140,10 @@ def to_sparse_model(x_shape):
                              ir_version=10)
 
 
-
-
 def cycle_model():
     """bad_node reads the Relu of its own output as its features."""
     return with_nodes(renamed_input(model_with(), 0, "looped"),
                       helper.make_node("Relu", ["out_features"], ["looped"], name="relu"))
-
 
 
 # -- at lowering ------------------------------------------------------------------------------------
@@ -159,7 +153,6 @@ def refused(model, **options) -> str:
     with pytest.raises(SparseLowerError) as info:
         sparse_lower.lower(model, **options)
     return str(info.value)
-
 
 
 MALFORMED = {
@@ -287,7 +280,6 @@ MALFORMED = {
 def test_malformed_graphs_are_refused_naming_the_node(case):
     build, message = MALFORMED[case]
     assert refused(build()) == message
-
 
 
 ATTRIBUTES = {
@@ -426,15 +418,14 @@ def test_versions_sparse_lower_cannot_take_are_refused(case):
     assert refused(build(), target=target) == message
 
 
-def test_an_ir_version_newer_than_onnxruntime_reads_is_capped_and_runs(rng):
+def test_an_ir_version_newer_than_onnxruntime_reads_is_capped_and_runs(sparse_input):
     """onnxruntime 1.21, the oldest runtime supported, reads IR <= 10: a model of IR 13 (onnx knows it)
     is lowered to IR 10 rather than refused, and runs."""
     lowered = sparse_lower.lower(with_ir_version(model_with(), 13))
     assert lowered.ir_version == 10
-    features, coords = random_sparse(rng, 1, 3, (8, 8), count=10)
+    features, coords = sparse_input
     out_features, out_coords = sparse_lower.create_session(lowered).run(None, {"features": features, "coords": coords})
     assert out_features.shape == (10, 4) and np.array_equal(out_coords, coords)
-
 
 
 # -- at import ---------------------------------------------------------------------------------------
@@ -507,7 +498,6 @@ def test_foreign_files_with_missing_or_contradictory_attributes_are_refused(case
     with pytest.raises(SparseLowerError) as info:
         import_model(build())
     assert str(info.value) == message
-
 
 
 # -- on the command line -------------------------------------------------------------------------------

@@ -87,12 +87,6 @@ def coords_cast_in_the_graph(model):
                       first=True)
 
 
-@pytest.fixture
-def sparse_input(rng):
-    """10 unique active sites of one batch on the 8×8 grid, with 3 channels."""
-    return random_sparse(rng, 1, 3, (8, 8), count=10)
-
-
 # -- at run time -----------------------------------------------------------------------------------
 
 def test_int32_coords_are_refused_by_the_declared_type(sparse_input):
