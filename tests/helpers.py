@@ -64,12 +64,41 @@ def chain_model(S=(6, 8), batch=2):
 
 
 SUBM = {"kernel_shape": [3, 3], "spatial_shape": [8, 8]}
+STRIDED = {"kernel_shape": [2, 2], "strides": [2, 2], "spatial_shape": [8, 8]}
 
 
 def model_with(op_type="SubmanifoldConv", attrs=SUBM, cin=3, cout=4, ndim=2, target=False, rng=None):
+    """The single-node model of the refusal tests: node 'bad_node', inputs features [N, cin] and coords
+    [N, 1 + ndim] (and target_coords, with `target`), initializers W and B, outputs out_features and
+    out_coords."""
     model, _ = sparse_node_model(op_type, attrs, cin, cout, ndim, True, target, rng or np.random.default_rng(0),
                                  name="bad_node")
     return model
+
+
+def with_input(model, value_info):
+    """Replace the graph input of the same name."""
+    index = next(i for i, v in enumerate(model.graph.input) if v.name == value_info.name)
+    model.graph.input[index].CopyFrom(value_info)
+    return model
+
+
+def with_nodes(model, *nodes, first=False):
+    """Add nodes after (or, `first`, before) the existing ones."""
+    at = 0 if first else len(model.graph.node)
+    for offset, node in enumerate(nodes):
+        model.graph.node.insert(at + offset, node)
+    return model
+
+
+def to_dense_model(**attrs):
+    """ToDense 'out' of features [N, 2] and coords [N, 3] into Y."""
+    node = helper.make_node("ToDense", ["features", "coords"], ["Y"], name="out", domain="sparse", **attrs)
+    graph = helper.make_graph([node], "to_dense",
+                              [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", 2]),
+                               helper.make_tensor_value_info("coords", TensorProto.INT64, ["N", 3])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=OPSET_IMPORTS, ir_version=IR_VERSION)
 
 
 def sparse_lower_cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:

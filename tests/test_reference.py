@@ -4,19 +4,17 @@ the boundary ops, whole graphs with standard ops, and the refusals (SparseLowerE
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from conftest import DATA
 from oracle import (IR_VERSION, OPSET_IMPORTS, ConvConfig, assert_matches_oracle, dense_oracle, densify,
                     gather_sites, random_conv_config, random_sparse, sparse_node_model)
 from sparse_lower import reference
 from sparse_lower.errors import SparseLowerError
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def run_node(config: ConvConfig, rng, name="node"):
