@@ -94,7 +94,7 @@ class LoweringContext:
         """Append a node of the standard ONNX domain."""
         return self.add(op, base, inputs, outputs, attrs, domain="")
 
-    def table(self, op: str, base: str, inputs: list, outputs: list, attrs: dict,
+    def shared_node(self, op: str, base: str, inputs: list, outputs: list, attrs: dict,
               domain: str = CUSTOM_DOMAIN) -> list[gs.Variable]:
         """A node shared with every earlier request for the same op, inputs and attributes (index
         builders, casts): computed once however many layers read it."""
@@ -116,6 +116,6 @@ class LoweringContext:
         """The tensor as float32: float16 features are accepted and computed in float32 (docs/source_ops.md)."""
         if tensor.dtype != np.float16:
             return tensor
-        (cast,) = self.table("Cast", tensor.name, [tensor], [("float32", FLOAT, tensor.shape)],
-                             {"to": int(onnx.TensorProto.FLOAT)}, domain="")
+        (cast,) = self.shared_node("Cast", tensor.name, [tensor], [("float32", FLOAT, tensor.shape)],
+                                   {"to": int(onnx.TensorProto.FLOAT)}, domain="")
         return cast

@@ -85,8 +85,8 @@ def node_proto(node: gs.Node) -> onnx.NodeProto:
     return onnx.helper.make_node(node.op, [], [], name=node.name, domain=node.domain, **node.attrs)
 
 
-def export(graph: gs.Graph, like: onnx.ModelProto, drop_domains=(), add_domains=()) -> onnx.ModelProto:
-    """Export `graph` as a model carrying `like`'s IR version, metadata and opset imports, with the
+def model_like(graph: gs.Graph, like: onnx.ModelProto, drop_domains=(), add_domains=()) -> onnx.ModelProto:
+    """`graph` as a model carrying `like`'s IR version, metadata and opset imports, with the
     opset imports of `drop_domains` removed and `add_domains` ((domain, version) pairs) added.
 
     The IR version is kept rather than re-stamped, and capped at 10: onnx stamps newer ones than

@@ -21,7 +21,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from ..errors import SparseLowerError
-from ..lowering.graph import deep_graph, detach, export
+from ..lowering.graph import deep_graph, detach, model_like
 from ..onnx_conventions import is_standard
 from ..schemas import CUSTOM_DOMAIN
 
@@ -96,7 +96,7 @@ class FuseEpilogues:
             return model
         with deep_graph(graph):
             graph.cleanup().toposort()
-        return export(graph, model)
+        return model_like(graph, model)
 
     def ensures(self, model: onnx.ModelProto) -> None:
         readers: dict[str, list[onnx.NodeProto]] = {}

@@ -12,7 +12,7 @@ import onnx_graphsurgeon as gs
 from ..costs import layer_costs, record
 from ..errors import SparseLowerError
 from ..lowering import LoweringContext, Options, compute_policy, rule_for
-from ..lowering.graph import deep_graph, export
+from ..lowering.graph import deep_graph, model_like
 from ..onnx_conventions import OPSET
 from ..schemas import CUSTOM_DOMAIN, SOURCE_DOMAIN, coords_levels
 from ..version import VERSION
@@ -69,7 +69,7 @@ class LowerSparse:
         imports = [(CUSTOM_DOMAIN, 1)]
         if not any(o.domain == "" for o in model.opset_import):
             imports.append(("", OPSET))
-        lowered = export(graph, model, drop_domains=(SOURCE_DOMAIN,), add_domains=imports)
+        lowered = model_like(graph, model, drop_domains=(SOURCE_DOMAIN,), add_domains=imports)
         self._stamp(lowered, model)
         return lowered
 

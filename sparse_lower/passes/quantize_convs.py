@@ -19,7 +19,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from ..errors import SparseLowerError
-from ..lowering.graph import deep_graph, export
+from ..lowering.graph import deep_graph, model_like
 from ..schemas import CUSTOM_DOMAIN
 
 CODES = 255  # u8 activation codes
@@ -72,7 +72,7 @@ class QuantizeConvs:
                 self._rewrite(node, self.tops[node.name])
         with deep_graph(graph):
             graph.cleanup().toposort()
-        return export(graph, model)
+        return model_like(graph, model)
 
     @staticmethod
     def _rewrite(node: gs.Node, top: np.ndarray) -> None:

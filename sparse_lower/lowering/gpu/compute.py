@@ -100,13 +100,13 @@ def _rulebook(ctx: LoweringContext, conv: ConvParts, gather: _Gather) -> None:
                                 [("centre", FLOAT, [None, cout])])
     specs = [spec for g in range(groups) for spec in (
         (f"in_rows{g}", INT64, [None, None]), (f"out_rows{g}", INT64, [None, None]), (f"taps{g}", INT64, [None]))]
-    tables = ctx.table("Rulebook", base, [conv.nbr], specs, {"groups": groups, **({"skip_taps": skip} if skip else {})})
+    tables = ctx.shared_node("Rulebook", base, [conv.nbr], specs, {"groups": groups, **({"skip_taps": skip} if skip else {})})
     all_weights = ctx.constant(f"{base}/W", weights)
     axes = ctx.shared_constant("axes_2", np.array([2], np.int64))
     for g in range(groups):
         in_rows, out_rows, tap_ids = tables[3 * g: 3 * g + 3]
-        (in_rows3,) = ctx.table("Unsqueeze", base, [in_rows, axes], [(f"in_rows{g}_3", INT64, [None, None, 1])], {},
-                                domain="")
+        (in_rows3,) = ctx.shared_node("Unsqueeze", base, [in_rows, axes], [(f"in_rows{g}_3", INT64, [None, None, 1])], {},
+                                      domain="")
         (group_weights,) = ctx.standard("Gather", base, [all_weights, tap_ids], [(f"W{g}", FLOAT, [None, cin, cout])],
                                         {"axis": 0})
         gathered = gather(in_rows3, (f"gathered{g}", FLOAT, [None, None, cin]))

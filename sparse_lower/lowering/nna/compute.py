@@ -51,7 +51,7 @@ class NnaCompute:
         sizes = Sizes(inputs, outputs, inputs + zero_row if inputs else None)
         source = conv.source
         if not ctx.after_a_sparse_layer(source):  # the user's feeds: check that they pair with the coords
-            (source,) = ctx.table("PairRows", source.name, [source, conv.coords], [("paired", FLOAT, source.shape)], {})
+            (source,) = ctx.shared_node("PairRows", source.name, [source, conv.coords], [("paired", FLOAT, source.shape)], {})
         rows = padded_rows(ctx, source, inputs) if inputs else source
         nbr = conv.nbr
         if outputs:
@@ -80,8 +80,8 @@ class NnaCompute:
     def _with_zero_row(self, ctx, rows, cin, sizes: Sizes) -> gs.Tensor:
         """Rows [N, Cin] with a zero row appended, shared by every layer reading them."""
         pads = ctx.shared_constant("pads_one_row", np.array([0, 0, 1, 0], np.int64))
-        (extended,) = ctx.table("Pad", f"{rows.name}/zero_row", [rows, pads],
-                                [("with_zero_row", FLOAT, [sizes.columns, cin])], {}, domain="")
+        (extended,) = ctx.shared_node("Pad", f"{rows.name}/zero_row", [rows, pads],
+                                      [("with_zero_row", FLOAT, [sizes.columns, cin])], {}, domain="")
         return extended
 
     def _partials(self, ctx, conv: ConvParts, x, sizes: Sizes) -> list[gs.Tensor]:

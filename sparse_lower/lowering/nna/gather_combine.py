@@ -27,7 +27,7 @@ class GatherCombine(Combine):
     def _tap_columns(self, ctx, nbr, zero_column, taps, sizes: Sizes) -> list[gs.Tensor]:
         """Per tap, the input column each output reads ([M] int64), N (the zero column) for none."""
         zero = ctx.shared_constant("zero_scalar", np.array(0, np.int64))
-        (missing,) = ctx.table("Less", nbr.name, [nbr, zero], [("missing", np.bool_, nbr.shape)], {}, domain="")
-        (columns,) = ctx.table("Where", nbr.name, [missing, zero_column, nbr], [("columns", INT64, nbr.shape)], {},
-                               domain="")
+        (missing,) = ctx.shared_node("Less", nbr.name, [nbr, zero], [("missing", np.bool_, nbr.shape)], {}, domain="")
+        (columns,) = ctx.shared_node("Where", nbr.name, [missing, zero_column, nbr], [("columns", INT64, nbr.shape)], {},
+                                     domain="")
         return per_tap(ctx, columns, taps, 1, sizes.outputs)

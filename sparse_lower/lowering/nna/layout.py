@@ -29,11 +29,11 @@ class ImageLayout:
 
     def enter(self, ctx: LoweringContext, rows: gs.Tensor, cin: int, columns: int | None) -> gs.Tensor:
         """Rows [N, Cin] as the image [1, Cin, 1, N] the 1×1 convs read (shared by every layer reading them)."""
-        (transposed,) = ctx.table("Transpose", rows.name, [rows], [("features_t", FLOAT, [cin, columns])],
-                                  {"perm": [1, 0]}, domain="")
+        (transposed,) = ctx.shared_node("Transpose", rows.name, [rows], [("features_t", FLOAT, [cin, columns])],
+                                        {"perm": [1, 0]}, domain="")
         shape = ctx.shared_constant(f"shape_1_{cin}_1_-1", np.array([1, cin, 1, -1]))
-        (image,) = ctx.table("Reshape", transposed.name, [transposed, shape],
-                             [("image", FLOAT, self.shape(cin, columns))], {}, domain="")
+        (image,) = ctx.shared_node("Reshape", transposed.name, [transposed, shape],
+                                   [("image", FLOAT, self.shape(cin, columns))], {}, domain="")
         return image
 
     def multiply(self, ctx: LoweringContext, base: str, x: gs.Tensor, weight: np.ndarray, out) -> gs.Tensor:
@@ -44,15 +44,15 @@ class ImageLayout:
 
     def moved_by_matrix(self, ctx: LoweringContext, base: str, partial: gs.Tensor, matrix: gs.Tensor, out) -> gs.Tensor:
         """The partial [1, Cout, 1, N] through a scatter matrix S_k [M, N]: P_k · S_kᵀ."""
-        (transposed,) = ctx.table("Transpose", matrix.name, [matrix], [("S_kT", FLOAT, matrix.shape[::-1])],
-                                  {"perm": [1, 0]}, domain="")
+        (transposed,) = ctx.shared_node("Transpose", matrix.name, [matrix], [("S_kT", FLOAT, matrix.shape[::-1])],
+                                        {"perm": [1, 0]}, domain="")
         return ctx.standard("MatMul", base, [partial, transposed], [out])[0]
 
     def site_vector(self, ctx: LoweringContext, vector: gs.Tensor, dtype, sites) -> gs.Tensor:
         """A per-site vector [N] as [1, 1, 1, N], broadcasting over channels."""
         shape = ctx.shared_constant("shape_1_1_1_-1", np.array([1, 1, 1, -1]))
-        (image,) = ctx.table("Reshape", vector.name, [vector, shape], [("per_site", dtype, [1, 1, 1, sites])], {},
-                             domain="")
+        (image,) = ctx.shared_node("Reshape", vector.name, [vector, shape], [("per_site", dtype, [1, 1, 1, sites])], {},
+                                   domain="")
         return image
 
     def channel_vector(self, values: np.ndarray) -> np.ndarray:
@@ -86,8 +86,8 @@ class RowsLayout:
     def site_vector(self, ctx: LoweringContext, vector: gs.Tensor, dtype, sites) -> gs.Tensor:
         """A per-site vector [N] as [N, 1], broadcasting over channels."""
         shape = ctx.shared_constant("shape_-1_1", np.array([-1, 1]))
-        (column,) = ctx.table("Reshape", f"{vector.name}/rows", [vector, shape], [("per_site", dtype, [sites, 1])], {},
-                              domain="")
+        (column,) = ctx.shared_node("Reshape", f"{vector.name}/rows", [vector, shape], [("per_site", dtype, [sites, 1])], {},
+                                    domain="")
         return column
 
     def channel_vector(self, values: np.ndarray) -> np.ndarray:

@@ -22,11 +22,11 @@ class MatmulCombine(Combine):
     def __call__(self, ctx: LoweringContext, conv: ConvParts, nbr: gs.Tensor, partials: list[gs.Tensor],
                  sizes: Sizes) -> gs.Tensor:
         shape = self.layout.shape(conv.cout, sizes.outputs)
-        (matrices,) = ctx.table("ScatterMatrices", nbr.name, [nbr, column_rows(ctx, conv.coords, sizes)],
-                                [("S", FLOAT, [conv.taps, sizes.outputs, sizes.columns])], {})
+        (matrices,) = ctx.shared_node("ScatterMatrices", nbr.name, [nbr, column_rows(ctx, conv.coords, sizes)],
+                                      [("S", FLOAT, [conv.taps, sizes.outputs, sizes.columns])], {})
         moved = []
         for k, partial in enumerate(partials):
-            (chosen,) = ctx.table("Gather", f"{nbr.name}/tap{k}", [matrices, ctx.shared_constant(f"index_{k}", np.array(k))],
-                                  [("S_k", FLOAT, [sizes.outputs, sizes.columns])], {"axis": 0}, domain="")
+            (chosen,) = ctx.shared_node("Gather", f"{nbr.name}/tap{k}", [matrices, ctx.shared_constant(f"index_{k}", np.array(k))],
+                                        [("S_k", FLOAT, [sizes.outputs, sizes.columns])], {"axis": 0}, domain="")
             moved.append(self.layout.moved_by_matrix(ctx, f"{conv.base}/tap{k}", partial, chosen, ("moved", FLOAT, shape)))
         return sum_over_taps(ctx, conv.base, moved, shape)

@@ -65,9 +65,9 @@ def padded_rows(ctx: LoweringContext, rows: gs.Tensor, capacity: int) -> gs.Tens
 
 def pad_to_capacity(ctx: LoweringContext, tensor: gs.Tensor, capacity: int, fill, shape: list) -> gs.Tensor:
     """`tensor` grown along axis 0 to `capacity` rows of `fill`; shared per (tensor, capacity)."""
-    (pads,) = ctx.table("CapacityPads", tensor.name, [tensor], [("pads", INT64, [2 * len(shape)])],
-                        {"capacity": capacity})
+    (pads,) = ctx.shared_node("CapacityPads", tensor.name, [tensor], [("pads", INT64, [2 * len(shape)])],
+                              {"capacity": capacity})
     dtype = FLOAT if np.asarray(fill).dtype == np.float32 else INT64
     fill_value = ctx.shared_constant(f"fill_{np.asarray(fill).dtype}_{fill}", np.asarray(fill))
-    (padded,) = ctx.table("Pad", tensor.name, [tensor, pads, fill_value], [("padded", dtype, shape)], {}, domain="")
+    (padded,) = ctx.shared_node("Pad", tensor.name, [tensor, pads, fill_value], [("padded", dtype, shape)], {}, domain="")
     return padded

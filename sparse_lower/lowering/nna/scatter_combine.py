@@ -35,19 +35,19 @@ class ScatterCombine(Combine):
         """Per tap, the output column each input lands in, broadcast to the partial's shape as
         ScatterElements wants; M (the dump column) for inputs that feed nothing through that tap."""
         columns = sizes.columns
-        (inverse,) = ctx.table("InverseMap", nbr.name, [nbr, like], [("inverse", INT64, [taps, columns])], {})
+        (inverse,) = ctx.shared_node("InverseMap", nbr.name, [nbr, like], [("inverse", INT64, [taps, columns])], {})
         zero = ctx.shared_constant("zero_scalar", np.array(0, np.int64))
-        (missing,) = ctx.table("Less", inverse.name, [inverse, zero], [("missing", np.bool_, [taps, columns])], {},
-                               domain="")
-        (targets,) = ctx.table("Where", inverse.name, [missing, outputs, inverse], [("targets", INT64, [taps, columns])],
-                               {}, domain="")
+        (missing,) = ctx.shared_node("Less", inverse.name, [inverse, zero], [("missing", np.bool_, [taps, columns])], {},
+                                     domain="")
+        (targets,) = ctx.shared_node("Where", inverse.name, [missing, outputs, inverse], [("targets", INT64, [taps, columns])],
+                                     {}, domain="")
         channels = self.layout.shape(cout, 1)
         expand = ctx.shared_constant("expand_" + "_".join(map(str, channels)), np.array(channels, np.int64))
         indices = []
         for row in per_tap(ctx, targets, taps, 0, columns):
             placed = self.layout.site_vector(ctx, row, INT64, columns)
-            (broadcast,) = ctx.table("Expand", f"{placed.name}/{cout}", [placed, expand],
-                                     [("broadcast", INT64, self.layout.shape(cout, columns))], {}, domain="")
+            (broadcast,) = ctx.shared_node("Expand", f"{placed.name}/{cout}", [placed, expand],
+                                           [("broadcast", INT64, self.layout.shape(cout, columns))], {}, domain="")
             indices.append(broadcast)
         return indices
 
@@ -57,11 +57,11 @@ class ScatterCombine(Combine):
             shape = self.layout.shape(cout, sizes.outputs + 1)
             return ctx.shared_constant("zeros_" + "_".join(map(str, shape)), np.zeros(shape, np.float32))
         one = ctx.shared_constant("one_1", np.array([1], np.int64))
-        (columns,) = ctx.table("Add", outputs.name, [outputs, one], [("plus_one", INT64, [1])], {}, domain="")
+        (columns,) = ctx.shared_node("Add", outputs.name, [outputs, one], [("plus_one", INT64, [1])], {}, domain="")
         shape = self.layout.shape(cout, None)
         parts = [columns if d is None else ctx.shared_constant(f"dim_{d}", np.array([d], np.int64)) for d in shape]
-        (shape_tensor,) = ctx.table("Concat", f"{columns.name}/{self.layout.name}{cout}", parts,
-                                    [("shape", INT64, [len(shape)])], {"axis": 0}, domain="")
-        (zeros,) = ctx.table("ConstantOfShape", shape_tensor.name, [shape_tensor], [("zeros", FLOAT, shape)],
-                             {"value": gs.Constant("zero", np.zeros(1, np.float32))}, domain="")
+        (shape_tensor,) = ctx.shared_node("Concat", f"{columns.name}/{self.layout.name}{cout}", parts,
+                                          [("shape", INT64, [len(shape)])], {"axis": 0}, domain="")
+        (zeros,) = ctx.shared_node("ConstantOfShape", shape_tensor.name, [shape_tensor], [("zeros", FLOAT, shape)],
+                                   {"value": gs.Constant("zero", np.zeros(1, np.float32))}, domain="")
         return zeros

@@ -29,7 +29,7 @@ def row_count(ctx: LoweringContext, tensor: gs.Tensor, capacity: int | None = No
     (one Shape node per tensor, however many layers ask)."""
     if capacity:
         return ctx.shared_constant(f"capacity_{capacity}", np.array([capacity], np.int64))
-    (count,) = ctx.table("Shape", tensor.name, [tensor], [("count", INT64, [1])], {"start": 0, "end": 1}, domain="")
+    (count,) = ctx.shared_node("Shape", tensor.name, [tensor], [("count", INT64, [1])], {"start": 0, "end": 1}, domain="")
     return count
 
 
@@ -40,15 +40,15 @@ def column_rows(ctx: LoweringContext, coords: gs.Tensor, sizes: Sizes) -> gs.Ten
     if sizes.inputs:
         return ctx.shared_constant(f"rows_{sizes.columns}", np.zeros((sizes.columns, 0), np.int64))
     pads = ctx.shared_constant("pads_one_row", np.array([0, 0, 1, 0], np.int64))
-    (extended,) = ctx.table("Pad", f"{coords.name}/zero_row", [coords, pads], [("with_zero_row", INT64, [None, None])],
-                            {}, domain="")
+    (extended,) = ctx.shared_node("Pad", f"{coords.name}/zero_row", [coords, pads], [("with_zero_row", INT64, [None, None])],
+                                  {}, domain="")
     return extended
 
 
 def per_tap(ctx: LoweringContext, table: gs.Tensor, taps: int, axis: int, length: int | None) -> list[gs.Tensor]:
     """Slice k along `axis` of an int64 table ([length] each), one tensor per tap."""
-    return [ctx.table("Gather", f"{table.name}/tap{k}", [table, ctx.shared_constant(f"index_{k}", np.array(k))],
-                      [("tap", INT64, [length])], {"axis": axis}, domain="")[0] for k in range(taps)]
+    return [ctx.shared_node("Gather", f"{table.name}/tap{k}", [table, ctx.shared_constant(f"index_{k}", np.array(k))],
+                            [("tap", INT64, [length])], {"axis": axis}, domain="")[0] for k in range(taps)]
 
 
 def sum_over_taps(ctx: LoweringContext, base: str, moved: list[gs.Tensor], shape: list) -> gs.Tensor:
@@ -63,7 +63,7 @@ def valid_rows(ctx: LoweringContext, out_coords: gs.Tensor, capacity: int) -> gs
     """[capacity] float: 1 for the real output sites, 0 for the padding ones."""
     positions = ctx.shared_constant(f"range_{capacity}", np.arange(capacity, dtype=np.int64))
     count = row_count(ctx, out_coords)
-    (real,) = ctx.table("Less", f"{count.name}/valid", [positions, count], [("real", np.bool_, [capacity])], {},
-                        domain="")
-    (mask,) = ctx.table("Cast", real.name, [real], [("mask", FLOAT, [capacity])], {"to": 1}, domain="")
+    (real,) = ctx.shared_node("Less", f"{count.name}/valid", [positions, count], [("real", np.bool_, [capacity])], {},
+                              domain="")
+    (mask,) = ctx.shared_node("Cast", real.name, [real], [("mask", FLOAT, [capacity])], {"to": 1}, domain="")
     return mask

@@ -61,8 +61,8 @@ class ConvRule(Rule):
                        f"(sparse_lower.export does this for spconv modules)")
 
     @abstractmethod
-    def table(self, ctx: LoweringContext, node: gs.Node, base: str, geometry: ConvGeometry, coords: gs.Tensor,
-              source: str) -> tuple[gs.Tensor, gs.Tensor]:
+    def index_table(self, ctx: LoweringContext, node: gs.Node, base: str, geometry: ConvGeometry, coords: gs.Tensor,
+                    source: str) -> tuple[gs.Tensor, gs.Tensor]:
         """(output coords, neighbour table) of this conv."""
 
     @abstractmethod
@@ -80,7 +80,7 @@ class ConvRule(Rule):
         source_dense = ctx.dense_sources.get(features.name)
         if compute.reads_dense and source_dense is not None and source_dense.coords is coords:
             source, dense = source_dense.dense, True  # the dense-format method: unfold straight from X
-        out_coords, nbr = self.table(ctx, node, base, geometry, coords, "dense" if dense else "rows")
+        out_coords, nbr = self.index_table(ctx, node, base, geometry, coords, "dense" if dense else "rows")
         if node.outputs[1].name in ctx.levels:  # the output sites' level, under the name they now have
             ctx.levels[out_coords.name] = ctx.levels[node.outputs[1].name]
         conv = ConvParts(base, geometry, source, dense, coords, nbr, out_coords, matrix, bias, node.outputs[0])

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from .conv_rule import ConvRule
-from ..tables import strided_map
+from ..index_tables import strided_map
 from ..weights import conv_matrix
 
 
 class SparseConvRule(ConvRule):
     op_type = "SparseConv"
 
-    def table(self, ctx, node, base, geometry, coords, source):
+    def index_table(self, ctx, node, base, geometry, coords, source):
         return strided_map(ctx, base, geometry, coords, source)
 
     def matrix(self, weights):

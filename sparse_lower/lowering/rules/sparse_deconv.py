@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..graph import optional_input
 from .conv_rule import ConvRule
-from ..tables import target_map, transposed_map
+from ..index_tables import target_map, transposed_map
 from ..weights import deconv_matrix
 
 
@@ -14,7 +14,7 @@ class SparseDeconvRule(ConvRule):
     arity = (3, 5, 2)  # the fifth input: target_coords
     transposed = True
 
-    def table(self, ctx, node, base, geometry, coords, source):
+    def index_table(self, ctx, node, base, geometry, coords, source):
         targets = optional_input(node, 4)
         if targets is None:
             return transposed_map(ctx, base, geometry, coords, source)

@@ -4,14 +4,14 @@ the input coords tensor itself, and later layers on them share the table."""
 from __future__ import annotations
 
 from .conv_rule import ConvRule
-from ..tables import submanifold_map
+from ..index_tables import submanifold_map
 from ..weights import conv_matrix
 
 
 class SubmanifoldConvRule(ConvRule):
     op_type = "SubmanifoldConv"
 
-    def table(self, ctx, node, base, geometry, coords, source):
+    def index_table(self, ctx, node, base, geometry, coords, source):
         return coords, submanifold_map(ctx, base, geometry, coords, source)
 
     def matrix(self, weights):

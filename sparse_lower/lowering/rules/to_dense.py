@@ -38,8 +38,8 @@ class ToDenseRule(Rule):
                                 *boundary.spatial_shape])
         detach(node)
         if not ctx.after_a_sparse_layer(features):  # the user's feeds: check that they pair with the coords
-            (features,) = ctx.table("PairRows", features.name, [features, coords],
-                                    [("paired", FLOAT, features.shape)], {})
+            (features,) = ctx.shared_node("PairRows", features.name, [features, coords],
+                                          [("paired", FLOAT, features.shape)], {})
         grid = {"spatial_shape": list(boundary.spatial_shape), "batch_size": boundary.batch_size}
-        (sites,) = ctx.table("SiteIndex", base, [coords], [("sites", INT64, [None])], grid)
+        (sites,) = ctx.shared_node("SiteIndex", base, [coords], [("sites", INT64, [None])], grid)
         ctx.add("IndexedFold", base, [features, sites], [output], {"mode": "dense", **grid})

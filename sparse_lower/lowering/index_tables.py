@@ -1,4 +1,5 @@
-"""Requests for the index-builder custom ops, through the context's shared table cache."""
+"""The index-table builders a conv rule requests (StridedMap, SubmanifoldMap, TransposedMap, TargetMap),
+through the context's shared nodes: one table per coords and geometry, however many layers read it."""
 
 from __future__ import annotations
 
@@ -25,24 +26,24 @@ def _coords(geometry: ConvGeometry) -> tuple:
 
 
 def submanifold_map(ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, source: str):
-    (nbr,) = ctx.table("SubmanifoldMap", base, [coords], [_nbr(geometry)], _attrs(geometry, source))
+    (nbr,) = ctx.shared_node("SubmanifoldMap", base, [coords], [_nbr(geometry)], _attrs(geometry, source))
     return nbr
 
 
 def strided_map(ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, source: str):
-    out_coords, nbr = ctx.table("StridedMap", base, [coords], [_coords(geometry), _nbr(geometry)],
-                                _attrs(geometry, source, "strides", "pads"))
+    out_coords, nbr = ctx.shared_node("StridedMap", base, [coords], [_coords(geometry), _nbr(geometry)],
+                                      _attrs(geometry, source, "strides", "pads"))
     return out_coords, nbr
 
 
 def transposed_map(ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, source: str):
-    out_coords, nbr = ctx.table("TransposedMap", base, [coords], [_coords(geometry), _nbr(geometry)],
-                                _attrs(geometry, source, "strides", "pads", "output_padding"))
+    out_coords, nbr = ctx.shared_node("TransposedMap", base, [coords], [_coords(geometry), _nbr(geometry)],
+                                      _attrs(geometry, source, "strides", "pads", "output_padding"))
     return out_coords, nbr
 
 
 def target_map(ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, targets: gs.Tensor,
                source: str):
-    (nbr,) = ctx.table("TargetMap", base, [coords, targets], [_nbr(geometry)],
-                       _attrs(geometry, source, "strides", "pads", "output_padding"))
+    (nbr,) = ctx.shared_node("TargetMap", base, [coords, targets], [_nbr(geometry)],
+                             _attrs(geometry, source, "strides", "pads", "output_padding"))
     return nbr
