@@ -1,11 +1,12 @@
 // ActiveSites: the sites of a dense [B, C, *S] tensor where any channel is non-zero, sorted.
+#include "index/active_sites.h"
+
 #include <algorithm>
 
 #include "common/coords.h"
 #include "common/parallel.h"
 #include "common/status.h"
 #include "common/tensor.h"
-#include "index/index_ops.h"
 
 namespace sparse_lower {
 

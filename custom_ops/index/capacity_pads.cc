@@ -1,10 +1,11 @@
 // CapacityPads: the pads [0, ..., 0, capacity - N, 0, ..., 0] of a Pad that grows axis 0 of x to capacity.
+#include "index/capacity_pads.h"
+
 #include <algorithm>
 
 #include "common/attributes.h"
 #include "common/status.h"
 #include "common/tensor.h"
-#include "index/nna_tables.h"
 
 namespace sparse_lower {
 

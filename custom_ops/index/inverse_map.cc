@@ -1,16 +1,17 @@
 // InverseMap: inv[k, i] = the output row m with nbr[m, k] = i, or -1 where none.
+#include "index/inverse_map.h"
+
 #include <algorithm>
 
 #include "common/parallel.h"
 #include "common/status.h"
 #include "common/tensor.h"
 #include "index/neighbour_table.h"
-#include "index/nna_tables.h"
 
 namespace sparse_lower {
 
 void InverseMap::Compute(const Ort::KernelContext& ctx) const {
-  const NeighbourTable nbr = ReadNeighbourTable(ctx);
+  const NeighbourTable nbr = NeighbourTable::ReadWithLike(ctx);
   int64_t* inv = AllocateOutput<int64_t>(ctx, 0, {nbr.taps, nbr.inputs});
   // One task per tap, writing only its own row of inv: a second read of the same input through the
   // same tap meets the first one's entry, without a race and whatever the scheduling.

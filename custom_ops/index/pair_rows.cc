@@ -1,12 +1,13 @@
 // PairRows: features as they are, after checking that they pair row by row with the coords. The nna
 // target computes on the features with standard ops that cannot fail, and builds its index tables from
 // the coords alone; this is where a features/coords mismatch in the user's feeds is caught.
+#include "index/pair_rows.h"
+
 #include <algorithm>
 
 #include "common/parallel.h"
 #include "common/status.h"
 #include "common/tensor.h"
-#include "index/nna_tables.h"
 
 namespace sparse_lower {
 

@@ -5,6 +5,8 @@
 // fullest one (a submanifold conv's centre tap has all M rows, while the nuScenes frames fill 11–88 %
 // of the other taps), which wastes as much as the unfold does; a few groups sized from the actual counts
 // waste a few per cent.
+#include "index/rulebook.h"
+
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -13,7 +15,7 @@
 #include "common/parallel.h"
 #include "common/status.h"
 #include "common/tensor.h"
-#include "index/index_ops.h"
+#include "index/neighbour_table.h"
 
 namespace sparse_lower {
 namespace {
@@ -57,86 +59,93 @@ std::vector<int64_t> RunStarts(const std::vector<int64_t>& counts, int64_t group
   return starts;
 }
 
-}  // namespace
+// nbr's rows in blocks of `grain`: pass 1 counts each tap's pairs block by block, pass 2 places them.
+struct RowBlocks {
+  int64_t grain;
+  int64_t count;
+  int64_t Begin(int64_t block) const { return block * grain; }
+  int64_t End(int64_t block, int64_t rows) const { return std::min(rows, (block + 1) * grain); }
+};
 
-Rulebook::Rulebook(const Ort::ConstKernelInfo& info)
-    : groups_(IntAttribute(info, "groups").value_or(1)),
-      skip_taps_(IntsAttribute(info, "skip_taps").value_or(std::vector<int64_t>{})) {
-  if (groups_ < 1 || groups_ > kMaxGroups) Fail("attribute 'groups' = ", groups_, " must lie in [1, ", kMaxGroups, "]");
-  for (const int64_t k : skip_taps_) {
-    if (k < 0) Fail("attribute 'skip_taps' holds ", k, ": taps are ≥ 0");
-  }
-  if (static_cast<int64_t>(info.GetOutputCount()) != 3 * groups_) {
-    Fail("a rulebook of ", groups_, " groups has ", 3 * groups_, " outputs (in_rows, out_rows, taps per group), the node has ",
-         info.GetOutputCount());
-  }
-}
+// Per tap, the pairs (nbr[m, k] ≥ 0) in all, and where each block's first pair of the tap goes: after
+// those of the blocks before it, so that pass 2 writes ascending m without a race.
+struct PairCounts {
+  std::vector<int64_t> total;  // [taps]
+  std::vector<int64_t> next;   // [blocks, taps]
+};
 
-void Rulebook::Compute(const Ort::KernelContext& ctx) const {
-  const Input<int64_t> nbr = ReadInput<int64_t>(ctx, 0);
-  if (nbr.Rank() != 2) Fail("nbr must have shape [M, K], got ", List(nbr.shape));
-  const int64_t rows = nbr.shape[0];
-  const int64_t taps = nbr.shape[1];
-  for (const int64_t k : skip_taps_) {
-    if (k >= taps) Fail("attribute 'skip_taps' holds ", k, ", but nbr has ", taps, " taps");
-  }
-  const int64_t grain = Grain(taps);
-  const int64_t blocks = BlockCount(rows, grain);
-
-  // Pass 1, per block of rows: the pair count of every tap.
-  std::vector<int64_t> next(static_cast<size_t>(blocks * taps), 0);
-  ParallelBlocks(ctx, blocks, [&](int64_t block) {
-    int64_t* count = next.data() + block * taps;
-    for (int64_t m = block * grain; m < std::min(rows, (block + 1) * grain); ++m) {
-      for (int64_t k = 0; k < taps; ++k) {
-        const int64_t row = nbr.data[m * taps + k];
-        if (row < -1) Fail("nbr[", m, ", ", k, "] = ", row, " is neither a row index nor -1");
-        count[k] += row >= 0;
-      }
+// Pass 1, per block of rows: the pair count of every tap, checking every entry of nbr; then the offsets.
+PairCounts CountPairs(const Ort::KernelContext& ctx, const NeighbourTable& nbr, const RowBlocks& blocks) {
+  const int64_t taps = nbr.taps;
+  PairCounts counts{std::vector<int64_t>(static_cast<size_t>(taps), 0),
+                    std::vector<int64_t>(static_cast<size_t>(blocks.count * taps), 0)};
+  ParallelBlocks(ctx, blocks.count, [&](int64_t block) {
+    int64_t* count = counts.next.data() + block * taps;
+    for (int64_t m = blocks.Begin(block); m < blocks.End(block, nbr.rows); ++m) {
+      for (int64_t k = 0; k < taps; ++k) count[k] += nbr.At(m, k) >= 0;
     }
   });
-  // Each block writes a tap's pairs after those of the blocks before it: ascending m, no race.
-  std::vector<int64_t> total(static_cast<size_t>(taps), 0);
-  for (int64_t block = 0; block < blocks; ++block) {
+  for (int64_t block = 0; block < blocks.count; ++block) {
     for (int64_t k = 0; k < taps; ++k) {
-      const int64_t count = next[block * taps + k];
-      next[block * taps + k] = total[k];
-      total[k] += count;
+      const int64_t count = counts.next[block * taps + k];
+      counts.next[block * taps + k] = counts.total[k];
+      counts.total[k] += count;
     }
   }
+  return counts;
+}
 
-  // The taps with pairs, not skipped, fullest first (ties by tap); then the groups.
+// The taps with pairs and not skipped, fullest first (ties by tap), and where each non-empty group
+// starts among them.
+struct TapGroups {
+  std::vector<int64_t> order;   // the taps
+  std::vector<int64_t> counts;  // their pair counts, descending
+  std::vector<int64_t> starts;  // [filled]: the groups after these stay empty
+};
+
+TapGroups GroupTaps(const std::vector<int64_t>& total, const std::vector<int64_t>& skip_taps, int64_t groups) {
+  const auto taps = static_cast<int64_t>(total.size());
   std::vector<bool> skipped(static_cast<size_t>(taps), false);
-  for (const int64_t k : skip_taps_) skipped[k] = true;
-  std::vector<int64_t> order;
+  for (const int64_t k : skip_taps) skipped[k] = true;
+  TapGroups grouped;
   for (int64_t k = 0; k < taps; ++k) {
-    if (total[k] > 0 && !skipped[k]) order.push_back(k);
+    if (total[k] > 0 && !skipped[k]) grouped.order.push_back(k);
   }
+  std::vector<int64_t>& order = grouped.order;
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return total[a] > total[b]; });
   const auto used = static_cast<int64_t>(order.size());
-  const int64_t filled = std::min(groups_, used);  // the groups after these stay empty
-  std::vector<int64_t> counts(order.size());
-  std::transform(order.begin(), order.end(), counts.begin(), [&](int64_t k) { return total[k]; });
-  std::vector<int64_t> starts(static_cast<size_t>(filled));
+  const int64_t filled = std::min(groups, used);
+  grouped.counts.resize(order.size());
+  std::transform(order.begin(), order.end(), grouped.counts.begin(), [&](int64_t k) { return total[k]; });
+  grouped.starts.resize(static_cast<size_t>(filled));
   if (filled == used) {
-    std::iota(starts.begin(), starts.end(), int64_t{0});
+    std::iota(grouped.starts.begin(), grouped.starts.end(), int64_t{0});
   } else {
-    starts = RunStarts(counts, filled);
+    grouped.starts = RunStarts(grouped.counts, filled);
   }
+  return grouped;
+}
 
-  // Allocate each group's outputs; each member tap's rows, in ascending tap order, are its placement.
-  struct Placement {
-    int64_t* in_rows = nullptr;
-    int64_t* out_rows = nullptr;
-    int64_t pairs = 0;
-  };
+// Where a tap's pairs go: its row of its group's in_rows and out_rows, `pairs` wide (null: not placed).
+struct Placement {
+  int64_t* in_rows = nullptr;
+  int64_t* out_rows = nullptr;
+  int64_t pairs = 0;
+};
+
+// Allocates each of the `groups` groups' outputs; each member tap's rows, in ascending tap order, are its
+// placement.
+std::vector<Placement> AllocateGroups(const Ort::KernelContext& ctx, const TapGroups& grouped, int64_t groups,
+                                      int64_t taps) {
+  const auto used = static_cast<int64_t>(grouped.order.size());
+  const auto filled = static_cast<int64_t>(grouped.starts.size());
   std::vector<Placement> placement(static_cast<size_t>(taps));
-  for (int64_t g = 0; g < groups_; ++g) {
-    const int64_t begin = g < filled ? starts[g] : used;
-    const int64_t end = g + 1 < filled ? starts[g + 1] : used;
-    std::vector<int64_t> members(order.begin() + begin, order.begin() + end);
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t begin = g < filled ? grouped.starts[g] : used;
+    const int64_t end = g + 1 < filled ? grouped.starts[g + 1] : used;
+    std::vector<int64_t> members(grouped.order.begin() + begin, grouped.order.begin() + end);
     std::sort(members.begin(), members.end());
-    const int64_t width = members.empty() ? 0 : counts[begin];
+    const int64_t width = members.empty() ? 0 : grouped.counts[begin];
     const auto size = static_cast<int64_t>(members.size());
     int64_t* in_rows = AllocateOutput<int64_t>(ctx, 3 * g, {size, width});
     int64_t* out_rows = AllocateOutput<int64_t>(ctx, 3 * g + 1, {size, width});
@@ -145,13 +154,18 @@ void Rulebook::Compute(const Ort::KernelContext& ctx) const {
       placement[members[a]] = Placement{in_rows + a * width, out_rows + a * width, width};
     }
   }
+  return placement;
+}
 
-  // Pass 2: place the pairs, then pad every tap to its group's width.
-  ParallelBlocks(ctx, blocks, [&](int64_t block) {
+// Pass 2: every placed tap's pairs at the positions pass 1 counted (`next`, advanced here).
+void PlacePairs(const Ort::KernelContext& ctx, const NeighbourTable& nbr, const RowBlocks& blocks,
+                std::vector<int64_t>& next, const std::vector<Placement>& placement) {
+  const int64_t taps = nbr.taps;
+  ParallelBlocks(ctx, blocks.count, [&](int64_t block) {
     int64_t* position = next.data() + block * taps;
-    for (int64_t m = block * grain; m < std::min(rows, (block + 1) * grain); ++m) {
+    for (int64_t m = blocks.Begin(block); m < blocks.End(block, nbr.rows); ++m) {
       for (int64_t k = 0; k < taps; ++k) {
-        const int64_t row = nbr.data[m * taps + k];
+        const int64_t row = nbr.data[m * taps + k];  // checked in pass 1
         const Placement& place = placement[k];
         if (row < 0 || place.in_rows == nullptr) continue;
         const int64_t slot = position[k]++;
@@ -160,7 +174,12 @@ void Rulebook::Compute(const Ort::KernelContext& ctx) const {
       }
     }
   });
-  ParallelFor(ctx, taps, 1, [&](int64_t begin, int64_t end) {
+}
+
+// Every placed tap's rows past its pairs, up to its group's width, set to -1.
+void PadTaps(const Ort::KernelContext& ctx, const std::vector<int64_t>& total,
+             const std::vector<Placement>& placement) {
+  ParallelFor(ctx, static_cast<int64_t>(placement.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       const Placement& place = placement[k];
       if (place.in_rows == nullptr) continue;
@@ -168,6 +187,37 @@ void Rulebook::Compute(const Ort::KernelContext& ctx) const {
       std::fill(place.out_rows + total[k], place.out_rows + place.pairs, -1);
     }
   });
+}
+
+}  // namespace
+
+Rulebook::Rulebook(const Ort::ConstKernelInfo& info)
+    : groups_(IntAttribute(info, "groups").value_or(1)),
+      skip_taps_(IntsAttribute(info, "skip_taps").value_or(std::vector<int64_t>{})) {
+  if (groups_ < 1 || groups_ > kMaxGroups) {
+    Fail("attribute 'groups' = ", groups_, " must lie in [1, ", kMaxGroups, "]");
+  }
+  for (const int64_t k : skip_taps_) {
+    if (k < 0) Fail("attribute 'skip_taps' holds ", k, ": taps are ≥ 0");
+  }
+  if (static_cast<int64_t>(info.GetOutputCount()) != 3 * groups_) {
+    Fail("a rulebook of ", groups_, " groups has ", 3 * groups_,
+         " outputs (in_rows, out_rows, taps per group), the node has ", info.GetOutputCount());
+  }
+}
+
+void Rulebook::Compute(const Ort::KernelContext& ctx) const {
+  const NeighbourTable nbr = NeighbourTable::Read(ctx);
+  for (const int64_t k : skip_taps_) {
+    if (k >= nbr.taps) Fail("attribute 'skip_taps' holds ", k, ", but nbr has ", nbr.taps, " taps");
+  }
+  const int64_t grain = Grain(nbr.taps);
+  const RowBlocks blocks{grain, BlockCount(nbr.rows, grain)};
+  PairCounts counts = CountPairs(ctx, nbr, blocks);
+  const TapGroups grouped = GroupTaps(counts.total, skip_taps_, groups_);
+  const std::vector<Placement> placement = AllocateGroups(ctx, grouped, groups_, nbr.taps);
+  PlacePairs(ctx, nbr, blocks, counts.next, placement);
+  PadTaps(ctx, counts.total, placement);
 }
 
 }  // namespace sparse_lower

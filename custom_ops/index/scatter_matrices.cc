@@ -1,4 +1,6 @@
 // ScatterMatrices: S[k, m, i] = 1 where nbr[m, k] = i, else 0.
+#include "index/scatter_matrices.h"
+
 #include <algorithm>
 #include <string>
 
@@ -7,7 +9,6 @@
 #include "common/status.h"
 #include "common/tensor.h"
 #include "index/neighbour_table.h"
-#include "index/nna_tables.h"
 
 namespace sparse_lower {
 namespace {
@@ -32,7 +33,7 @@ ScatterMatrices::ScatterMatrices(const Ort::ConstKernelInfo& info)
 }
 
 void ScatterMatrices::Compute(const Ort::KernelContext& ctx) const {
-  const NeighbourTable nbr = ReadNeighbourTable(ctx);
+  const NeighbourTable nbr = NeighbourTable::ReadWithLike(ctx);
   CheckSize(nbr, max_bytes_);
   float* s = AllocateOutput<float>(ctx, 0, {nbr.taps, nbr.rows, nbr.inputs});
   // One task per row S[k, m, :]: its zeros and its one 1 (if any) are written by that task alone.

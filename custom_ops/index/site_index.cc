@@ -1,10 +1,11 @@
 // SiteIndex: linear sites of coordinates in a dense [batch_size, C, *spatial_shape] tensor.
+#include "index/site_index.h"
+
 #include <algorithm>
 
 #include "common/attributes.h"
 #include "common/status.h"
 #include "common/tensor.h"
-#include "index/index_ops.h"
 
 namespace sparse_lower {
 
