@@ -7,12 +7,12 @@
 """
 
 from . import reference
-from .api import lower
+from .api import lower, partition
 from .errors import SparseLowerError
 from .export import export
 from .frames import run_frames
 from .importers import import_model
-from .partition import Partition, partition
+from .partition import Partition
 from .quantize import quantize
 from .runtime import create_session, get_library_path
 from .version import VERSION as __version__

@@ -1,18 +1,23 @@
-"""The public compiler entry point, `lower` (README: Python)."""
+"""The public compiler entry points: `lower` (README: Python), and `partition`, the graph partitioner
+with the lowering's cost table in its summary (README: Partitioning)."""
 
 from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 
 import numpy as np
 import onnx
 
 from .errors import SparseLowerError, SparseLowerWarning
 from .importers import SECTION3, detect_format, format_title, nothing_to_lower
+from .layer_costs import method_report
 from .model_io import load
 from .lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS, Options
+from .partition import DEFAULT_DEVICES, Partition, Predicate
+from .partition import partition as partition_graph
 from .passes.check import CheckModel, check_model
 from .passes.fuse_epilogues import FuseEpilogues
 from .passes.lower import LowerSparse
@@ -90,3 +95,12 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
         raise SparseLowerError(reason, fix="export the sparse layers in one of the recognised forms, or run a "
                                            "dense model with onnxruntime as it is")
     return lowered
+
+
+def partition(model: onnx.ModelProto | str | os.PathLike, devices: Sequence[str] = DEFAULT_DEVICES,
+              support: Mapping[str, Predicate] | None = None, static_shapes: bool = True) -> Partition:
+    """The partitioner of sparse_lower/partition/ (devices, support, static_shapes: README: Partitioning),
+    whose summary then also gives each sparse layer's MACs per lowering method (layer_costs.method_report) at
+    `summary(active)` sites, by default the model's assumed ones (active_sites.py)."""
+    model = load(model)
+    return partition_graph(model, devices, support, static_shapes, layer_table=partial(method_report, model))

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 
 from . import reference
+from .active_sites import DEFAULT_ACTIVE
 from .errors import SparseLowerError
 from .model_io import fed_inputs
 from .runtime import create_session
@@ -60,7 +61,7 @@ def _symbols(value: onnx.ValueInfoProto) -> list:
     return [d.dim_param if d.HasField("dim_param") else None for d in value.type.tensor_type.shape.dim]
 
 
-def example_inputs(model: onnx.ModelProto, rng: np.random.Generator, active: int = 500,
+def example_inputs(model: onnx.ModelProto, rng: np.random.Generator, active: int = DEFAULT_ACTIVE,
                    batch: int = 2) -> dict[str, np.ndarray]:
     """Random inputs for every graph input: unique coords inside each declared grid (in at most `batch`
     batches, and no more than any ToDense holds), features with the declared channels, dense inputs

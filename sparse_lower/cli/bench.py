@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-class Bench:
+class BenchCommand:
     """Run the benchmark suite and write results.json, results.md and plots to --out.
 
     Cases: single sparse layers (SubM 3^3 16->16 and 64->64, SparseConv 3^3 s2 16->32, SparseDeconv

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
+from ..active_sites import assumed_active
 from ..api import load, lower
 from ..errors import SparseLowerError
 from ..frames.files import find_frames, frames_feeds
@@ -19,10 +20,9 @@ from ..quantize import quantize
 from ..runtime import create_session
 from ..verify import compare, example_inputs, given_inputs, relative_error, snr_db
 from ..report import render
+from .active import add_active_argument
 from .status import Status
 from .table import before_after
-
-DEFAULT_ACTIVE = 500
 
 
 def capacities(text: str) -> int | tuple[int, ...]:
@@ -40,7 +40,7 @@ def _spelled(capacity) -> str:
     return ",".join(map(str, capacity)) if isinstance(capacity, tuple) else str(capacity)
 
 
-class Convert:
+class ConvertCommand:
     """Lower the sparse convolutions of an ONNX model for a target.
 
     Reads IN (section-3 source ops, docs/source_ops.md, or an NVIDIA Lidar_AI_Solution, AIMET or
@@ -94,8 +94,7 @@ class Convert:
         parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                             help="compare the reference and the lowered model (default: on)")
         parser.add_argument("--inputs", help=".npz of inputs for the verification (default: random)")
-        parser.add_argument("--active", type=int,
-                            help=f"active sites per random input (default {DEFAULT_ACTIVE}, at most --max-active)")
+        add_active_argument(parser)
         parser.add_argument("--seed", type=int, default=0, help="seed of the random verification inputs")
         parser.add_argument("--tolerance", type=float, default=1e-4,
                             help="largest error allowed, relative to the largest output value (default 1e-4)")
@@ -174,7 +173,9 @@ class Convert:
         if args.inputs:
             return compare(source, lowered, given_inputs(source, dict(np.load(args.inputs)), args.inputs))
         first = args.max_active[0] if isinstance(args.max_active, tuple) else args.max_active  # the inputs' level
-        active = args.active or min(DEFAULT_ACTIVE, first or DEFAULT_ACTIVE)
+        active = args.active or assumed_active(source)
+        if not args.active and first:
+            active = min(active, first)  # the default fits the capacity of the inputs' level
         while True:
             feeds = example_inputs(source, np.random.default_rng(args.seed), active=active)
             try:

@@ -51,7 +51,7 @@ def save_bev_picture(dense: np.ndarray, path: Path) -> Path:
     return path
 
 
-class Demo:
+class DemoCommand:
     """Run CenterPoint's sparse backbone on a real nuScenes LiDAR frame, from an NVIDIA-format export.
 
     Builds SpMiddleResNetFHD (det3d, 5 voxel features, BatchNorm folded, deterministic weights) as

@@ -6,15 +6,17 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..active_sites import assumed_active
 from ..api import load
 from ..capacity import level_rows
-from ..costs import METHODS, cost_rows, layer_costs
 from ..errors import SparseLowerError
 from ..frames.files import find_frames, frames_feeds
 from ..importers import SECTION3, detect_format, format_title, import_model, nothing_to_lower
+from ..layer_costs import layer_costs, method_table
 from ..onnx_conventions import DEFAULT_DOMAIN_ALIAS
 from ..schemas import CONV_OPS, CUSTOM_DOMAIN, SOURCE_DOMAIN, conv_geometry
 from ..report import render
+from .active import add_active_argument
 from .table import op_counts
 
 
@@ -44,7 +46,7 @@ def sparse_layers(model: onnx.ModelProto) -> list[list]:
     return rows
 
 
-class Inspect:
+class InspectCommand:
     """Describe an ONNX model: inputs, outputs, op counts, sparse layers, costs and parameters.
 
     Works on source models (lists every SubmanifoldConv / SparseConv / SparseDeconv with its kernel,
@@ -54,9 +56,10 @@ class Inspect:
     imported model's layers.
 
     The cost table gives each sparse conv's multiply-accumulates (millions) per method at --active N
-    sites (outputs taken as N too): gpu unfold M*K*Cin*Cout; nna 1x1 convs K*N*Cin*Cout plus the
-    combine (matmul K*M*N*Cout, patent method 1; scatter K*N*Cout, method 2; gather K*M*Cout); dense
-    conv of the whole grid B*Hout*Wout*K*Cin*Cout.
+    sites (outputs taken as N too; by default the model's max_active for its first level, else 500):
+    gpu unfold M*K*Cin*Cout; nna 1x1 convs K*N*Cin*Cout plus the combine (matmul K*M*N*Cout, patent
+    method 1; scatter K*N*Cout, method 2; gather K*M*Cout); dense conv of the whole grid
+    B*Hout*Wout*K*Cin*Cout.
 
     --frames runs the model (gpu target) on the given frames and prints the active sites of every level
     (level 0: the input sites; each SparseConv's outputs start the next; a SparseDeconv goes back to its
@@ -71,7 +74,7 @@ class Inspect:
     @staticmethod
     def add_arguments(parser):
         parser.add_argument("input", help="ONNX model")
-        parser.add_argument("--active", type=int, default=1000, help="active sites for the cost table")
+        add_active_argument(parser)
         parser.add_argument("--batch", type=int, default=1, help="batch for the dense cost")
         parser.add_argument("--frames", nargs="+", metavar="FRAME",
                             help=".npz frames (features, coords) or folders of them: the active sites of every "
@@ -96,8 +99,9 @@ class Inspect:
                           "grid out", "params"], layers))
         costs = layer_costs(model)
         if costs:
-            print(f"MACs (millions) at {args.active:,} active sites, batch {args.batch}:")
-            print(render(["sparse layer", "op", *METHODS], cost_rows(costs, args.active, args.batch)))
+            active = args.active or assumed_active(model)
+            print(f"MACs (millions) at {active:,} active sites, batch {args.batch}:")
+            print(method_table(costs, active, args.batch))
         custom = [n for n in graph.node if n.domain == CUSTOM_DOMAIN]
         if custom:
             print(render(["custom op", "inputs", "outputs"],

@@ -1,4 +1,5 @@
-"""`sparse-lower`: one small class per subcommand; its docstring is the help."""
+"""`sparse-lower`: one small class per subcommand (`ConvertCommand` for `convert`, ...); its docstring
+is the help."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
 from .. import __version__
 from ..errors import SparseLowerError, SparseLowerWarning
-from .bench import Bench
-from .convert import Convert
-from .demo import Demo
-from .inspect import Inspect
-from .partition import Partition
-from .run import Run
+from .bench import BenchCommand
+from .convert import ConvertCommand
+from .demo import DemoCommand
+from .inspect import InspectCommand
+from .partition import PartitionCommand
+from .run import RunCommand
 
-COMMANDS = (Convert, Inspect, Partition, Run, Demo, Bench)
+COMMANDS = (ConvertCommand, InspectCommand, PartitionCommand, RunCommand, DemoCommand, BenchCommand)
 
 
 def parser() -> argparse.ArgumentParser:

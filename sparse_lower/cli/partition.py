@@ -7,15 +7,17 @@ from pathlib import Path
 
 import numpy as np
 
+from ..api import partition
 from ..errors import SparseLowerError
-from ..partition import DEFAULT_DEVICES, partition
+from ..partition import DEFAULT_DEVICES
 from ..report import render
 from ..runtime import create_session
 from ..toolchains import TOOLCHAINS, compile_partition
 from ..verify import given_inputs, relative_error
+from .active import add_active_argument
 
 
-class Partition:
+class PartitionCommand:
     """Cut a lowered ONNX model into device segments and write one model per segment.
 
     Every node goes to the first device of --devices that can run it:
@@ -35,7 +37,9 @@ class Partition:
     where it comes from and which segments read it), and with --picture picture.png (the segments in
     one lane per device). The table printed lists per segment its ops, multiply-accumulates and the
     bytes crossing in and out ("?" where shapes are dynamic; --inputs runs the segments on an .npz
-    of graph inputs to measure them and checks the outputs equal the unpartitioned model's).
+    of graph inputs to measure them and checks the outputs equal the unpartitioned model's), then
+    each sparse layer's multiply-accumulates per lowering method at --active sites (by default the
+    model's max_active for its first level, else 500).
 
     --for TOOLCHAIN also compiles every nna segment with an accelerator toolchain (onnxruntime, openvino,
     tvm, rknn, tflite; each but onnxruntime a pip extra: docs/toolchains.md) and writes its artifact
@@ -61,8 +65,7 @@ class Partition:
         parser.add_argument("--dynamic", action="store_true",
                             help="let the nna take tensors with symbolic shapes (static_shapes=False)")
         parser.add_argument("--picture", action="store_true", help="also draw picture.png (needs matplotlib)")
-        parser.add_argument("--active", type=int, help="active sites for the per-layer cost table "
-                            "(default: the model's max_active)")
+        add_active_argument(parser)
         parser.add_argument("--inputs", help=".npz of graph inputs: run the segments and compare")
         parser.add_argument("--for", dest="toolchain", choices=list(TOOLCHAINS),
                             help="compile the nna segments with this accelerator toolchain")

@@ -11,7 +11,7 @@ from ..lowering import TARGETS
 from .status import Status
 
 
-class Run:
+class RunCommand:
     """Run a model over many frames and write every frame's outputs.
 
     FRAMES are .npz files with 'features' [N, C] and 'coords' [N, 1+D] (batch first), as in

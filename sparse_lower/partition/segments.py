@@ -127,6 +127,16 @@ class NodeGraph:
     def node(self, name: str) -> onnx.NodeProto:
         return self.nodes[self.index[name]]
 
+    def data_reads(self, index: int) -> list[tuple[str, int | None]]:
+        """The values node `index` reads that flow between nodes, each with the node producing it (None
+        for a graph input); initializers and replicated constants, embedded where read, left out."""
+        return [(name, self.producer.get(name)) for name in self.reads[index]
+                if name not in self.initializers and name not in self.constants]
+
+    def producer_of(self, name: str) -> int | None:
+        """The node that produces a value, None for a graph input or an initializer."""
+        return self.producer.get(name)
+
     def constants_read(self, indices: Iterable[int]) -> list[int]:
         """The replicated `Constant` nodes that the given nodes read, in model order."""
         return sorted({self.constants[name] for i in indices for name in self.reads[i] if name in self.constants})
@@ -236,9 +246,7 @@ def cut(graph: NodeGraph, assignment: dict[int, str]) -> list[Segment]:
         members = segments.nodes[s]["members"]
         inside = set(members)
         produced = {name for i in members for name in graph.nodes[i].output if name}
-        inputs = dict.fromkeys(name for i in members for name in graph.reads[i]
-                               if name not in produced and name not in graph.initializers
-                               and name not in graph.constants)
+        inputs = dict.fromkeys(name for i in members for name, _ in graph.data_reads(i) if name not in produced)
         outputs = dict.fromkeys(name for i in members for name in graph.nodes[i].output if name and (
             name in graph_outputs or any(r not in inside for r in graph.readers.get(name, ()))))
         result.append(Segment(index, segments.nodes[s]["device"], tuple(graph.names[i] for i in members),

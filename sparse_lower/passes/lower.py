@@ -9,8 +9,8 @@ from dataclasses import asdict
 import onnx
 import onnx_graphsurgeon as gs
 
-from ..costs import layer_costs, record
 from ..errors import SparseLowerError
+from ..layer_costs import layer_costs, record
 from ..lowering import LoweringContext, Options, compute_policy, rule_for
 from ..lowering.graph import deep_graph, model_like
 from ..onnx_conventions import OPSET

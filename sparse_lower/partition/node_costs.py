@@ -1,21 +1,32 @@
-"""What a segment costs: multiply-accumulates of its compute nodes and bytes of the tensors crossing
-into and out of it. Shapes come from the type oracle where static, else from the last run."""
+"""What any ONNX node costs: multiply-accumulates of a node, bytes of a tensor, and the concrete shapes
+a run makes known, for the segment reports (reports.py). Shapes come from the type oracle where
+static, else from what the last run saw. It knows ONNX ops and the library's custom ops, not how a
+graph was lowered (the lowering's own cost model is sparse_lower/layer_costs.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from math import prod
 
 import onnx
 from onnx import helper
 
-from ..onnx_conventions import STANDARD_DOMAINS
-from ..schemas import CUSTOM_DOMAIN
+from ..onnx_conventions import CUSTOM_DOMAIN, STANDARD_DOMAINS
 from .value_types import ValueTypes
 
 Shape = tuple[int, ...]
 INDEXED_CONVS = ("IndexedConv", "IndexedConvInt8")
 ShapeOf = Callable[[str], "Shape | None"]
+
+
+@dataclass
+class Seen:
+    """What a run saw: the shapes and bytes of every segment input and output, and the shapes of the
+    values custom ops produce inside segments (probed, since ONNX shape inference cannot see them)."""
+
+    shapes: dict[str, Shape] = field(default_factory=dict)
+    nbytes: dict[str, int] = field(default_factory=dict)
 
 
 def _attribute(node: onnx.NodeProto, name: str, default: int) -> int:

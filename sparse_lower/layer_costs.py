@@ -1,5 +1,7 @@
-"""Multiply-accumulates of each sparse conv layer under each lowering method (the patent's cost
-equations), so a user can see what a target and combine method cost before running anything.
+"""The lowering's cost model: multiply-accumulates of each sparse conv layer under each lowering
+method (the patent's cost equations), so a user can see what a target and combine method cost before
+running anything (`inspect`'s table, and `sparse_lower.partition`'s summary, which hands it to the
+partitioner: the partitioner knows no lowering).
 
 With N active input sites, M output sites, K taps, Cin → Cout channels:
 
@@ -22,6 +24,8 @@ from math import prod
 
 import onnx
 
+from .active_sites import assumed_active
+from .report import render
 from .schemas import CONV_OPS, SOURCE_DOMAIN, conv_geometry
 
 METADATA_KEY = "sparse_lower.layers"
@@ -72,7 +76,18 @@ def record(model: onnx.ModelProto, layers: list[LayerCost]) -> None:
                                         METADATA_KEY: json.dumps([asdict(layer) for layer in layers])})
 
 
-def cost_rows(layers: list[LayerCost], active: int, batch: int = 1) -> list[list]:
-    """Table rows: layer, op, then MACs per method (in millions) at `active` sites (M = N)."""
-    return [[layer.name, layer.op_type,
+def method_table(layers: list[LayerCost], active: int, batch: int = 1) -> str:
+    """A table: per layer its name, op, then MACs per method (in millions) at `active` sites (M = N)."""
+    rows = [[layer.name, layer.op_type,
              *(f"{value / 1e6:,.1f}" for value in layer.macs(active, batch=batch).values())] for layer in layers]
+    return render(["sparse layer", "op", *METHODS], rows)
+
+
+def method_report(model: onnx.ModelProto, active: int | None = None) -> str | None:
+    """The sparse layers' `method_table` under its heading, at `active` sites (default: the model's
+    `assumed_active`); None for a model without sparse layers. What a partition's summary appends."""
+    layers = layer_costs(model)
+    if not layers:
+        return None
+    active = active or assumed_active(model)
+    return f"sparse layers, MACs (millions) per method at {active:,} active sites:\n{method_table(layers, active)}"
