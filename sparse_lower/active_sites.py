@@ -13,8 +13,9 @@ import json
 
 import onnx
 
+from .onnx_conventions import OPTIONS_KEY
+
 DEFAULT_ACTIVE = 500
-OPTIONS_KEY = "sparse_lower.options"  # the lowering's options, which the lowering records in the model
 
 
 def recorded_capacity(model: onnx.ModelProto) -> int | None:

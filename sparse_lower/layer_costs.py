@@ -25,10 +25,10 @@ from math import prod
 import onnx
 
 from .active_sites import assumed_active
+from .onnx_conventions import LAYERS_KEY
 from .report import render
 from .schemas import CONV_OPS, SOURCE_DOMAIN, conv_geometry
 
-METADATA_KEY = "sparse_lower.layers"
 METHODS = ("gpu", "matmul", "scatter", "gather", "dense")
 
 
@@ -54,7 +54,7 @@ class LayerCost:
 
 def layer_costs(model: onnx.ModelProto) -> list[LayerCost]:
     """The sparse conv layers of a source model, or those recorded in a lowered model's metadata."""
-    recorded = next((p.value for p in model.metadata_props if p.key == METADATA_KEY), None)
+    recorded = next((p.value for p in model.metadata_props if p.key == LAYERS_KEY), None)
     if recorded is not None:
         return [LayerCost(**layer) for layer in json.loads(recorded)]
     weights = {t.name: list(t.dims) for t in model.graph.initializer}
@@ -73,7 +73,7 @@ def layer_costs(model: onnx.ModelProto) -> list[LayerCost]:
 def record(model: onnx.ModelProto, layers: list[LayerCost]) -> None:
     """Write the layers into the model's metadata (what `layer_costs` reads back)."""
     onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props},
-                                        METADATA_KEY: json.dumps([asdict(layer) for layer in layers])})
+                                        LAYERS_KEY: json.dumps([asdict(layer) for layer in layers])})
 
 
 def method_table(layers: list[LayerCost], active: int, batch: int = 1) -> str:

@@ -10,6 +10,9 @@
 * Opset: `OPSET` (17) for the default domain of every model the package writes, and the version an
   import converts older exports to (the imported forms need opset 13 or later: Reshape with a shape
   input, …).
+* Metadata: the keys of `metadata_props` the package writes, all under "sparse_lower.": what produced a
+  lowered model and with which options, how to run it, its sparse layers for the cost report, and an
+  imported model's report of what the import did.
 """
 
 from __future__ import annotations
@@ -20,6 +23,12 @@ DEFAULT_DOMAIN_ALIAS = "ai.onnx"
 STANDARD_DOMAINS = ("", DEFAULT_DOMAIN_ALIAS)
 IR_VERSION = 10
 OPSET = 17
+
+VERSION_KEY = "sparse_lower.version"  # the package version that lowered the model
+OPTIONS_KEY = "sparse_lower.options"  # the lowering's target and options (JSON)
+RUNTIME_KEY = "sparse_lower.runtime"  # how to run the lowered model (its custom ops need the library)
+LAYERS_KEY = "sparse_lower.layers"  # the source model's sparse layers, for the cost report (JSON)
+IMPORT_KEY = "sparse_lower.import"  # an imported model's report of what the import did (JSON)
 
 
 def is_standard(domain: str | None) -> bool:

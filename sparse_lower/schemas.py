@@ -16,7 +16,6 @@ from onnx import helper
 
 from .errors import SparseLowerError
 from .onnx_conventions import CUSTOM_DOMAIN, SOURCE_DOMAIN  # noqa: F401  (re-exported: most modules read them here)
-IMPORT_METADATA = "sparse_lower.import"  # an imported model's report of what the import did (JSON)
 CONV_OPS = ("SubmanifoldConv", "SparseConv", "SparseDeconv")
 BOUNDARY_OPS = ("ToSparse", "ToDense")
 SOURCE_OPS = CONV_OPS + BOUNDARY_OPS

@@ -14,7 +14,8 @@ from .active_sites import DEFAULT_ACTIVE
 from .errors import SparseLowerError
 from .model_io import fed_inputs
 from .runtime import create_session
-from .schemas import CONV_OPS, IMPORT_METADATA, SOURCE_DOMAIN, conv_geometry, to_dense_attributes
+from .onnx_conventions import IMPORT_KEY
+from .schemas import CONV_OPS, SOURCE_DOMAIN, conv_geometry, to_dense_attributes
 
 _NP = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
        onnx.TensorProto.INT64: np.int64}
@@ -53,7 +54,7 @@ def random_coords(rng: np.random.Generator, count: int, batch: int, grid) -> np.
 def _described_coords(model: onnx.ModelProto) -> dict[str, dict]:
     """The coordinate inputs an imported model's metadata describes (columns, extents): a format whose
     coordinates reach the sparse layers through standard ops (Autoware's) says so there."""
-    report = next((p.value for p in model.metadata_props if p.key == IMPORT_METADATA), None)
+    report = next((p.value for p in model.metadata_props if p.key == IMPORT_KEY), None)
     return json.loads(report).get("coords", {}) if report else {}
 
 

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import SparseLowerError, SparseLowerWarning
 from ..names import UniqueNames
-from ..schemas import IMPORT_METADATA, SOURCE_DOMAIN
+from ..onnx_conventions import IMPORT_KEY, SOURCE_DOMAIN
 from ..spconv_rules import LEAKY_RELU_ALPHA
 
 
@@ -199,7 +199,7 @@ class Translation:
         arithmetic, and gets the float network it was calibrated on."""
         if self.quantization:
             self.note("", f"an INT8 export ({len(self.quantization)} nodes carry ranges): computed in float32 from "
-                          f"the stored weights; the ranges are kept, unused, in the metadata '{IMPORT_METADATA}' "
+                          f"the stored weights; the ranges are kept, unused, in the metadata '{IMPORT_KEY}' "
                           f"under 'quantization'")
         outputs = list(self.source.graph.output)
         for value in outputs:  # onnx.checker requires a shape on every graph output
@@ -229,7 +229,7 @@ class Translation:
         model.producer_version = self.source.producer_version
         model.doc_string = self.source.doc_string
         helper.set_model_props(model, {**{p.key: p.value for p in self.source.metadata_props},
-                                       IMPORT_METADATA: json.dumps(self.report())})
+                                       IMPORT_KEY: json.dumps(self.report())})
         return model
 
     def report(self) -> dict:

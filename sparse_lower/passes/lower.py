@@ -13,7 +13,7 @@ from ..errors import SparseLowerError
 from ..layer_costs import layer_costs, record
 from ..lowering import LoweringContext, Options, compute_policy, rule_for
 from ..lowering.graph import deep_graph, model_like
-from ..onnx_conventions import OPSET
+from ..onnx_conventions import OPSET, OPTIONS_KEY, RUNTIME_KEY, VERSION_KEY
 from ..schemas import CUSTOM_DOMAIN, SOURCE_DOMAIN, coords_levels
 from ..version import VERSION
 
@@ -78,9 +78,9 @@ class LowerSparse:
         not registered functions), and its sparse layers for the cost report."""
         options = {"target": self.target, **asdict(self.options)}
         onnx.helper.set_model_props(lowered, {**{p.key: p.value for p in lowered.metadata_props},
-                                              "sparse_lower.version": VERSION,
-                                              "sparse_lower.options": json.dumps(options),
-                                              "sparse_lower.runtime": run_hint()})
+                                              VERSION_KEY: VERSION,
+                                              OPTIONS_KEY: json.dumps(options),
+                                              RUNTIME_KEY: run_hint()})
         record(lowered, layer_costs(source))
 
     def ensures(self, model: onnx.ModelProto) -> None:
