@@ -19,12 +19,8 @@ STRATEGIES = ("auto", "unfold", "rulebook", "fused")
 
 
 def _gpu_compute(strategy: str) -> GpuCompute:
-    """The gpu compute form. `auto` is `fused` (measured by `sparse-lower bench`): like the rulebook
-    it multiplies only the pairs that exist, where the unfold multiplies K per output (1.6–3.6× the
-    pairs on the real frames, up to 8× for strided and transposed convs), and it moves no `[pairs, C]`
-    matrix through memory between a gather, a MatMul and a fold. Over the rulebook it took the
-    CenterPoint backbone from 601 to 416 ms on 2 threads. A conv reading a dense input gets the
-    rulebook (see GpuCompute)."""
+    """The gpu compute form. `auto` is `fused`, the fastest on every real layer `sparse-lower bench`
+    measures (why: gpu/compute.py). A conv reading a dense input gets the rulebook (see GpuCompute)."""
     return GpuCompute("fused" if strategy == "auto" else strategy)
 
 

@@ -23,7 +23,10 @@ Why the rulebook's groups: real LiDAR neighbourhoods fill 10–90 % of a tap's r
 across taps. One batch padded to the fullest tap (or the unfold's K full taps) multiplies 1.6–3.6× the
 existing pairs on the nuScenes frames; four groups sized at run time from the actual counts multiply
 1.03–1.04× (`sparse-lower bench`: the rulebook is then 1.3–7× faster than the unfold on every real
-layer, and more groups only add nodes).
+layer, and more groups only add nodes). Why `fused` is the default (`auto`): like the rulebook it
+multiplies only the pairs that exist, and it moves no `[pairs, C]` matrix through memory between a
+gather, a MatMul and a fold (over the rulebook: the CenterPoint backbone from 601 to 416 ms on 2
+threads).
 """
 
 from __future__ import annotations
