@@ -1,5 +1,5 @@
 """`Partition`, what the partitioner returns: the segments in execution order, each exportable as its
-own ONNX model (export.py) with the manifest that connects them, and runnable in order in onnxruntime.
+own ONNX model (segment_files.py) with the manifest that connects them, and runnable in order in onnxruntime.
 Its summary and pictures are made by reports.py and picture.py from what it holds; a per-layer table
 the caller knows (the lowering's MACs per method, from sparse_lower.partition) comes in as `layer_table`.
 """
@@ -18,7 +18,7 @@ from onnx import helper, numpy_helper
 from ..errors import SparseLowerError
 from ..onnx_conventions import STANDARD_DOMAINS
 from ..runtime import create_session
-from . import export, picture, reports
+from . import picture, reports, segment_files
 from .node_costs import Seen
 from .segments import NodeGraph, Segment
 from .value_types import ValueTypes
@@ -58,11 +58,11 @@ class Partition:
     def segment_model(self, index: int) -> onnx.ModelProto:
         """Segment `index` as a standalone ONNX model (built once)."""
         if index not in self._models:
-            self._models[index] = export.segment_model(self.model, self.graph, self.types, self.segments[index])
+            self._models[index] = segment_files.segment_model(self.model, self.graph, self.types, self.segments[index])
         return self._models[index]
 
     def manifest(self) -> dict:
-        return export.manifest(self.graph, self.types, self.segments, self.devices, self.static_shapes)
+        return segment_files.manifest(self.graph, self.types, self.segments, self.devices, self.static_shapes)
 
     def to_onnx(self, directory: str | os.PathLike) -> Path:
         """Write one model per segment (`00_gpu.onnx`, `01_nna.onnx`, …) and `manifest.json` into
@@ -70,7 +70,7 @@ class Partition:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         for segment in self.segments:
-            onnx.save(self.segment_model(segment.index), directory / export.segment_file(segment))
+            onnx.save(self.segment_model(segment.index), directory / segment_files.segment_file(segment))
         path = directory / "manifest.json"
         path.write_text(json.dumps(self.manifest(), indent=2) + "\n")
         return path
