@@ -27,7 +27,7 @@ import onnx
 from .active_sites import assumed_active
 from .onnx_conventions import LAYERS_KEY
 from .report import render
-from .schemas import CONV_OPS, SOURCE_DOMAIN, conv_geometry
+from .schemas import CONV_OPS, SOURCE_DOMAIN, conv_channels, conv_geometry
 
 METHODS = ("gpu", "matmul", "scatter", "gather", "dense")
 
@@ -64,7 +64,7 @@ def layer_costs(model: onnx.ModelProto) -> list[LayerCost]:
             continue
         geometry = conv_geometry(node)
         shape = weights[node.input[2]]
-        cin, cout = (shape[0], shape[1]) if node.op_type == "SparseDeconv" else (shape[1], shape[0])
+        cin, cout = conv_channels(node.op_type, shape)
         layers.append(LayerCost(node.name, node.op_type, geometry.volume, cin, cout, prod(geometry.output_shape),
                                 node.op_type == "SubmanifoldConv"))
     return layers

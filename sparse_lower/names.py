@@ -1,9 +1,17 @@
-"""Fresh names for graph builders: the lowering, the importers, the exporter and the model writers
-all add tensors and nodes to graphs whose names must stay unique."""
+"""Names: fresh ones for graph builders (the lowering, the importers, the tracer and the model writers
+all add tensors and nodes to graphs whose names must stay unique), and the label a message gives a
+node that may have none."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+import onnx
+
+
+def node_label(node: onnx.NodeProto, index: int) -> str:
+    """The name errors use for a node: its own, or its op and position where the model left it empty."""
+    return node.name or f"{node.op_type}#{index}"
 
 
 class UniqueNames:

@@ -207,6 +207,11 @@ def weight_shape(geometry: ConvGeometry, cin: int, cout: int) -> tuple:
     return (cout, cin, *geometry.kernel_shape)
 
 
+def conv_channels(op_type: str, shape) -> tuple[int, int]:
+    """(Cin, Cout) of a conv's weight shape, in the layout of `weight_shape`."""
+    return (shape[0], shape[1]) if op_type == "SparseDeconv" else (shape[1], shape[0])
+
+
 def coords_levels(graph: onnx.GraphProto) -> dict[str, int]:
     """The level of every coords tensor the sparse convs produce, where not 0: the model's inputs are
     level 0, a SparseConv's outputs one more than its inputs (whatever its strides: a new set of sites),

@@ -14,7 +14,7 @@ from ..frames.files import find_frames, frames_feeds
 from ..importers import SECTION3, detect_format, format_title, import_model, nothing_to_lower
 from ..layer_costs import layer_costs, method_table
 from ..onnx_conventions import DEFAULT_DOMAIN_ALIAS
-from ..schemas import CONV_OPS, CUSTOM_DOMAIN, SOURCE_DOMAIN, conv_geometry
+from ..schemas import CONV_OPS, CUSTOM_DOMAIN, SOURCE_DOMAIN, conv_channels, conv_geometry
 from ..report import render
 from .active import add_active_argument
 from .table import op_counts
@@ -37,7 +37,7 @@ def sparse_layers(model: onnx.ModelProto) -> list[list]:
         g = conv_geometry(node)
         w = weights.get(node.input[2])
         shape = list(w.dims) if w is not None else None
-        cin, cout = ((shape[0], shape[1]) if node.op_type == "SparseDeconv" else (shape[1], shape[0])) if shape else ("?", "?")
+        cin, cout = conv_channels(node.op_type, shape) if shape else ("?", "?")
         params = sum(int(np.prod(weights[i].dims)) for i in node.input[2:4] if i in weights)
         target = " (target coords)" if node.op_type == "SparseDeconv" and len(node.input) > 4 and node.input[4] else ""
         rows.append([node.name, node.op_type + target, "x".join(map(str, g.kernel_shape)),

@@ -38,7 +38,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..errors import SparseLowerError
-from .context import Translation, label
+from ..names import node_label
+from .context import Translation
 from .probe import coordinate_columns
 from .spconv_layers import (SpconvLayer, attribute_values, checked_bias, flag, per_dim,
                             relaid_weight, section3_node)
@@ -92,7 +93,7 @@ class AutowareFormat:
         opset = source_opset(model)
         done: dict[str, str] = {}  # pair node output name -> emitted
         for index in _order(model, pairs, convs):
-            node, where = model.graph.node[index], label(model.graph.node[index], index)
+            node, where = model.graph.node[index], node_label(model.graph.node[index], index)
             if index in convs:
                 _conv(t, node, where, pairs[convs[index]], done)
                 continue
@@ -154,7 +155,7 @@ def _parse(model: onnx.ModelProto) -> tuple[dict[str, PairNode], dict[int, str]]
     pairs: dict[str, PairNode] = {}
     convs: dict[int, str] = {}
     for index, node in enumerate(model.graph.node):
-        where = label(node, index)
+        where = node_label(node, index)
         if node.domain == DOMAIN and node.op_type in PAIR_OPS:
             pair = _pair(node, where)
             pairs.update({name: pair for name in node.output})
@@ -211,11 +212,11 @@ def _order(model: onnx.ModelProto, pairs: dict[str, PairNode], convs: dict[int, 
         for name in needs(index):
             if name in pairs and name not in pairs[name].readable():
                 raise SparseLowerError(f"reads '{name}', the kernel-map data of '{pairs[name].where}', which "
-                                       f"sparse_lower builds inside its convs", label(graph.node[index], index),
+                                       f"sparse_lower builds inside its convs", node_label(graph.node[index], index),
                                        "read only out_indices and num_act_out of a pair op")
             if name in pairs and name not in producer:
                 raise SparseLowerError(f"reads '{name}' of '{pairs[name].where}', whose kernel map no conv uses",
-                                       label(graph.node[index], index), "remove the pair op's unused outputs")
+                                       node_label(graph.node[index], index), "remove the pair op's unused outputs")
             if name in producer:
                 dependencies.add_edge(producer[name], index)
                 if producer[name] not in seen:

@@ -38,11 +38,6 @@ class SparseTensor:
         return len(self.spatial_shape)
 
 
-def label(node: onnx.NodeProto, index: int) -> str:
-    """The name errors use for a node: its own, or its op and position where the source left it empty."""
-    return node.name or f"{node.op_type}#{index}"
-
-
 class Translation:
     """The graph being built from a source graph, node by node, in the source's (topological) order,
     and what the import has to say about it (`note`, `quantization`, `coords`), which `finish`

@@ -18,9 +18,10 @@ import onnx
 from onnx import version_converter
 
 from ..errors import SparseLowerError
+from ..names import node_label
 from ..onnx_conventions import IR_VERSION, OPSET
 from ..spconv_rules import runs_as_matmul
-from .context import SparseTensor, Translation, label
+from .context import SparseTensor, Translation
 from .spconv_layers import (Rulebooks, checked_bias, declared_grid, parse_layer, relaid_weight,
                             section3_node)
 from .standard_ops import parse_scatter_dense, scatter_dense, standard_node
@@ -76,7 +77,7 @@ def feature_readers(model: onnx.ModelProto, fmt: SourceFormat, t: Translation) -
     inputs = {v.name for v in t.inputs}
     readers: dict[str, Reader] = {}
     for index, node in enumerate(model.graph.node):
-        where = label(node, index)
+        where = node_label(node, index)
         if fmt.is_conv(node):
             operands, grid = fmt.operands(node, where, t), declared_grid(node, where)
         elif fmt.is_scatter_dense(node):
@@ -115,7 +116,7 @@ def translate(model: onnx.ModelProto, widened: list[str], fmt: SourceFormat,
     rulebooks = Rulebooks()
     opset = source_opset(model)
     for index, node in enumerate(model.graph.node):
-        where = label(node, index)
+        where = node_label(node, index)
         t.require_available(node, where)
         if fmt.is_conv(node):
             _conv(t, fmt, rulebooks, node, where)

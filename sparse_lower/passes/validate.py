@@ -17,6 +17,7 @@ import onnx_graphsurgeon as gs
 
 from ..errors import SparseLowerError
 from ..lowering.rules import rule_for
+from ..names import node_label
 from ..schemas import CUSTOM_DOMAIN, SOURCE_DOMAIN, SOURCE_OPS, attributes
 
 
@@ -31,11 +32,6 @@ def _check_node(node: gs.Node) -> None:
         raise refusal.error(node)
 
 
-def _label(node: onnx.NodeProto, index: int) -> str:
-    """The name errors use for a node: its own, or its op and position where it has none."""
-    return node.name or f"{node.op_type}#{index}"
-
-
 def check_structure(model: onnx.ModelProto) -> None:
     """Refuse the malformed graphs that graphsurgeon would crash on (a cycle) or merge silently (two
     producers of one tensor, a node output shadowing a graph input), and those that would fail only
@@ -44,7 +40,7 @@ def check_structure(model: onnx.ModelProto) -> None:
     graph = model.graph
     imported = {o.domain for o in model.opset_import} | {"", SOURCE_DOMAIN, CUSTOM_DOMAIN}
     given = {v.name for v in graph.input} | {t.name for t in graph.initializer}
-    labels = [_label(node, index) for index, node in enumerate(graph.node)]
+    labels = [node_label(node, index) for index, node in enumerate(graph.node)]
     producer: dict[str, int] = {}
     for index, node in enumerate(graph.node):
         if node.domain not in imported:

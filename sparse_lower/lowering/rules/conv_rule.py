@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ...schemas import ConvGeometry, conv_geometry, weight_shape
+from ...schemas import ConvGeometry, conv_channels, conv_geometry, weight_shape
 from ..compute import ConvParts
 from ..context import FLOAT, INT64, LoweringContext
 from ..graph import constant_value, declare, detach, node_proto, optional_input, replace_uses
@@ -34,7 +34,7 @@ class ConvRule(Rule):
             yield Refusal(f"weights of shape {shape} for a {geometry.ndim}D conv",
                           f"give weights of rank {2 + geometry.ndim} in the ONNX {onnx_op} layout")
             return
-        cin, cout = (shape[0], shape[1]) if self.transposed else (shape[1], shape[0])
+        cin, cout = conv_channels(node.op, shape)
         expected = list(weight_shape(geometry, cin, cout))
         if shape != expected:
             yield self._layout_refusal(shape, expected, geometry)
