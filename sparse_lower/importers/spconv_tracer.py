@@ -18,6 +18,9 @@ module itself; torch and spconv are imported when it runs, never when sparse_low
   dense output): Relu, LeakyRelu, Sigmoid, batch norm, Add, Concat, Reshape and Transpose;
 * `SparseConvTensor.dense()`, patched for the duration of the export, as `ToDense`.
 
+Which node a convolution module becomes is spconv_modules.py's; the graph is written with
+graph_writer.GraphWriter.
+
 A batch norm that directly follows a convolution is folded into it; any other becomes Mul + Add.
 Anything else applied to a traced tensor is refused with the name of the function.
 
@@ -47,7 +50,7 @@ from ..errors import SparseLowerError
 from ..graph_writer import GraphWriter
 from ..onnx_conventions import OPSET
 from ..schemas import SOURCE_DOMAIN
-from ..spconv_rules import inverse_output_padding, source_weight, weight_from_matmul_memory
+from .spconv_modules import conv_node, fused_activation
 
 INSTALL_HINT = 'pip install "sparse-lower[spconv]" (torch 2.13.0 and spconv 2.3.8)'
 
@@ -469,104 +472,30 @@ class _Tracer:
     def _conv(self, module, x, output, add_input) -> None:
         name = self.names.get(id(module), type(module).__name__)
         features, coords = self._sparse(x, name)
-        ndim = module.ndim
-        weight = module.weight.detach().cpu().float().numpy()
-        cout = module.out_channels
-        bias = (module.bias.detach().cpu().float().numpy() if module.bias is not None
-                else np.zeros(cout, np.float32))
-        attrs = {"spatial_shape": [int(s) for s in x.spatial_shape]}
-        extra_inputs = []
-        out_coords = None  # the coords name of the output, where it is the name of existing coords
-        if module.conv1x1:
-            # spconv's fast path multiplies by weight.view(Cin, Cout), whatever the declared layout
-            op_type, channel_axis = "SubmanifoldConv", 0
-            W = source_weight(weight_from_matmul_memory(weight), transposed=False)
-            attrs["kernel_shape"] = [1] * ndim
-            out_coords = coords
-        elif module.inverse:
-            op_type, channel_axis = "SparseDeconv", 1
-            W = source_weight(weight, transposed=True)
-            attrs.update(self._inverse_geometry(module, x, name))
-            extra_inputs = [self._value(x.find_indice_pair(module.indice_key).indices, name).name]
-            out_coords = extra_inputs[0]
-        elif module.transposed:
-            op_type, channel_axis = "SparseDeconv", 1
-            W = source_weight(weight, transposed=True)
-            attrs.update(self._transposed_geometry(module, x, output, name))
-        elif module.subm:
-            op_type, channel_axis = "SubmanifoldConv", 0
-            W = source_weight(weight, transposed=False)
-            attrs.update(kernel_shape=list(module.kernel_size), dilations=list(module.dilation))
-            out_coords = coords
-        else:
-            op_type, channel_axis = "SparseConv", 0
-            W = source_weight(weight, transposed=False)
-            attrs.update(kernel_shape=list(module.kernel_size), strides=list(module.stride),
-                         pads=list(module.padding) * 2, dilations=list(module.dilation))
-        w_name = self.writer.constant(f"{name}.weight", W)
-        b_name = self.writer.constant(f"{name}.bias", bias)
-        out_features, out_coords_name = self.writer.node(
-            op_type, [features, coords, w_name, b_name, *extra_inputs], [f"{name}.features", f"{name}.coords"],
-            self.writer.unique(name), domain=SOURCE_DOMAIN, **attrs)
-        self.convs[out_features] = _Conv(w_name, b_name, channel_axis)
-        coords_value = out_coords or out_coords_name
+        conv = conv_node(module, x, output, name)
+        target = ([self._value(x.find_indice_pair(module.indice_key).indices, name).name] if conv.coords == "target"
+                  else [])
+        w_name = self.writer.constant(f"{name}.weight", conv.weight)
+        b_name = self.writer.constant(f"{name}.bias", conv.bias)
+        out_features, out_coords = self.writer.node(
+            conv.op_type, [features, coords, w_name, b_name, *target], [f"{name}.features", f"{name}.coords"],
+            self.writer.unique(name), domain=SOURCE_DOMAIN, **conv.attrs)
+        self.convs[out_features] = _Conv(w_name, b_name, conv.channel_axis)
+        coords_value = target[0] if target else coords if conv.coords == "input" else out_coords
         self._track(output.indices, _Value(coords_value, "coords"))
         self._track(output.features, _Value(self._conv_epilogue(module, out_features, add_input, name),
                                             "features", coords_value))
 
     def _conv_epilogue(self, module, features: str, add_input, name: str) -> str:
         """The fused add (`forward(x, add_input)`) and activation of a spconv conv module."""
-        from cumm import tensorview as tv
-
-        activation = module.act_type
-        if activation != tv.gemm.Activation.None_ and add_input is not None:
-            raise SparseLowerError("a conv module with both a fused activation and add_input cannot be exported",
-                                   name, fix="apply the activation after the add, outside the conv module")
+        activation = fused_activation(module, add_input, name)
         if add_input is not None:
             other, _ = self._sparse(add_input, name)
             features = self._node("Add", [features, other], f"{features}.add", f"{name}.add")
-        if activation == tv.gemm.Activation.None_:
+        if activation is None:
             return features
-        ops = {tv.gemm.Activation.ReLU: ("Relu", {}), tv.gemm.Activation.Sigmoid: ("Sigmoid", {}),
-               tv.gemm.Activation.LeakyReLU: ("LeakyRelu", {"alpha": float(module.act_alpha)})}
-        if activation not in ops:
-            raise SparseLowerError(f"fused activation {activation} cannot be exported", name,
-                                   fix="use ReLU, LeakyReLU or Sigmoid")
-        op_type, attrs = ops[activation]
+        op_type, attrs = activation
         return self._node(op_type, [features], f"{features}.{op_type.lower()}", f"{name}.{op_type.lower()}", **attrs)
-
-    def _inverse_geometry(self, module, x, name: str) -> dict:
-        """SparseInverseConv: the forward conv's geometry, and the output padding that gives back its
-        input extent (docs/source_ops.md)."""
-        forward = x.find_indice_pair(module.indice_key)
-        if forward is None:
-            raise SparseLowerError(f"no forward convolution with indice_key '{module.indice_key}' ran before",
-                                   name, fix="give the inverse conv the indice_key of a SparseConv run earlier")
-        kernel, stride, padding, dilation = (list(forward.ksize), list(forward.stride), list(forward.padding),
-                                             list(forward.dilation))
-        if list(module.kernel_size) != kernel:
-            raise SparseLowerError(f"kernel {list(module.kernel_size)} differs from the forward conv's {kernel}",
-                                   name, fix="give the inverse conv the forward conv's kernel size")
-        extent = [int(s) for s in forward.spatial_shape]
-        output_padding = inverse_output_padding(extent, kernel, stride, padding, dilation)
-        return {"kernel_shape": kernel, "strides": stride, "pads": padding * 2, "dilations": dilation,
-                "output_padding": output_padding}
-
-    def _transposed_geometry(self, module, x, output, name: str) -> dict:
-        """SparseConvTranspose: spconv's output extent ignores the dilation; reach it through the
-        output padding where it is larger than ours, through the end pads where smaller."""
-        kernel, stride, padding, dilation = (list(module.kernel_size), list(module.stride), list(module.padding),
-                                             list(module.dilation))
-        output_padding, end_pads = [], []
-        for S, S_out, k, s, p, d in zip(x.spatial_shape, output.spatial_shape, kernel, stride, padding, dilation):
-            extra = int(S_out) - (s * (int(S) - 1) + d * (k - 1) + 1 - 2 * p)
-            if extra >= max(s, d):
-                raise SparseLowerError(f"output extent {list(output.spatial_shape)} cannot be expressed", name,
-                                       fix="use an output_padding smaller than the stride")
-            output_padding.append(max(extra, 0))
-            end_pads.append(p - min(extra, 0))
-        return {"kernel_shape": kernel, "strides": stride, "pads": padding + end_pads, "dilations": dilation,
-                "output_padding": output_padding}
 
     # ----- outputs
 
