@@ -9,9 +9,9 @@
 from . import reference
 from .api import lower, partition
 from .errors import SparseLowerError
-from .export import export
 from .frames import run_frames
 from .importers import import_model
+from .importers.spconv_tracer import export
 from .partition import Partition
 from .quantize import quantize
 from .runtime import create_session, get_library_path

@@ -1,7 +1,7 @@
 """spconv 2.x conventions reproduced in more than one place: by the importers, which read the files
-exporters write from spconv modules, by the spconv tracer (export.py), and by the reference networks'
-writers (models/), which write them: the weight layout (KRSC), the 1×1 fast path's reading of the
-weight memory, the inverse conv's geometry and the fused LeakyReLU's slope.
+exporters write from spconv modules, by the spconv tracer (importers/spconv_tracer.py), and by the
+reference networks' writers (models/), which write them: the weight layout (KRSC), the 1×1 fast
+path's reading of the weight memory, the inverse conv's geometry and the fused LeakyReLU's slope.
 
 One definition each, so that the reading and the writing cannot drift apart.
 """

@@ -128,7 +128,7 @@ def test_a_run_whose_cases_are_all_skipped_still_reports(tmp_path, monkeypatch):
 def test_scaled_frames_look_like_the_real_one(count):
     """Fewer voxels: a subset of the real frame (its local density kept); more: turned copies added."""
     from sparse_lower.bench.cases import scaled_frame
-    from sparse_lower.models.voxels import load_voxels
+    from sparse_lower.frames.sample import load_voxels
 
     _, coords, grid = load_voxels(DATA / "nuscenes_centerpoint_voxels.npz")
     scaled = scaled_frame(coords, grid, count)

@@ -15,8 +15,8 @@ from helpers import chain_model, run_lowered, session
 from oracle import (IR_VERSION, OPSET_IMPORTS, assert_matches_oracle, densify, random_conv_config,
                     random_sparse, sparse_node_model)
 from sparse_lower import reference
+from sparse_lower.frames.sample import load_voxels
 from sparse_lower.models import SparseModelBuilder, centerpoint_head_stack
-from sparse_lower.models.voxels import load_voxels
 
 
 @pytest.mark.parametrize("strategy", ["unfold", "rulebook", "fused"])

@@ -16,13 +16,13 @@ import sparse_lower
 from conftest import DATA
 from oracle import dense_oracle, densify, gather_sites, random_sparse
 from sparse_lower import reference
+from sparse_lower.frames.sample import load_voxels
 from sparse_lower.models import (AimetEmitter, CanonicalEmitter, NvidiaEmitter, patent_2d_stack, patent_example,
                                  sp_middle_resnet_fhd, sparse_unet)
 from sparse_lower.models.emitter import Sparse
 from sparse_lower.models.layers import ConvPlanner, Values
 from sparse_lower.spconv_rules import LEAKY_RELU_ALPHA, source_weight
 from sparse_lower.models.patent2d import PATENT_SITES
-from sparse_lower.models.voxels import load_voxels
 from sparse_lower.schemas import conv_geometry
 
 SMALL_GRID = (41, 40, 40)  # deep enough in z for CenterPoint's four z-strides (41 → 21 → 11 → 5 → 2)

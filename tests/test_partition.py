@@ -17,8 +17,8 @@ from oracle import IR_VERSION, random_sparse
 from sparse_lower import partition
 from sparse_lower.cli.main import main
 from sparse_lower.errors import SparseLowerError
+from sparse_lower.frames.sample import load_voxels
 from sparse_lower.models import SparseModelBuilder, centerpoint_head_stack
-from sparse_lower.models.voxels import load_voxels
 from sparse_lower.partition import NNA_OPS, Partition, Segment, ValueTypes, nna_support
 from sparse_lower.partition.node_costs import macs
 

@@ -33,9 +33,9 @@ from torch import nn  # noqa: E402
 
 import sparse_lower  # noqa: E402
 from sparse_lower.errors import SparseLowerError  # noqa: E402
-from sparse_lower.export import export, spconv_inference  # noqa: E402
+from sparse_lower.frames.sample import load_voxels  # noqa: E402
+from sparse_lower.importers.spconv_tracer import export, spconv_inference  # noqa: E402
 from sparse_lower.models.emitter import per_dim  # noqa: E402
-from sparse_lower.models.voxels import load_voxels  # noqa: E402
 from sparse_lower.schemas import SOURCE_DOMAIN  # noqa: E402
 
 from conftest import DATA  # noqa: E402

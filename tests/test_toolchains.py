@@ -18,8 +18,8 @@ from conftest import DATA
 from oracle import IR_VERSION
 from sparse_lower.cli.main import main
 from sparse_lower.errors import SparseLowerError
+from sparse_lower.frames.sample import load_voxels
 from sparse_lower.models import CanonicalEmitter, centerpoint_head_stack, small_networks
-from sparse_lower.models.voxels import load_voxels
 from sparse_lower.partition.segments import NodeGraph
 from sparse_lower.toolchains import TOOLCHAINS, CompiledPartition, compile_partition, toolchain
 from sparse_lower.toolchains.prepare import fed, narrowable_inputs, prepare

@@ -22,8 +22,8 @@ from onnx import helper, numpy_helper
 import sparse_lower
 from conftest import DATA
 from sparse_lower.cli.main import main
-from sparse_lower.export import spconv_inference
 from sparse_lower.importers import SECTION3, detect_format, import_model
+from sparse_lower.importers.spconv_tracer import spconv_inference
 from sparse_lower.models import AimetEmitter, NvidiaEmitter, sp_middle_resnet_fhd
 
 WILD = DATA / "wild"

@@ -16,9 +16,9 @@ import onnx
 import onnxruntime as ort
 
 import sparse_lower
+from sparse_lower.frames.sample import find_data, load_voxels
 from sparse_lower.model_io import exposing
 from sparse_lower.models import CanonicalEmitter, NvidiaEmitter, sp_middle_resnet_fhd
-from sparse_lower.models.voxels import find_data, load_voxels
 from sparse_lower.report import render
 from sparse_lower.schemas import SOURCE_DOMAIN
 

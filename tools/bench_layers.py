@@ -17,8 +17,8 @@ import numpy as np
 
 import sparse_lower
 from sparse_lower.bench.systems import index_only, session_options
+from sparse_lower.frames.sample import find_data, load_voxels, synthetic_voxels
 from sparse_lower.models import SparseModelBuilder
-from sparse_lower.models.voxels import find_data, load_voxels, synthetic_voxels
 
 LAYERS = [("SubM 3x3x3 5->16", "SubmanifoldConv", 5, 16, {}),
           ("SubM 3x3x3 16->16", "SubmanifoldConv", 16, 16, {}),

@@ -18,8 +18,8 @@ import sparse_lower
 from sparse_lower.bench.profile import profile
 from sparse_lower.bench.run import alternating_medians
 from sparse_lower.bench.systems import session_options
+from sparse_lower.frames.sample import data_places, load_voxels
 from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd, sparse_unet
-from sparse_lower.models.voxels import data_places, load_voxels
 from sparse_lower.report import render
 from sparse_lower.verify import relative_error, snr_db
 

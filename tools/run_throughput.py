@@ -22,8 +22,8 @@ import numpy as np
 
 import sparse_lower
 from sparse_lower.bench.cases import turned_frame
+from sparse_lower.frames.sample import data_places, load_voxels
 from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd
-from sparse_lower.models.voxels import data_places, load_voxels
 from sparse_lower.report import render
 
 REAL = ("nuscenes_centerpoint_voxels.npz", "nuscenes_bevfusion_voxels.npz")

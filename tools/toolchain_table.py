@@ -61,7 +61,7 @@ def real_models():
 
 
 def frame(name: str) -> dict:
-    from sparse_lower.models.voxels import find_data, load_voxels
+    from sparse_lower.frames.sample import find_data, load_voxels
 
     path = find_data(name)
     if path is None:

@@ -18,7 +18,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..models import CanonicalEmitter, SparseModelBuilder, sp_middle_resnet_fhd, sparse_unet
-from ..models.voxels import find_data, load_voxels
+from ..frames.sample import find_data, load_voxels
 from ..onnx_conventions import IR_VERSION, OPSET
 from . import minkowski
 
@@ -198,7 +198,7 @@ def _spconv_layer(spec: LayerSpec, ndim: int):
         import spconv.pytorch as spconv
         import torch
 
-        from ..export import spconv_inference
+        from ..importers.spconv_tracer import spconv_inference
 
         d = f"{ndim}d"
         if spec.kind == "subm":

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..models.voxels import find_data
+from ..frames.sample import find_data
 from .cases import all_cases, scaling_cases
 from .systems import default_systems
 

@@ -11,10 +11,8 @@ import onnx
 
 from ..api import lower
 from ..errors import SparseLowerError
+from ..frames.sample import data_places, find_data, load_voxels, synthetic_voxels
 from ..importers import import_model
-from ..models.centerpoint import sp_middle_resnet_fhd
-from ..models.formats import NvidiaEmitter
-from ..models.voxels import data_places, find_data, load_voxels, synthetic_voxels
 from ..report import render
 from ..runtime import create_session
 
@@ -76,6 +74,10 @@ class DemoCommand:
         parser.add_argument("--check", action="store_true", help="compare with the NumPy reference (slow)")
 
     def run(self, args) -> int:
+        # the reference networks are imported on demand: the other commands never load them
+        from ..models.centerpoint import sp_middle_resnet_fhd
+        from ..models.formats import NvidiaEmitter
+
         path = args.data or find_data()
         if path:
             features, coords, grid = load_voxels(path)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from ..onnx_conventions import IR_VERSION, OPSET, SOURCE_DOMAIN
+from ..graph_writer import GraphWriter
+from ..onnx_conventions import OPSET, SOURCE_DOMAIN
 
 
 class SparseModelBuilder:
@@ -20,22 +21,25 @@ class SparseModelBuilder:
                  coords: str = "coords"):
         self.ndim = ndim
         self.rng = rng
-        self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
-        self.inputs = [helper.make_tensor_value_info(features, TensorProto.FLOAT, ["N", cin]),
-                       helper.make_tensor_value_info(coords, TensorProto.INT64, ["N", 1 + ndim])]
+        self.writer = GraphWriter()
+        self.writer.input(features, TensorProto.FLOAT, ["N", cin])
+        self.writer.input(coords, TensorProto.INT64, ["N", 1 + ndim])
         self.features, self.coords, self.channels = features, coords, cin
 
     def _weights(self, name: str, shape: tuple, fan_in: int) -> str:
         value = (self.rng.standard_normal(shape) * np.sqrt(2.0 / max(fan_in, 1))).astype(np.float32)
-        self.initializers.append(numpy_helper.from_array(value, name))
-        return name
+        return self.writer.constant(name, value)
+
+    @property
+    def initializers(self) -> list[onnx.TensorProto]:
+        """The model's initializers so far; a caller may append its own, to read them by name."""
+        return self.writer.initializers
 
     def conv(self, op_type: str, cout: int, kernel_shape, spatial_shape, bias: bool = True,
              target_coords: str | None = None, **attrs) -> "SparseModelBuilder":
         """Append a SubmanifoldConv / SparseConv / SparseDeconv layer (`target_coords`: the name of an
         earlier coords tensor, making a SparseDeconv an inverse conv onto those sites)."""
-        index = len(self.nodes)
+        index = len(self.writer.nodes)
         name = f"{op_type.lower()}{index}"
         kernel = list(kernel_shape)
         taps = int(np.prod(kernel))
@@ -45,32 +49,27 @@ class SparseModelBuilder:
             inputs.append(self._weights(f"{name}.B", (cout,), 1))
         if target_coords is not None:
             inputs += ([] if bias else [""]) + [target_coords]  # target_coords is the fifth input
-        outputs = [f"{name}.features", f"{name}.coords"]
-        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=name, domain=SOURCE_DOMAIN,
-                                           kernel_shape=kernel, spatial_shape=list(spatial_shape), **attrs))
-        self.features, self.coords, self.channels = outputs[0], outputs[1], cout
+        self.features, self.coords = self.writer.node(op_type, inputs, [f"{name}.features", f"{name}.coords"],
+                                                      name, domain=SOURCE_DOMAIN, kernel_shape=kernel,
+                                                      spatial_shape=list(spatial_shape), **attrs)
+        self.channels = cout
         return self
 
     def relu(self) -> "SparseModelBuilder":
-        output = f"relu{len(self.nodes)}"
-        self.nodes.append(helper.make_node("Relu", [self.features], [output], name=output))
-        self.features = output
+        name = f"relu{len(self.writer.nodes)}"
+        (self.features,) = self.writer.node("Relu", [self.features], [name], name)
         return self
 
     def add(self, features: str) -> "SparseModelBuilder":
         """Add `features` (an earlier tensor on the same coords, same channels) to the current ones: a
         residual connection."""
-        output = f"add{len(self.nodes)}"
-        self.nodes.append(helper.make_node("Add", [self.features, features], [output], name=output))
-        self.features = output
+        name = f"add{len(self.writer.nodes)}"
+        (self.features,) = self.writer.node("Add", [self.features, features], [name], name)
         return self
 
     def build(self, name: str = "sparse_model") -> onnx.ModelProto:
         outputs = [helper.make_tensor_value_info(self.features, TensorProto.FLOAT, [None, self.channels]),
                    helper.make_tensor_value_info(self.coords, TensorProto.INT64, [None, 1 + self.ndim])]
-        graph = helper.make_graph(self.nodes, name, self.inputs, outputs, self.initializers)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET),
-                                                        helper.make_opsetid(SOURCE_DOMAIN, 1)])
-        model.ir_version = IR_VERSION
+        model = self.writer.model(name, outputs, {"": OPSET, SOURCE_DOMAIN: 1})
         onnx.checker.check_model(model)
         return model

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..frames.sample import CENTERPOINT_GRID
 from .emitter import Emitter, Sparse
-from .samples import CENTERPOINT_GRID
 from .weights import conv_bn, input_feature_scale
 
 

@@ -39,6 +39,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from .. import reference
+from ..graph_writer import GraphWriter
 from ..spconv_rules import LEAKY_RELU_ALPHA
 from .emitter import Dense, Sparse, spconv_weight_memory
 from .layers import ConvLayer, ConvPlanner, Values, check_add, check_reshape, rows_after
@@ -64,22 +65,11 @@ def _traced(layer: ConvLayer, coords: np.ndarray, forward_coords: np.ndarray | N
 
 
 class _Writer:
-    """Nodes, initializers and names; subclasses set the conventions of one exporter."""
+    """The graph and the layer planner; subclasses set the conventions of one exporter."""
 
     def __init__(self):
-        self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
-        self.inputs: list[onnx.ValueInfoProto] = []
-        self.value_info: list[onnx.ValueInfoProto] = []
+        self.writer = GraphWriter()
         self.planner = ConvPlanner()
-
-    def initializer(self, name: str, value: np.ndarray) -> str:
-        self.initializers.append(onnx.numpy_helper.from_array(np.ascontiguousarray(value), name))
-        return name
-
-    def node(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], name: str, domain: str = "",
-             **attrs) -> None:
-        self.nodes.append(helper.make_node(op_type, list(inputs), list(outputs), name=name, domain=domain, **attrs))
 
 
 class NvidiaEmitter(_Writer):
@@ -117,7 +107,7 @@ class NvidiaEmitter(_Writer):
         coords = self.traced_coords if self.traced_coords is not None else \
             np.zeros((1, 1 + len(spatial_shape)), np.int64)
         name = self._id()
-        self.inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT16, [len(coords), channels]))
+        self.writer.input(name, TensorProto.FLOAT16, [len(coords), channels])
         self._sites[name] = np.asarray(coords, np.int64)
         return Sparse(Values(name, None, name), channels, tuple(spatial_shape))
 
@@ -131,9 +121,9 @@ class NvidiaEmitter(_Writer):
         memory = spconv_weight_memory(weight, layer.kind, layer.stride)  # what the exported module holds
         if self.reversed:  # the tap axes in the file's axis order
             memory = np.transpose(memory, (0, *range(layer.ndim, 0, -1), layer.ndim + 1))
-        inputs = [x.handle.features, self.initializer(f"spconv{index}.weight", memory.astype(np.float16))]
+        inputs = [x.handle.features, self.writer.constant(f"spconv{index}.weight", memory.astype(np.float16))]
         if bias is not None:
-            inputs.append(self.initializer(f"spconv{index}.bias", np.asarray(bias).astype(np.float16)))
+            inputs.append(self.writer.constant(f"spconv{index}.bias", np.asarray(bias).astype(np.float16)))
         out = self._id()
         forward = self._sites[layer.forward.handle.features] if layer.forward is not None else None
         sites = _traced(layer, self._sites[x.handle.features], forward)
@@ -142,37 +132,38 @@ class NvidiaEmitter(_Writer):
         n = layer.ndim
         stride, padding, dilation = ((1,) * n, (0,) * n, (1,) * n) if layer.kind == "inverse" else \
             (layer.stride, layer.padding, layer.dilation)
-        self.node("SparseConvolution", inputs, [out], node,
-                  ndim=n, input_spatial_shape=self._axes(layer.input_shape),
-                  output_spatial_shape=self._axes(layer.output_shape), in_channels=layer.in_channels,
-                  out_channels=layer.out_channels, kernel_size=self._axes(layer.kernel), output_bound=OUTPUT_BOUND,
-                  stride=self._axes(stride), dilation=self._axes(dilation), padding=self._axes(padding),
-                  transposed=int(layer.kind == "deconv"), inverse=int(layer.kind == "inverse"),
-                  output_padding=self._axes(layer.output_padding), groups=1, subm=int(layer.kind == "subm"),
-                  rulebook=layer.indice_key, activation=layer.activation or "None",
-                  input_shape=[len(self._sites[x.handle.features]), layer.in_channels],
-                  output_shape=[len(sites), layer.out_channels])
+        self.writer.node("SparseConvolution", inputs, [out], node,
+                         ndim=n, input_spatial_shape=self._axes(layer.input_shape),
+                         output_spatial_shape=self._axes(layer.output_shape), in_channels=layer.in_channels,
+                         out_channels=layer.out_channels, kernel_size=self._axes(layer.kernel),
+                         output_bound=OUTPUT_BOUND, stride=self._axes(stride), dilation=self._axes(dilation),
+                         padding=self._axes(padding), transposed=int(layer.kind == "deconv"),
+                         inverse=int(layer.kind == "inverse"), output_padding=self._axes(layer.output_padding),
+                         groups=1, subm=int(layer.kind == "subm"), rulebook=layer.indice_key,
+                         activation=layer.activation or "None",
+                         input_shape=[len(self._sites[x.handle.features]), layer.in_channels],
+                         output_shape=[len(sites), layer.out_channels])
         return Sparse(Values(out, None, rows_after(layer, x, out)), layer.out_channels, layer.output_shape)
 
     def relu(self, x: Sparse) -> Sparse:
         out = self._id()
         self._sites[out] = self._sites[x.handle.features]
-        self.node("Relu", [x.handle.features], [out], self._name("relu"))
+        self.writer.node("Relu", [x.handle.features], [out], self._name("relu"))
         return Sparse(Values(out, None, x.handle.rows), x.channels, x.spatial_shape)
 
     def add(self, a: Sparse, b: Sparse) -> Sparse:
         check_add(a, b)
         out = self._id()
         self._sites[out] = self._sites[a.handle.features]
-        self.node("Add", [a.handle.features, b.handle.features], [out], self._name("add"))
+        self.writer.node("Add", [a.handle.features, b.handle.features], [out], self._name("add"))
         return Sparse(Values(out, None, a.handle.rows), a.channels, a.spatial_shape)
 
     def dense(self, x: Sparse) -> Dense:
         shape = [self.batch_size, x.channels, *self._axes(x.spatial_shape)]
         out = self._id()
-        self.node("ScatterDense", [x.handle.features], [out], self._name("scatter"),
-                  input_spatial_shape=self._axes(x.spatial_shape), format="xyz" if self.reversed else "zyx",
-                  output_shape=shape)
+        self.writer.node("ScatterDense", [x.handle.features], [out], self._name("scatter"),
+                         input_spatial_shape=self._axes(x.spatial_shape),
+                         format="xyz" if self.reversed else "zyx", output_shape=shape)
         if self.reversed:  # the network's next op on it undoes the reversal
             self._reversed_dense.add(out)
         return Dense(out, (self.batch_size, x.channels, *x.spatial_shape))
@@ -184,7 +175,7 @@ class NvidiaEmitter(_Writer):
             undo = [0, 1, *range(len(x.shape) - 1, 1, -1)]  # file axis i is network axis undo[i]
             dims = [undo[p] for p in perm]
         out = self._id()
-        self.node("Transpose", [x.handle], [out], self._name("transpose"), dims=dims)
+        self.writer.node("Transpose", [x.handle], [out], self._name("transpose"), dims=dims)
         return Dense(out, tuple(x.shape[p] for p in perm))
 
     def reshape(self, x: Dense, shape: Sequence[int]) -> Dense:
@@ -192,7 +183,7 @@ class NvidiaEmitter(_Writer):
         if x.handle in self._reversed_dense:
             x = self.transpose(x, list(range(len(x.shape))))
         out = self._id()
-        self.node("Reshape", [x.handle], [out], self._name("reshape"), dims=list(shape))
+        self.writer.node("Reshape", [x.handle], [out], self._name("reshape"), dims=list(shape))
         return Dense(out, shape)
 
     def finish(self, outputs: Sequence[Sparse | Dense]) -> onnx.ModelProto:
@@ -204,8 +195,8 @@ class NvidiaEmitter(_Writer):
                 rows = len(self._sites[out.handle.features])
                 values.append(helper.make_tensor_value_info(out.handle.features, TensorProto.FLOAT16,
                                                             [rows, out.channels]))
-        graph = helper.make_graph(self.nodes, "scn", self.inputs, values, self.initializers)
-        return helper.make_model(graph, opset_imports=[helper.make_operatorsetid("ai.onnx", 11)],
+        return helper.make_model(self.writer.graph("scn", values),
+                                 opset_imports=[helper.make_operatorsetid("ai.onnx", 11)],
                                  producer_name="pytorch", producer_version="1.9")
 
 
@@ -230,12 +221,12 @@ class AimetEmitter(_Writer):
             raise ValueError(f"AIMET's spconv export is 3D only (CustomSparseConv3DLayer), not {len(spatial_shape)}D")
         self.batch_size = batch_size
         rows = batch_size * int(np.prod(spatial_shape))  # AIMET traces a fully dense grid only
-        self.inputs += [helper.make_tensor_value_info("indices", TensorProto.INT32, [rows, 4]),
-                        helper.make_tensor_value_info("features", TensorProto.FLOAT, [rows, channels])]
+        self.writer.input("indices", TensorProto.INT32, [rows, 4])
+        self.writer.input("features", TensorProto.FLOAT, [rows, channels])
         return Sparse(Values("features", "indices", "features"), channels, tuple(spatial_shape))
 
     def _declare_dense(self, name: str, scope: str) -> None:
-        self.value_info.append(helper.make_tensor_value_info(
+        self.writer.value_info.append(helper.make_tensor_value_info(
             name, TensorProto.FLOAT, [f"{scope}_dim_{i}" for i in range(5)]))
 
     def conv(self, x: Sparse, kind: str, weight: np.ndarray, bias: np.ndarray | None, *, stride=1, padding=0,
@@ -247,9 +238,10 @@ class AimetEmitter(_Writer):
                                   dilation=dilation, output_padding=output_padding, indice_key=indice_key,
                                   activation=activation)
         scope = self._scope("spconv")
-        weights = [self.initializer(f"{scope}.sp_conv_3d.weight", spconv_weight_memory(weight, layer.kind, layer.stride)),
-                   self.initializer(f"{scope}.sp_conv_3d.bias", np.zeros(layer.out_channels, np.float32)
-                                    if bias is None else np.asarray(bias, np.float32))]
+        weights = [self.writer.constant(f"{scope}.sp_conv_3d.weight",
+                                        spconv_weight_memory(weight, layer.kind, layer.stride)),
+                   self.writer.constant(f"{scope}.sp_conv_3d.bias", np.zeros(layer.out_channels, np.float32)
+                                        if bias is None else np.asarray(bias, np.float32))]
         grid_rows = self.batch_size * int(np.prod(layer.input_shape))
         attrs = dict(activation="None", dilation=list(layer.dilation), groups=1, in_channels=layer.in_channels,
                      input_shape=[grid_rows, layer.in_channels], input_spatial_shape=list(layer.input_shape),
@@ -264,28 +256,28 @@ class AimetEmitter(_Writer):
             inputs = [x.handle.features]
             attrs.update(batch_size=self.batch_size, spatial_shape=list(layer.input_shape))
         out = f"/{scope}/SparseConvolution_output_0"
-        self.node("SparseConvolution", [*inputs, *weights], [out], f"/{scope}/SparseConvolution", domain="spconv",
-                  **attrs)
+        self.writer.node("SparseConvolution", [*inputs, *weights], [out], f"/{scope}/SparseConvolution",
+                         domain="spconv", **attrs)
         self._declare_dense(out, f"SparseConvolution/{scope}/SparseConvolution_output_0")
         y = Sparse(Values(out, "indices", rows_after(layer, x, out)), layer.out_channels, layer.output_shape)
         if activation is None:
             return y
         op_type, extra = _ACTIVATION_OPS[activation]
         act = f"/{scope}_act/{op_type}_output_0"
-        self.node(op_type, [out], [act], f"/{scope}_act/{op_type}", **extra)
+        self.writer.node(op_type, [out], [act], f"/{scope}_act/{op_type}", **extra)
         return Sparse(Values(act, "indices", y.handle.rows), y.channels, y.spatial_shape)
 
     def relu(self, x: Sparse) -> Sparse:
         scope = self._scope("relu")
         out = f"/{scope}/Relu_output_0"
-        self.node("Relu", [x.handle.features], [out], f"/{scope}/Relu")
+        self.writer.node("Relu", [x.handle.features], [out], f"/{scope}/Relu")
         return Sparse(Values(out, "indices", x.handle.rows), x.channels, x.spatial_shape)
 
     def add(self, a: Sparse, b: Sparse) -> Sparse:
         check_add(a, b)
         scope = self._scope("add")
         out = f"/{scope}/Add_output_0"
-        self.node("Add", [a.handle.features, b.handle.features], [out], f"/{scope}/Add")
+        self.writer.node("Add", [a.handle.features, b.handle.features], [out], f"/{scope}/Add")
         return Sparse(Values(out, "indices", a.handle.rows), a.channels, a.spatial_shape)
 
     def _output(self) -> str:
@@ -295,21 +287,23 @@ class AimetEmitter(_Writer):
     def dense(self, x: Sparse) -> Dense:
         shape = (self.batch_size, x.channels, *x.spatial_shape)
         out = self._output()
-        self.node("ScatterDense", [x.handle.features], [out], f"/{self._scope('spconv_scatter_dense')}/ScatterDense",
-                  domain="spconv", format="xyz", input_spatial_shape=list(x.spatial_shape), output_shape=list(shape))
+        self.writer.node("ScatterDense", [x.handle.features], [out],
+                         f"/{self._scope('spconv_scatter_dense')}/ScatterDense", domain="spconv", format="xyz",
+                         input_spatial_shape=list(x.spatial_shape), output_shape=list(shape))
         return Dense(out, shape)
 
     def transpose(self, x: Dense, perm: Sequence[int]) -> Dense:
         out = self._output()
-        self.node("Transpose", [x.handle], [out], f"/{self._scope('transpose')}/Transpose", perm=[int(p) for p in perm])
+        self.writer.node("Transpose", [x.handle], [out], f"/{self._scope('transpose')}/Transpose",
+                         perm=[int(p) for p in perm])
         return Dense(out, tuple(x.shape[int(p)] for p in perm))
 
     def reshape(self, x: Dense, shape: Sequence[int]) -> Dense:
         shape = check_reshape(x, shape)
         scope = self._scope("reshape")
-        target = self.initializer(f"/{scope}/Constant_output_0", np.asarray(shape, np.int64))
+        target = self.writer.constant(f"/{scope}/Constant_output_0", np.asarray(shape, np.int64))
         out = self._output()
-        self.node("Reshape", [x.handle, target], [out], f"/{scope}/Reshape")
+        self.writer.node("Reshape", [x.handle, target], [out], f"/{scope}/Reshape")
         return Dense(out, shape)
 
     def finish(self, outputs: Sequence[Sparse | Dense]) -> onnx.ModelProto:
@@ -319,9 +313,8 @@ class AimetEmitter(_Writer):
                 raise ValueError("AIMET's export returns dense tensors: end the network with dense()")
             values.append(helper.make_tensor_value_info(
                 out.handle, TensorProto.FLOAT, [f"{out.handle}_dim_{i}" for i in range(len(out.shape))]))
-        graph = helper.make_graph(self.nodes, "main_graph", self.inputs, values, self.initializers,
-                                  value_info=self.value_info)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16), helper.make_opsetid("spconv", 1)],
+        model = helper.make_model(self.writer.graph("main_graph", values),
+                                  opset_imports=[helper.make_opsetid("", 16), helper.make_opsetid("spconv", 1)],
                                   producer_name="pytorch", producer_version="2.13.0")
         model.ir_version = self.IR_VERSION
         return model

@@ -7,11 +7,10 @@ from typing import NamedTuple
 import numpy as np
 import onnx
 
+from ..frames.sample import CENTERPOINT_GRID
 from .builder import SparseModelBuilder
 from .canonical import CanonicalEmitter
 from .patent2d import patent_2d_stack
-
-CENTERPOINT_GRID = (41, 1440, 1440)
 
 
 def centerpoint_head_stack(seed: int = 0, spatial_shape=CENTERPOINT_GRID) -> onnx.ModelProto:

@@ -17,7 +17,7 @@ import spconv.pytorch as spconv
 import torch
 from spconv.pytorch.conv import SparseConvolution
 
-from ..export import spconv_inference
+from ..importers.spconv_tracer import spconv_inference
 from ..spconv_rules import LEAKY_RELU_ALPHA, runs_as_matmul
 from .emitter import Dense, Sparse, per_dim, spconv_output_shape, spconv_weight_memory
 
@@ -28,7 +28,7 @@ _ACTIVATIONS = {
 }
 
 
-class SpconvGraph(torch.nn.Module):
+class ReplayModule(torch.nn.Module):
     """The network as a module: `forward(x: SparseConvTensor)` replays the recorded steps and returns
     the outputs (SparseConvTensor or dense torch.Tensor) as a tuple."""
 
@@ -61,7 +61,7 @@ class SpconvNetwork:
     """The built network: `network(features, coords)` runs it single-threaded and returns a list of
     NumPy outputs, `(features, coords int64)` for a sparse output."""
 
-    def __init__(self, module: SpconvGraph, spatial_shape: tuple, batch_size: int):
+    def __init__(self, module: ReplayModule, spatial_shape: tuple, batch_size: int):
         self.module = module
         self.spatial_shape = spatial_shape
         self.batch_size = batch_size
@@ -169,5 +169,5 @@ class SpconvEmitter:
         return Dense(out, tuple(x.shape[p] for p in perm))
 
     def finish(self, outputs: Sequence[Sparse | Dense]) -> SpconvNetwork:
-        module = SpconvGraph(self.convs, self.steps, [o.handle for o in outputs])
+        module = ReplayModule(self.convs, self.steps, [o.handle for o in outputs])
         return SpconvNetwork(module, self.input_shape, self.batch_size)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..frames.sample import CENTERPOINT_GRID
 from .emitter import Emitter
-from .samples import CENTERPOINT_GRID
 from .weights import conv_bn, he_weight, input_feature_scale
 
 

@@ -1,4 +1,6 @@
-"""Export a PyTorch spconv model to the section-3 form (docs/source_ops.md), for users who have the model.
+"""`sparse_lower.export`: a PyTorch spconv model traced to the section-3 form (docs/source_ops.md), for
+users who have the model. It sits beside the importers of the ONNX formats as the importer of the
+module itself; torch and spconv are imported when it runs, never when sparse_lower is imported.
 
     import sparse_lower
     x = spconv.SparseConvTensor(features, coords_int32, spatial_shape, batch_size)
@@ -15,6 +17,9 @@
   `SparseConvTensor.__add__` of a residual connection, `torch.cat` of skip features, a `.view` of the
   dense output): Relu, LeakyRelu, Sigmoid, batch norm, Add, Concat, Reshape and Transpose;
 * `SparseConvTensor.dense()`, patched for the duration of the export, as `ToDense`.
+
+Which node a convolution module becomes is spconv_modules.py's; the graph is written with
+graph_writer.GraphWriter.
 
 A batch norm that directly follows a convolution is folded into it; any other becomes Mul + Add.
 Anything else applied to a traced tensor is refused with the name of the function.
@@ -39,13 +44,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from .errors import SparseLowerError
-from .onnx_conventions import IR_VERSION, OPSET
-from .names import UniqueNames
-from .schemas import SOURCE_DOMAIN
-from .spconv_rules import inverse_output_padding, source_weight, weight_from_matmul_memory
+from ..errors import SparseLowerError
+from ..graph_writer import GraphWriter
+from ..onnx_conventions import OPSET
+from ..schemas import SOURCE_DOMAIN
+from .spconv_modules import conv_node, fused_activation
 
 INSTALL_HINT = 'pip install "sparse-lower[spconv]" (torch 2.13.0 and spconv 2.3.8)'
 
@@ -98,14 +103,14 @@ def export(module, example, path: str | os.PathLike | None = None) -> onnx.Model
     tracer = _Tracer(torch, spconv, module, example)
     with spconv_inference(module), tracer.hooks(), tracer:
         result = module(example)
-    model = tracer.graph.build(tracer.outputs(result), f"{type(module).__name__}")
+    model = tracer.build(tracer.outputs(result), f"{type(module).__name__}")
     if path is not None:
         onnx.save(model, os.fspath(path))
     return model
 
 
 # ---------------------------------------------------------------------------------------------------
-# The graph under construction
+# What the graph under construction keeps
 
 
 @dataclass
@@ -120,9 +125,8 @@ class _Value:
 
 @dataclass
 class _Conv:
-    """A convolution node as emitted, kept so that a following batch norm can be folded into it."""
+    """A convolution's constants, kept so that a following batch norm can be folded into it."""
 
-    node: onnx.NodeProto
     weight: str
     bias: str
     channel_axis: int  # the output-channel axis of the weight
@@ -136,82 +140,6 @@ class _BatchNorm:
     add: onnx.NodeProto
     scale: np.ndarray
     shift: np.ndarray
-
-
-class _Graph:
-    def __init__(self, inputs: list[onnx.ValueInfoProto]):
-        self.inputs = inputs
-        self.nodes: list[onnx.NodeProto] = []
-        self.initializers: dict[str, np.ndarray] = {}
-        self.convs: dict[str, _Conv] = {}  # by features output name
-        self.batch_norms: list[_BatchNorm] = []
-        self._used = UniqueNames(value.name for value in inputs)
-
-    def unique(self, hint: str) -> str:
-        return self._used.fresh(hint)
-
-    def constant(self, hint: str, value: np.ndarray) -> str:
-        name = self.unique(hint)
-        self.initializers[name] = value
-        return name
-
-    def node(self, op_type: str, inputs: list[str], outputs: list[str], name: str, domain: str = "",
-             **attrs) -> onnx.NodeProto:
-        node = helper.make_node(op_type, inputs, outputs, name=self.unique(name), domain=domain, **attrs)
-        self.nodes.append(node)
-        return node
-
-    def _rename(self, old: str, new: str) -> None:
-        for node in self.nodes:
-            for field in (node.input, node.output):
-                for index, name in enumerate(field):
-                    if name == old:
-                        field[index] = new
-
-    def _consumers(self, name: str) -> list[onnx.NodeProto]:
-        return [node for node in self.nodes if name in node.input]
-
-    def _fold_batch_norms(self, outputs: set[str]) -> None:
-        """Fold each batch norm whose input is a convolution's features read by nothing else."""
-        for bn in self.batch_norms:
-            source = bn.mul.input[0]
-            conv = self.convs.get(source)
-            if conv is None or source in outputs or len(self._consumers(source)) != 1:
-                continue
-            shape = [1] * self.initializers[conv.weight].ndim
-            shape[conv.channel_axis] = -1
-            self.initializers[conv.weight] = self.initializers[conv.weight] * bn.scale.reshape(shape)
-            self.initializers[conv.bias] = self.initializers[conv.bias] * bn.scale + bn.shift
-            for node in (bn.mul, bn.add):
-                self.nodes.remove(node)
-                del self.initializers[node.input[1]]
-            self.convs[bn.add.output[0]] = self.convs.pop(source)
-            self._rename(source, bn.add.output[0])
-
-    def build(self, outputs: list[tuple[str, str, int, list]], name: str) -> onnx.ModelProto:
-        """outputs: (wanted name, value name, element type, shape) per graph output."""
-        self._fold_batch_norms({value for _, value, _, _ in outputs})
-        input_names = {value.name for value in self.inputs}
-        claimed: set[str] = set()
-        infos = []
-        for wanted, value, elem_type, shape in outputs:
-            # A value produced here is renamed to the output's name; a graph input, or a value
-            # returned twice, goes through an Identity.
-            if value in input_names or value in claimed:
-                self.node("Identity", [value], [wanted], f"{wanted}_identity")
-            else:
-                self._rename(value, wanted)
-                claimed.add(wanted)
-            infos.append(helper.make_tensor_value_info(wanted, elem_type, shape))
-        initializers = [numpy_helper.from_array(np.ascontiguousarray(value), key)
-                        for key, value in self.initializers.items()]
-        graph = helper.make_graph(self.nodes, name, self.inputs, infos, initializers)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET),
-                                                        helper.make_opsetid(SOURCE_DOMAIN, 1)],
-                                  producer_name="sparse_lower.export")
-        model.ir_version = IR_VERSION
-        onnx.checker.check_model(model)
-        return model
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -254,8 +182,10 @@ class _Tracer:
         self.suppressed = 0
         ndim = len(example.spatial_shape)
         cin = example.features.shape[1]
-        self.graph = _Graph([helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", cin]),
-                             helper.make_tensor_value_info("coords", TensorProto.INT64, ["N", 1 + ndim])])
+        self.writer = GraphWriter([helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", cin]),
+                                   helper.make_tensor_value_info("coords", TensorProto.INT64, ["N", 1 + ndim])])
+        self.convs: dict[str, _Conv] = {}  # by features output name
+        self.batch_norms: list[_BatchNorm] = []
         self._track(example.indices, _Value("coords", "coords"))
         self._track(example.features, _Value("features", "features", "coords"))
         F = torch.nn.functional
@@ -293,6 +223,40 @@ class _Tracer:
 
     def __exit__(self, *exc):
         return self.mode.__exit__(*exc)
+
+    # ----- the graph
+
+    def _node(self, op_type: str, inputs: list[str], output: str, name: str, **attrs) -> str:
+        """A node of one output, named `output` and `name` made unique; returns the output's name."""
+        return self.writer.node(op_type, inputs, [output], self.writer.unique(name), **attrs)[0]
+
+    def _fold_batch_norms(self, outputs: set[str]) -> None:
+        """Fold each batch norm whose input is a convolution's features read by nothing else."""
+        writer = self.writer
+        for bn in self.batch_norms:
+            source = bn.mul.input[0]
+            conv = self.convs.get(source)
+            if conv is None or source in outputs or len(writer.consumers(source)) != 1:
+                continue
+            weight = writer.array(conv.weight)
+            shape = [1] * weight.ndim
+            shape[conv.channel_axis] = -1
+            writer.set_constant(conv.weight, weight * bn.scale.reshape(shape))
+            writer.set_constant(conv.bias, writer.array(conv.bias) * bn.scale + bn.shift)
+            for node in (bn.mul, bn.add):
+                writer.nodes.remove(node)
+                writer.remove_constant(node.input[1])
+            self.convs[bn.add.output[0]] = self.convs.pop(source)
+            writer.replace(source, bn.add.output[0])
+
+    def build(self, outputs: list[tuple[str, str, int, list]], name: str) -> onnx.ModelProto:
+        """The checked model; outputs: (wanted name, value name, element type, shape) per graph output."""
+        self._fold_batch_norms({value for _, value, _, _ in outputs})
+        infos = [helper.make_tensor_value_info(self.writer.rename(value, wanted), elem_type, shape)
+                 for wanted, value, elem_type, shape in outputs]
+        model = self.writer.model(name, infos, {"": OPSET, SOURCE_DOMAIN: 1}, producer_name="sparse_lower.export")
+        onnx.checker.check_model(model)
+        return model
 
     # ----- values
 
@@ -333,7 +297,7 @@ class _Tracer:
             value = self.values[id(item)]
             return value.name, value
         array = item.detach().cpu().numpy() if isinstance(item, self.torch.Tensor) else np.asarray(item)
-        return self.graph.constant(f"{what}.constant", array.astype(np.float32)), None
+        return self.writer.constant(f"{what}.constant", array.astype(np.float32)), None
 
     # ----- torch functions
 
@@ -352,8 +316,7 @@ class _Tracer:
 
     def _unary(self, op_type: str, args, result, **attrs) -> None:
         name, value = self._input(args[0], op_type)
-        output = self.graph.unique(f"{name}.{op_type.lower()}")
-        self.graph.node(op_type, [name], [output], op_type, **attrs)
+        output = self._node(op_type, [name], f"{name}.{op_type.lower()}", op_type, **attrs)
         self._track(result, _Value(output, value.kind, value.coords))
 
     def _relu(self, func, args, kwargs, result):
@@ -382,13 +345,12 @@ class _Tracer:
             shift = shift + as_array(bias)
         scale, shift = scale.astype(np.float32), shift.astype(np.float32)
         shape = (-1,) + (1,) * (args[0].dim() - 2)  # per channel, axis 1
-        scaled = self.graph.unique(f"{name}.bn_scaled")
-        output = self.graph.unique(f"{name}.bn")
-        mul = self.graph.node("Mul", [name, self.graph.constant(f"{name}.bn_scale", scale.reshape(shape))],
-                              [scaled], "BatchNorm_scale")
-        add = self.graph.node("Add", [scaled, self.graph.constant(f"{name}.bn_shift", shift.reshape(shape))],
-                              [output], "BatchNorm_shift")
-        self.graph.batch_norms.append(_BatchNorm(mul, add, scale, shift))
+        scaled = self._node("Mul", [name, self.writer.constant(f"{name}.bn_scale", scale.reshape(shape))],
+                            f"{name}.bn_scaled", "BatchNorm_scale")
+        mul = self.writer.nodes[-1]
+        output = self._node("Add", [scaled, self.writer.constant(f"{name}.bn_shift", shift.reshape(shape))],
+                            f"{name}.bn", "BatchNorm_shift")
+        self.batch_norms.append(_BatchNorm(mul, self.writer.nodes[-1], scale, shift))
         self._track(result, _Value(output, value.kind, value.coords))
 
     def _add(self, func, args, kwargs, result):
@@ -400,8 +362,7 @@ class _Tracer:
         if value_a and value_b and value_a.coords != value_b.coords:
             raise SparseLowerError("adding the features of two sparse tensors on different coords",
                                    fix="add only tensors on the same coords (a residual around subm convs)")
-        output = self.graph.unique(f"{a}.add")
-        self.graph.node("Add", [a, b], [output], "Add")
+        output = self._node("Add", [a, b], f"{a}.add", "Add")
         self._track(result, _Value(output, value.kind, value.coords))
 
     def _concat(self, func, args, kwargs, result):
@@ -415,8 +376,7 @@ class _Tracer:
         if traced[0].kind == "features" and axis != 1:
             raise SparseLowerError("concatenating sparse features along the rows cannot be exported",
                                    fix="concatenate channels (dim=1)")
-        output = self.graph.unique(f"{items[0][0]}.cat")
-        self.graph.node("Concat", [name for name, _ in items], [output], "Concat", axis=axis)
+        output = self._node("Concat", [name for name, _ in items], f"{items[0][0]}.cat", "Concat", axis=axis)
         self._track(result, _Value(output, traced[0].kind, traced[0].coords))
 
     def _dense_input(self, args, what: str) -> str:
@@ -428,9 +388,8 @@ class _Tracer:
 
     def _reshape(self, func, args, kwargs, result):
         name = self._dense_input(args, _function_name(func))
-        shape = self.graph.constant(f"{name}.shape", np.array(result.shape, np.int64))
-        output = self.graph.unique(f"{name}.reshape")
-        self.graph.node("Reshape", [name, shape], [output], "Reshape")
+        shape = self.writer.constant(f"{name}.shape", np.array(result.shape, np.int64))
+        output = self._node("Reshape", [name, shape], f"{name}.reshape", "Reshape")
         self._track(result, _Value(output, "dense"))
 
     def _transpose(self, func, args, kwargs, result):
@@ -445,8 +404,7 @@ class _Tracer:
             if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
                 dims = dims[0]
             perm = [int(d) % rank for d in dims]
-        output = self.graph.unique(f"{name}.transpose")
-        self.graph.node("Transpose", [name], [output], "Transpose", perm=perm)
+        output = self._node("Transpose", [name], f"{name}.transpose", "Transpose", perm=perm)
         self._track(result, _Value(output, "dense"))
 
     def _alias(self, func, args, kwargs, result):
@@ -493,13 +451,12 @@ class _Tracer:
 
     def _dense(self, x, channels_first: bool, result) -> None:
         features, coords = self._sparse(x, ".dense()")
-        output = self.graph.unique(f"{features}.dense")
-        self.graph.node("ToDense", [features, coords], [output], "ToDense", domain=SOURCE_DOMAIN,
+        output = self._node("ToDense", [features, coords], f"{features}.dense", "ToDense", domain=SOURCE_DOMAIN,
                         spatial_shape=list(x.spatial_shape), batch_size=int(x.batch_size))
         if not channels_first:
             ndim = len(x.spatial_shape)
-            source, output = output, self.graph.unique(f"{features}.dense_last")
-            self.graph.node("Transpose", [source], [output], "Transpose", perm=[0, *range(2, ndim + 2), 1])
+            output = self._node("Transpose", [output], f"{features}.dense_last", "Transpose",
+                                perm=[0, *range(2, ndim + 2), 1])
         self._track(result, _Value(output, "dense"))
 
     def _before_conv(self, module, args):
@@ -515,109 +472,30 @@ class _Tracer:
     def _conv(self, module, x, output, add_input) -> None:
         name = self.names.get(id(module), type(module).__name__)
         features, coords = self._sparse(x, name)
-        ndim = module.ndim
-        weight = module.weight.detach().cpu().float().numpy()
-        cout = module.out_channels
-        bias = (module.bias.detach().cpu().float().numpy() if module.bias is not None
-                else np.zeros(cout, np.float32))
-        attrs = {"spatial_shape": [int(s) for s in x.spatial_shape]}
-        extra_inputs = []
-        out_coords = None  # the coords name of the output, where it is the name of existing coords
-        if module.conv1x1:
-            # spconv's fast path multiplies by weight.view(Cin, Cout), whatever the declared layout
-            op_type, channel_axis = "SubmanifoldConv", 0
-            W = source_weight(weight_from_matmul_memory(weight), transposed=False)
-            attrs["kernel_shape"] = [1] * ndim
-            out_coords = coords
-        elif module.inverse:
-            op_type, channel_axis = "SparseDeconv", 1
-            W = source_weight(weight, transposed=True)
-            attrs.update(self._inverse_geometry(module, x, name))
-            extra_inputs = [self._value(x.find_indice_pair(module.indice_key).indices, name).name]
-            out_coords = extra_inputs[0]
-        elif module.transposed:
-            op_type, channel_axis = "SparseDeconv", 1
-            W = source_weight(weight, transposed=True)
-            attrs.update(self._transposed_geometry(module, x, output, name))
-        elif module.subm:
-            op_type, channel_axis = "SubmanifoldConv", 0
-            W = source_weight(weight, transposed=False)
-            attrs.update(kernel_shape=list(module.kernel_size), dilations=list(module.dilation))
-            out_coords = coords
-        else:
-            op_type, channel_axis = "SparseConv", 0
-            W = source_weight(weight, transposed=False)
-            attrs.update(kernel_shape=list(module.kernel_size), strides=list(module.stride),
-                         pads=list(module.padding) * 2, dilations=list(module.dilation))
-        w_name = self.graph.constant(f"{name}.weight", W)
-        b_name = self.graph.constant(f"{name}.bias", bias)
-        out_features = self.graph.unique(f"{name}.features")
-        out_coords_name = self.graph.unique(f"{name}.coords")
-        node = self.graph.node(op_type, [features, coords, w_name, b_name, *extra_inputs],
-                               [out_features, out_coords_name], name, domain=SOURCE_DOMAIN, **attrs)
-        self.graph.convs[out_features] = _Conv(node, w_name, b_name, channel_axis)
-        coords_value = out_coords or out_coords_name
+        conv = conv_node(module, x, output, name)
+        target = ([self._value(x.find_indice_pair(module.indice_key).indices, name).name] if conv.coords == "target"
+                  else [])
+        w_name = self.writer.constant(f"{name}.weight", conv.weight)
+        b_name = self.writer.constant(f"{name}.bias", conv.bias)
+        out_features, out_coords = self.writer.node(
+            conv.op_type, [features, coords, w_name, b_name, *target], [f"{name}.features", f"{name}.coords"],
+            self.writer.unique(name), domain=SOURCE_DOMAIN, **conv.attrs)
+        self.convs[out_features] = _Conv(w_name, b_name, conv.channel_axis)
+        coords_value = target[0] if target else coords if conv.coords == "input" else out_coords
         self._track(output.indices, _Value(coords_value, "coords"))
         self._track(output.features, _Value(self._conv_epilogue(module, out_features, add_input, name),
                                             "features", coords_value))
 
     def _conv_epilogue(self, module, features: str, add_input, name: str) -> str:
         """The fused add (`forward(x, add_input)`) and activation of a spconv conv module."""
-        from cumm import tensorview as tv
-
-        activation = module.act_type
-        if activation != tv.gemm.Activation.None_ and add_input is not None:
-            raise SparseLowerError("a conv module with both a fused activation and add_input cannot be exported",
-                                   name, fix="apply the activation after the add, outside the conv module")
+        activation = fused_activation(module, add_input, name)
         if add_input is not None:
             other, _ = self._sparse(add_input, name)
-            output = self.graph.unique(f"{features}.add")
-            self.graph.node("Add", [features, other], [output], f"{name}.add")
-            features = output
-        if activation == tv.gemm.Activation.None_:
+            features = self._node("Add", [features, other], f"{features}.add", f"{name}.add")
+        if activation is None:
             return features
-        ops = {tv.gemm.Activation.ReLU: ("Relu", {}), tv.gemm.Activation.Sigmoid: ("Sigmoid", {}),
-               tv.gemm.Activation.LeakyReLU: ("LeakyRelu", {"alpha": float(module.act_alpha)})}
-        if activation not in ops:
-            raise SparseLowerError(f"fused activation {activation} cannot be exported", name,
-                                   fix="use ReLU, LeakyReLU or Sigmoid")
-        op_type, attrs = ops[activation]
-        output = self.graph.unique(f"{features}.{op_type.lower()}")
-        self.graph.node(op_type, [features], [output], f"{name}.{op_type.lower()}", **attrs)
-        return output
-
-    def _inverse_geometry(self, module, x, name: str) -> dict:
-        """SparseInverseConv: the forward conv's geometry, and the output padding that gives back its
-        input extent (docs/source_ops.md)."""
-        forward = x.find_indice_pair(module.indice_key)
-        if forward is None:
-            raise SparseLowerError(f"no forward convolution with indice_key '{module.indice_key}' ran before",
-                                   name, fix="give the inverse conv the indice_key of a SparseConv run earlier")
-        kernel, stride, padding, dilation = (list(forward.ksize), list(forward.stride), list(forward.padding),
-                                             list(forward.dilation))
-        if list(module.kernel_size) != kernel:
-            raise SparseLowerError(f"kernel {list(module.kernel_size)} differs from the forward conv's {kernel}",
-                                   name, fix="give the inverse conv the forward conv's kernel size")
-        extent = [int(s) for s in forward.spatial_shape]
-        output_padding = inverse_output_padding(extent, kernel, stride, padding, dilation)
-        return {"kernel_shape": kernel, "strides": stride, "pads": padding * 2, "dilations": dilation,
-                "output_padding": output_padding}
-
-    def _transposed_geometry(self, module, x, output, name: str) -> dict:
-        """SparseConvTranspose: spconv's output extent ignores the dilation; reach it through the
-        output padding where it is larger than ours, through the end pads where smaller."""
-        kernel, stride, padding, dilation = (list(module.kernel_size), list(module.stride), list(module.padding),
-                                             list(module.dilation))
-        output_padding, end_pads = [], []
-        for S, S_out, k, s, p, d in zip(x.spatial_shape, output.spatial_shape, kernel, stride, padding, dilation):
-            extra = int(S_out) - (s * (int(S) - 1) + d * (k - 1) + 1 - 2 * p)
-            if extra >= max(s, d):
-                raise SparseLowerError(f"output extent {list(output.spatial_shape)} cannot be expressed", name,
-                                       fix="use an output_padding smaller than the stride")
-            output_padding.append(max(extra, 0))
-            end_pads.append(p - min(extra, 0))
-        return {"kernel_shape": kernel, "strides": stride, "pads": padding + end_pads, "dilations": dilation,
-                "output_padding": output_padding}
+        op_type, attrs = activation
+        return self._node(op_type, [features], f"{features}.{op_type.lower()}", f"{name}.{op_type.lower()}", **attrs)
 
     # ----- outputs
 

@@ -1,5 +1,10 @@
-"""Voxel inputs for the demo and the benchmarks: the real nuScenes frames of `shared/data`, or a
-synthetic LiDAR-like frame when they are absent (a fresh install has no shared data)."""
+"""The sample frames of the demo, the benchmarks, the tools and the tests: the real nuScenes frames of
+`shared/data`, or a synthetic LiDAR-like frame when they are absent (a fresh install has no shared
+data).
+
+It is data loading, apart from the reference networks (sparse_lower/models/) that are run on it, so
+that finding and reading a frame loads no network builder.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .samples import CENTERPOINT_GRID
-
+CENTERPOINT_GRID = (41, 1440, 1440)  # CenterPoint's nuScenes voxel grid (z, y, x), the reference networks' default
 CENTERPOINT_FILE = "nuscenes_centerpoint_voxels.npz"
 
 
