@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 
 from .errors import SparseLowerError, SparseLowerWarning
-from .importers import SECTION3, detect_format, format_title, nothing_to_lower
+from .importers import SOURCE_FORMAT, detect_format, format_title, nothing_to_lower
 from .layer_costs import method_report
 from .model_io import load
 from .lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS, Options
@@ -82,7 +82,7 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
                       layout=layout)
     model = load(model)
     found = detect_format(model)
-    if found != SECTION3:
+    if found != SOURCE_FORMAT:
         raise SparseLowerError(f"the model is an export in the {format_title(found)} format",
                                fix="import it first: sparse_lower.lower(sparse_lower.import_model(model), ...) "
                                    "(sparse-lower convert imports by itself)")

@@ -1,7 +1,7 @@
 """`GraphWriter`: the one builder of new ONNX graphs in the package.
 
 Everything that writes a model node by node uses it: the spconv tracer (`sparse_lower.export`,
-importers/spconv_tracer.py), the emitters of the reference networks in their section-3 and wild forms
+importers/spconv_tracer.py), the emitters of the reference networks in their source-op and wild forms
 and `SparseModelBuilder` (sparse_lower/models/). It keeps the nodes and the initializers in the
 order they are added, and the names taken, so that every value is defined once; a constant may still
 be changed or dropped before the model is made (the tracer folds a batch norm into a convolution).

@@ -19,7 +19,7 @@ import onnx
 
 from .api import lower
 from .errors import SparseLowerError
-from .importers import SECTION3, detect_format, import_model
+from .importers import SOURCE_FORMAT, detect_format, import_model
 from .model_io import exposing, load
 from .passes.check import CheckModel
 from .passes.manager import PassManager
@@ -72,7 +72,7 @@ def quantize(model: onnx.ModelProto | str | os.PathLike, calibration_frames: lis
     AIMET, Autoware: imported first). `calibration_frames`: feeds of the model's inputs, e.g. real
     frames like the ones it will run on."""
     model = load(model)
-    if detect_format(model) != SECTION3:
+    if detect_format(model) != SOURCE_FORMAT:
         model = import_model(model)
     if any(n.domain == SOURCE_DOMAIN for n in model.graph.node):
         model = lower(model, target="gpu")

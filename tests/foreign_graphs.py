@@ -197,7 +197,7 @@ class ForeignGraph:
 
 
 def assert_outputs_match(graph: ForeignGraph, imported: onnx.ModelProto, features, coords, results=None):
-    """The imported model's outputs (through `results` or the section-3 reference) equal spconv's."""
+    """The imported model's outputs (through `results` or the source-op reference) equal spconv's."""
     results = results or reference.run(imported, graph.feeds(features, coords))
     for out, want in zip(graph.outputs, graph.evaluate(features, coords)):
         if isinstance(out, Handle):

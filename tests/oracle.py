@@ -64,7 +64,7 @@ def gather_sites(dense, coords):
 
 
 def sparse_node_model(op_type, attrs, cin, cout, ndim, with_bias, with_target, rng, *, name="node"):
-    """A model holding one section-3 conv node, and its weights `(W, B)` (B is None without bias).
+    """A model holding one source-op conv node, and its weights `(W, B)` (B is None without bias).
 
     Graph inputs: `features` [N, cin] float32, `coords` [N, 1+ndim] int64 and, with `with_target`,
     `target_coords` [M, 1+ndim] int64; W and B are initializers; outputs `out_features`, `out_coords`.

@@ -275,7 +275,7 @@ def test_native_pair_with_its_casts(rng):
 
 def test_transposed_conv_and_the_pair_outputs_standard_ops_read(rng):
     """A strided conv then a transposed one; the strided pair op's out_indices densify its rows and its
-    num_act_out is read by a standard op: both come from the section-3 conv's output coordinates."""
+    num_act_out is read by a standard op: both come from the source-op conv's output coordinates."""
     g = AutowareGraph("awml", (6, 8, 8), 3, rng)
     down = g.pairs(g.x[3], g.grid, "conv", 3, stride=2, padding=1)
     a = g.conv(g.x, down, 4)

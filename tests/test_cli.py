@@ -95,7 +95,7 @@ def test_demo_runs_the_nvidia_export_on_the_real_frame(capsys, tmp_path):
     args = ["demo", "--repeat", "1", "--picture", str(tmp_path / "bev.png")]
     assert main(args + (["--data", str(frame)] if frame.exists() else [])) == 0
     text = capsys.readouterr().out
-    assert "import (NVIDIA format -> section-3 ops)" in text and "output: [1, 256, 180, 180] float32" in text
+    assert "import (NVIDIA format -> source ops)" in text and "output: [1, 256, 180, 180] float32" in text
     assert (tmp_path / "bev.png").stat().st_size > 10_000
 
 

@@ -508,7 +508,7 @@ def test_foreign_files_with_missing_or_contradictory_attributes_are_refused(case
                   "recurrence needs a Loop or Scan node))" + VALIDATE),
     (lambda: foreign(one_conv(kernel_size=[0, 3, 3])),
      f"{CONV}: attribute 'kernel_size'=[0, 3, 3] has a value below 1 (fix: use values >= 1)"),
-], ids=["section-3 model with a cycle", "NVIDIA file with a zero kernel"])
+], ids=["source-op model with a cycle", "NVIDIA file with a zero kernel"])
 def test_convert_reports_a_hostile_file_in_one_line(build, message, tmp_path, capsys):
     path = tmp_path / "hostile.onnx"
     onnx.save(build(), path)

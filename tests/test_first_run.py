@@ -187,7 +187,7 @@ def test_gpu_segments_count_the_macs_of_indexed_conv():
 
 @pytest.fixture(scope="module")
 def centerpoint_path(tmp_path_factory) -> Path:
-    """The README's flagship: CenterPoint's backbone in section-3 ops, ending in ToDense with batch_size 1."""
+    """The README's flagship: CenterPoint's backbone in source ops, ending in ToDense with batch_size 1."""
     path = tmp_path_factory.mktemp("centerpoint") / "centerpoint.onnx"
     onnx.save(sp_middle_resnet_fhd(CanonicalEmitter(), np.random.default_rng(0)), path)
     return path

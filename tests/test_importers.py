@@ -1,11 +1,11 @@
 """The importers (sparse_lower.importers): NVIDIA Lidar_AI_Solution and AIMET/QNN sparse-conv ONNX →
-section-3 ops, on graphs of every geometry.
+source ops, on graphs of every geometry.
 
 The foreign models are written by hand with onnx.helper (`ForeignGraph`, tests/foreign_graphs.py), in
 the forms the real exporters write; tests/test_wild.py holds the files the real exporters wrote. While
 it writes a node, `ForeignGraph` also records the layer's meaning in spconv's own terms, and `evaluate`
 runs that record in plain NumPy loops over a dict of active sites (tests/spconv_semantics.py): an
-evaluation of spconv's semantics that shares nothing with the importer or with the section-3 reference
+evaluation of spconv's semantics that shares nothing with the importer or with the source-op reference
 it is compared against.
 """
 
@@ -24,7 +24,7 @@ from foreign_graphs import ForeignGraph, Handle, assert_outputs_match, one_conv,
 from sparse_lower import reference
 from sparse_lower.cli.main import main
 from sparse_lower.errors import SparseLowerError, SparseLowerWarning
-from sparse_lower.importers import SECTION3, detect_format, import_model
+from sparse_lower.importers import SOURCE_FORMAT, detect_format, import_model
 from spconv_semantics import LEAKY_SLOPE, as_dict
 
 
@@ -440,17 +440,17 @@ def test_2d_import_lowers_and_runs(rng):
     assert_outputs_match(g, None, features, coords, dict(zip(names, session.run(names, g.feeds(features, coords)))))
 
 
-def test_section3_model_is_returned_unchanged(tmp_path):
+def test_source_model_is_returned_unchanged(tmp_path):
     builder = sparse_lower.models.SparseModelBuilder(2, 3, np.random.default_rng(0))
     model = builder.conv("SubmanifoldConv", 4, (3, 3), (5, 6)).build()
-    assert detect_format(model) == SECTION3
+    assert detect_format(model) == SOURCE_FORMAT
     assert import_model(model) is model
     onnx.save(model, tmp_path / "m.onnx")
     assert import_model(tmp_path / "m.onnx") == model
 
 
 def test_default_domain_spelled_ai_onnx_is_the_default_domain(tmp_path):
-    """A section-3 model whose standard ops are in "ai.onnx" (the spelling NVIDIA's tools use) lowers like
+    """A source-op model whose standard ops are in "ai.onnx" (the spelling NVIDIA's tools use) lowers like
     one in "": every node the lowering adds resolves against the model's opset."""
     builder = sparse_lower.models.SparseModelBuilder(2, 3, np.random.default_rng(0))
     model = builder.conv("SubmanifoldConv", 4, (3, 3), (5, 6)).build()
@@ -700,7 +700,7 @@ WRITERS = {  # AIMET's export is 3D only and has no transposed or inverse conv
 @pytest.mark.parametrize("emitter, network", [(e, n) for e, networks in WRITERS.items() for n in networks])
 def test_round_trip_through_the_format_writers(network, emitter):
     """Written by NvidiaEmitter (both coordinate orders) / AimetEmitter, imported, then run by the reference:
-    the outputs of the canonical emitter's section-3 model of the same network, in the same order."""
+    the outputs of the canonical emitter's source-op model of the same network, in the same order."""
     build, grid, batch = ROUND_TRIP[network]
     canonical = build(sparse_lower.models.CanonicalEmitter())
     if emitter.startswith("NvidiaEmitter"):

@@ -1,7 +1,7 @@
 """spconv 2.3.8 itself as the oracle (docs/formats.md): what the canonical forms, the importers and
 `sparse_lower.export` produce must compute what spconv computes.
 
-(a) single layers of every kind, spconv (through SpconvEmitter) against a section-3 model written
+(a) single layers of every kind, spconv (through SpconvEmitter) against a source-op model written
     here from docs/source_ops.md and docs/formats.md alone, lowered for gpu and nna;
 (b) the reference networks on the real nuScenes frames: spconv against the canonical model (lowered
     for gpu and nna), the imported NVIDIA / AIMET files (gpu) and the export of the spconv network;
@@ -81,7 +81,7 @@ def sparse_error(actual: tuple, expected: tuple) -> float:
 
 def _conv_node(nodes, initializers, kind, features, coords, weight, bias, spatial_shape, geometry, name,
                target_coords=None, forward_shape=None):
-    """One spconv layer as its section-3 node, written from docs/source_ops.md and docs/formats.md (not from the
+    """One spconv layer as its source-op node, written from docs/source_ops.md and docs/formats.md (not from the
     emitters or the exporter, which this file tests)."""
     ndim = len(spatial_shape)
     kernel = list(weight.shape[1:-1])

@@ -22,7 +22,7 @@ from onnx import helper, numpy_helper
 import sparse_lower
 from conftest import DATA
 from sparse_lower.cli.main import main
-from sparse_lower.importers import SECTION3, detect_format, import_model
+from sparse_lower.importers import SOURCE_FORMAT, detect_format, import_model
 from sparse_lower.importers.spconv_tracer import spconv_inference
 from sparse_lower.models import AimetEmitter, NvidiaEmitter, sp_middle_resnet_fhd
 
@@ -73,10 +73,10 @@ def wild_files() -> list[Path]:
 
 @pytest.mark.parametrize("path", wild_files(), ids=lambda p: p.name)
 def test_every_wild_file_is_recognised_and_imports(path):
-    """Whatever lands in the corpus: its format is detected, it imports to a valid section-3 model, and
+    """Whatever lands in the corpus: its format is detected, it imports to a valid source-op model, and
     `sparse-lower inspect` says what it is."""
     model = onnx.load(path)
-    assert detect_format(model) != SECTION3
+    assert detect_format(model) != SOURCE_FORMAT
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         imported = import_model(model)

@@ -1,4 +1,4 @@
-"""Write the sample models of `models/` that this repository can make (the section-3 ones, and AIMET's
+"""Write the sample models of `models/` that this repository can make (the source-op ones, and AIMET's
 with aimet-torch's own export classes). The NVIDIA and Autoware samples were written by those
 exporters' own tools and are kept as they are (models/README.md says how).
 

@@ -1,7 +1,7 @@
 """The benchmark cases: single sparse layers on real, random and 2D data, and whole networks.
 
 A `Case` is built lazily (`case.build()`), so that only one case's tensors are alive at a time. Its
-`Built` holds the section-3 source model with its feeds (what our systems lower), and what the other
+`Built` holds the source model with its feeds (what our systems lower), and what the other
 systems need: an spconv factory (single layers: plain spconv modules; networks: `SpconvEmitter`),
 a MinkowskiEngine one (`bench.minkowski`) and a dense-equivalent onnxruntime `Conv` /
 `ConvTranspose` layer (single layers only).

@@ -13,7 +13,7 @@ from ..active_sites import assumed_active
 from ..api import load, lower
 from ..errors import SparseLowerError
 from ..frames.files import find_frames, frames_feeds
-from ..importers import SECTION3, detect_format, format_title, import_model
+from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model
 from ..lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS
 from ..passes.lower import run_hint
 from ..quantize import quantize
@@ -43,7 +43,7 @@ def _spelled(capacity) -> str:
 class ConvertCommand:
     """Lower the sparse convolutions of an ONNX model for a target.
 
-    Reads IN (section-3 source ops, docs/source_ops.md, or an NVIDIA Lidar_AI_Solution, AIMET or
+    Reads IN (source ops, docs/source_ops.md, or an NVIDIA Lidar_AI_Solution, AIMET or
     Autoware sparse-conv ONNX, imported first: docs/formats.md), rewrites every sparse node and writes OUT.
       gpu     index-builder custom ops -> IndexedUnfold -> MatMul (-> IndexedFold); --strategy:
               unfold, rulebook, fused (the three in one IndexedConv) or auto (fused; the rulebook
@@ -125,10 +125,10 @@ class ConvertCommand:
         status = Status(args.quiet)
         source = load(args.input)
         found = detect_format(source)
-        if found != SECTION3:
+        if found != SOURCE_FORMAT:
             with status.step(f"importing the {format_title(found)} model"):
                 source = import_model(source, leaky_relu_alpha=args.leaky_relu_alpha)
-            print(f"imported {format_title(found)} format into section-3 ops")
+            print(f"imported {format_title(found)} format into source ops")
         with status.step(f"lowering for the {args.target} target"):
             lowered = lower(source, target=args.target, strategy=args.strategy, combine=args.combine,
                             max_active=args.max_active, fuse_taps=args.fuse_taps, layout=args.layout,

@@ -55,7 +55,7 @@ class DemoCommand:
     Builds SpMiddleResNetFHD (det3d, 5 voxel features, BatchNorm folded, deterministic weights) as
     the ONNX file NVIDIA's Lidar_AI_Solution tooling exports (SparseConvolution nodes, FP16 weights,
     no coordinates in the graph), then runs the full flow a user runs:
-    import (to the section-3 ops) -> lower (gpu target) -> onnxruntime with the custom-op library,
+    import (to the source ops) -> lower (gpu target) -> onnxruntime with the custom-op library,
     on the frame's voxels (../shared/data/nuscenes_centerpoint_voxels.npz, $SPARSE_LOWER_DATA or
     --data; a synthetic LiDAR-like frame when none is found). Prints the time of every stage and a
     summary of the [1, 256, 180, 180] BEV output, and draws it to --picture.
@@ -94,7 +94,7 @@ class DemoCommand:
         with tempfile.TemporaryDirectory() as folder:
             source = Path(folder) / "scn.nvidia.onnx"
             onnx.save(exported, source)
-            imported = clock.time("import (NVIDIA format -> section-3 ops)", lambda: import_model(source))
+            imported = clock.time("import (NVIDIA format -> source ops)", lambda: import_model(source))
         lowered = clock.time("lower (gpu target)", lambda: lower(imported, target="gpu"))
         session = clock.time("create the onnxruntime session", lambda: create_session(lowered))
         feeds = {imported.graph.input[0].name: features, "coords": coords}

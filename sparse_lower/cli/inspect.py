@@ -11,7 +11,7 @@ from ..api import load
 from ..capacity import level_rows
 from ..errors import SparseLowerError
 from ..frames.files import find_frames, frames_feeds
-from ..importers import SECTION3, detect_format, format_title, import_model, nothing_to_lower
+from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model, nothing_to_lower
 from ..layer_costs import layer_costs, method_table
 from ..onnx_conventions import DEFAULT_DOMAIN_ALIAS
 from ..schemas import CONV_OPS, CUSTOM_DOMAIN, SOURCE_DOMAIN, conv_channels, conv_geometry
@@ -126,13 +126,13 @@ class InspectCommand:
         """The model whose layers to list: a foreign export imported (saying so), else the model itself;
         None, after saying why, when there is nothing sparse_lower can take."""
         found = detect_format(model)
-        if found == SECTION3:
+        if found == SOURCE_FORMAT:
             if not any(n.domain == CUSTOM_DOMAIN for n in model.graph.node):
                 reason = nothing_to_lower(model)
                 if reason:
                     print(reason)
             return model
-        print(f"format: {format_title(found)} export; `sparse-lower convert` imports it (into section-3 ops) "
+        print(f"format: {format_title(found)} export; `sparse-lower convert` imports it (into source ops) "
               f"before lowering. The layers below are the imported model's.")
         try:
             return import_model(model)

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from ..api import lower
 from ..errors import SparseLowerError
-from ..importers import SECTION3, detect_format, format_title, import_model
+from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model
 from ..model_io import load
 from ..schemas import SOURCE_DOMAIN
 from .files import find_frames, output_paths
@@ -34,7 +34,7 @@ def runnable(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu") ->
     model = load(model)
     done = []
     found = detect_format(model)
-    if found != SECTION3:
+    if found != SOURCE_FORMAT:
         model = import_model(model)
         done.append(f"imported from the {format_title(found)} format")
     if any(node.domain == SOURCE_DOMAIN for node in model.graph.node):

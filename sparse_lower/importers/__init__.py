@@ -1,11 +1,11 @@
-"""Importers: the sparse-convolution ONNX found in the wild → section-3 source ops (docs/formats.md).
+"""Importers: the sparse-convolution ONNX found in the wild → source ops (docs/formats.md).
 
-    model = sparse_lower.import_model("scn.onnx")      # NVIDIA, AIMET, Autoware, or already section 3
+    model = sparse_lower.import_model("scn.onnx")      # NVIDIA, AIMET, Autoware, or already source ops
     lowered = sparse_lower.lower(model, target="gpu")
 
 What an imported model looks like:
 
-* section-3 ops (`sparse::SubmanifoldConv`, `SparseConv`, `SparseDeconv`, `ToDense`) plus standard
+* source ops (`sparse::SubmanifoldConv`, `SparseConv`, `SparseDeconv`, `ToDense`) plus standard
   ONNX ops, float32 throughout (FP16 weights are widened), default opset >= 17, IR version 10; it
   passes `onnx.checker`;
 * the feature input keeps its name (now float32). NVIDIA graphs carry no coordinates: an int64 input
@@ -24,7 +24,7 @@ An importer never lowers: the result is the input of `sparse_lower.lower`. Every
 SparseLowerError naming the source node and the fix.
 
 `sparse_lower.export` (spconv_tracer.py) is the importer of a PyTorch spconv module, for users who
-have the module rather than a file: it traces the module and writes the same section-3 form. It
+have the module rather than a file: it traces the module and writes the same source-op form. It
 needs torch and spconv, imported only when it runs.
 """
 
@@ -45,11 +45,11 @@ from .nvidia import NvidiaFormat
 from .precision import to_float32
 
 FORMATS = (NvidiaFormat(), AimetFormat(), AutowareFormat())
-SECTION3 = "section3"  # detect_format's answer for a model that needs no import
+SOURCE_FORMAT = "source"  # detect_format's answer for a model that needs no import
 
 
 def detect_format(model: onnx.ModelProto | str | os.PathLike) -> str:
-    """"nvidia", "aimet", "autoware", or "section3" for anything else (section-3 or plain ONNX: nothing to
+    """"nvidia", "aimet", "autoware", or "source" for anything else (source ops or plain ONNX: nothing to
     import)."""
     model = load(model)
     found = [fmt for fmt in FORMATS if any(fmt.is_conv(node) for node in model.graph.node)]
@@ -57,24 +57,24 @@ def detect_format(model: onnx.ModelProto | str | os.PathLike) -> str:
         raise SparseLowerError(f"the model mixes the {' and '.join(f.title for f in found)} formats",
                                fix="export the network in one format")
     if found and any(node.domain == SOURCE_DOMAIN for node in model.graph.node):
-        raise SparseLowerError(f"the model mixes {found[0].title} nodes with section-3 '{SOURCE_DOMAIN}' nodes",
+        raise SparseLowerError(f"the model mixes {found[0].title} nodes with source-op '{SOURCE_DOMAIN}' nodes",
                                fix="export the network in one format")
-    return found[0].key if found else SECTION3
+    return found[0].key if found else SOURCE_FORMAT
 
 
 def format_title(key: str) -> str:
     """The human-readable name of a format `detect_format` returned."""
-    return next((fmt.title for fmt in FORMATS if fmt.key == key), "section-3 / standard ONNX")
+    return next((fmt.title for fmt in FORMATS if fmt.key == key), "source ops / standard ONNX")
 
 
 def import_model(model: onnx.ModelProto | str | os.PathLike, leaky_relu_alpha: float | None = None) -> onnx.ModelProto:
-    """The section-3 form of a foreign sparse-convolution model; a section-3 model is returned unchanged.
+    """The source-op form of a foreign sparse-convolution model; a source-op model is returned unchanged.
 
     `leaky_relu_alpha`: the slope of the network's LeakyReLU activations where the file does not record
     it (NVIDIA's exporters drop it); None reads torch's default, 0.01, and notes it."""
     model = load(model)
     key = detect_format(model)
-    if key == SECTION3:
+    if key == SOURCE_FORMAT:
         return model
     if leaky_relu_alpha is not None and not (isinstance(leaky_relu_alpha, (int, float)) and
                                              math.isfinite(leaky_relu_alpha)):
@@ -85,8 +85,8 @@ def import_model(model: onnx.ModelProto | str | os.PathLike, leaky_relu_alpha: f
 
 
 def nothing_to_lower(model: onnx.ModelProto) -> str | None:
-    """Why `model` (section-3 or standard ONNX) gives the lowering nothing to do, or None when it has
-    section-3 ops. A model whose sparse layers are in a form no importer knows (another domain, another
+    """Why `model` (source ops or standard ONNX) gives the lowering nothing to do, or None when it has
+    source ops. A model whose sparse layers are in a form no importer knows (another domain, another
     exporter) or a dense CNN would otherwise pass through unchanged: the message says what was found
     and which forms are recognised."""
     nodes = model.graph.node
@@ -97,11 +97,11 @@ def nothing_to_lower(model: onnx.ModelProto) -> str | None:
              if foreign else "only standard ONNX ops (a dense model, which onnxruntime runs as it is)")
     ops = Counter(node.op_type for node in nodes)
     summary = ", ".join(f"{op} ×{n}" for op, n in ops.most_common(6)) or "no nodes"
-    recognised = "; ".join([f"section 3 ({SOURCE_DOMAIN}::{', '.join(SOURCE_OPS)})",
+    recognised = "; ".join([f"the source ops ({SOURCE_DOMAIN}::{', '.join(SOURCE_OPS)})",
                             *(f"{fmt.title} ({fmt.signature})" for fmt in FORMATS)])
     return (f"nothing to lower: no sparse convolution in a form sparse_lower recognises. The model has "
             f"{len(nodes)} nodes ({summary}); {found}. Recognised: {recognised}. docs/formats.md describes "
             f"each form")
 
 
-__all__ = ["FORMATS", "SECTION3", "detect_format", "format_title", "import_model", "nothing_to_lower"]
+__all__ = ["FORMATS", "SOURCE_FORMAT", "detect_format", "format_title", "import_model", "nothing_to_lower"]

@@ -20,7 +20,7 @@ Unlike NVIDIA's and AIMET's, this format puts the kernel map in the graph, as it
   weight's tap axes; standard ops inside the graph build them from the `coors` input (AWML flips
   (z, y, x) to (x, y, z), autoware-ml gathers (y, x, z)), and they are int32.
 
-The import keeps every standard op as it is and replaces each conv by a section-3 conv on
+The import keeps every standard op as it is and replaces each conv by a source-op conv on
 (features, int64 coords of its pair node's input); its pair node's `out_indices` become the conv's
 output coords as int32 (a strided conv's sorted lexicographically, which the format allows), and
 `num_act_out` their row count. The pair data (pair_fwd, pair_mask, mask_argsort, indice_pairs) is
@@ -42,7 +42,7 @@ from ..names import node_label
 from .context import Translation
 from .probe import coordinate_columns
 from .spconv_layers import (SpconvLayer, attribute_values, checked_bias, flag, per_dim,
-                            relaid_weight, section3_node)
+                            relaid_weight, source_node)
 from .standard_ops import check_schema
 from .translate import source_opset, to_target_versions
 
@@ -226,7 +226,7 @@ def _order(model: onnx.ModelProto, pairs: dict[str, PairNode], convs: dict[int, 
 
 
 def _conv(t: Translation, node: onnx.NodeProto, where: str, pair: PairNode, done: dict[str, str]) -> None:
-    """The section-3 conv of an ImplicitGemm/IndiceConv node, and its pair op's readable outputs."""
+    """The source-op conv of an ImplicitGemm/IndiceConv node, and its pair op's readable outputs."""
     values = attribute_values(node, where)
     unknown = sorted(set(values) - set(_CONV_ATTRIBUTES))
     if unknown:
@@ -255,7 +255,7 @@ def _conv(t: Translation, node: onnx.NodeProto, where: str, pair: PairNode, done
     output = node.output[0]
     linear = t.fresh(f"{output}_linear") if layer.activation else output
     out_coords = t.fresh(f"{where}.coords")
-    conv, _ = section3_node(layer, inputs, [linear, out_coords], t.node_name(where), t.note)
+    conv, _ = source_node(layer, inputs, [linear, out_coords], t.node_name(where), t.note)
     t.append(conv)
     if layer.activation:
         alpha = {}

@@ -1,7 +1,7 @@
 """The state of one import: what every tensor of the source graph has become, and the graph being built.
 
 A foreign format passes sparse tensors around as features only (NVIDIA) or as features plus an indices
-tensor (AIMET); section 3 needs each sparse tensor's coords explicitly. So the translation records, for
+tensor (AIMET); the source ops need each sparse tensor's coords explicitly. So the translation records, for
 every features tensor that is sparse, the coords tensor its rows belong to (`SparseTensor`): a conv
 makes new coords, a submanifold conv and element-wise ops keep them, and operations that combine two
 sparse tensors can check that their rows line up.
@@ -116,7 +116,7 @@ class Translation:
             columns[1:] = list(order)
 
     def int64_coords(self, indices: str, where: str) -> str:
-        """Section 3's int64 coordinates of an int32 indices tensor of the source (one Cast per tensor)."""
+        """The source ops' int64 coordinates of an int32 indices tensor of the source (one Cast per tensor)."""
         if indices not in self._int64:
             self._int64[indices] = self.fresh(f"{indices}_int64")
             self.emit("Cast", [indices], [self._int64[indices]], f"{where}.coords", to=TensorProto.INT64)

@@ -1,13 +1,13 @@
-"""One spconv `SparseConvolution` node (NVIDIA, AIMET) → one section-3 node.
+"""One spconv `SparseConvolution` node (NVIDIA, AIMET) → one source-op node.
 
 Both formats serialise an spconv module with the same attribute names, so this module is where the
-importers read them and map them onto the section-3 ops (the behaviours the writers of spconv modules
+importers read them and map them onto the source ops (the behaviours the writers of spconv modules
 reproduce too, the weight layouts, the 1×1 path and the inverse geometry, are in spconv_rules.py):
 
 * `subm=1` → `SubmanifoldConv`: spconv's submanifold conv is centred and ignores `padding`, so no
   pads are written;
 * `transposed=1` → `SparseDeconv`: spconv's output extent `(S−1)·s − 2p + K + output_padding` ignores
-  the dilation, while its taps use it, so a dilated transposed conv has no section-3 equivalent and is
+  the dilation, while its taps use it, so a dilated transposed conv has no source-op equivalent and is
   refused;
 * `inverse=1` → `SparseDeconv` with `target_coords`: spconv's SparseInverseConv runs the rulebook of
   the forward conv registered under the same `rulebook` key backwards, with the same tap index. Its
@@ -15,7 +15,7 @@ reproduce too, the weight layouts, the 1×1 path and the inverse geometry, are i
   conv's are, and its outputs are the forward conv's input coords on the forward conv's input grid;
 * otherwise → `SparseConv` with symmetric pads.
 
-Weights are spconv 2.x KRSC `[Cout, *K, Cin]`; section 3 wants `[Cout, Cin, *K]` for convs and
+Weights are spconv 2.x KRSC `[Cout, *K, Cin]`; the source ops want `[Cout, Cin, *K]` for convs and
 `[Cin, Cout, *K]` for deconvs (the transposed tap matrix, same tap index).
 
 What the layer is comes from what the engines read, not from the descriptive attributes their
@@ -259,7 +259,7 @@ def _report_stale(where, values, ndim, cin, cout, grid, note: Note, engine: str)
 
 
 def relaid_weight(layer: SpconvLayer, weight: np.ndarray, spconv_1x1: bool = True) -> np.ndarray:
-    """spconv's KRSC `[Cout, *K, Cin]` as section 3's `[Cout, Cin, *K]` (convs) or `[Cin, Cout, *K]`
+    """spconv's KRSC `[Cout, *K, Cin]` as the source ops' `[Cout, Cin, *K]` (convs) or `[Cin, Cout, *K]`
     (deconvs: the same tap index, its matrix transposed). `spconv_1x1`: the weight is a spconv module's,
     whose one-tap fast path reads its memory as [Cin, Cout] (NVIDIA, AIMET); an engine that multiplies
     by the KRSC weight as it is (Autoware's implicit GEMM) passes False."""
@@ -348,12 +348,12 @@ class Rulebooks:
         return forward
 
 
-def section3_node(layer: SpconvLayer, inputs: list[str], outputs: list[str], name: str, note: Note,
+def source_node(layer: SpconvLayer, inputs: list[str], outputs: list[str], name: str, note: Note,
                   forward: ForwardConv | None = None) -> tuple[onnx.NodeProto, tuple[int, ...]]:
-    """The section-3 node of a layer and its output extent, validated by the schemas; a declared output
+    """The source-op node of a layer and its output extent, validated by the schemas; a declared output
     extent that differs is noted as stale. For an inverse conv, `forward` gives the geometry and
     `inputs[4]` must be the forward conv's input coords: `output_padding` is chosen so that the output
-    extent is the forward conv's input extent (section 3's inverse deconvolution)."""
+    extent is the forward conv's input extent (the source ops' inverse deconvolution)."""
     if layer.kind == "subm":
         op_type, attrs = "SubmanifoldConv", dict(dilations=list(layer.dilation))
     elif layer.kind == "conv":

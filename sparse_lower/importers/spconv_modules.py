@@ -1,4 +1,4 @@
-"""One spconv convolution module as one section-3 node: the layer translation of the spconv tracer.
+"""One spconv convolution module as one source-op node: the layer translation of the spconv tracer.
 
 The tracer (spconv_tracer.py) records that a module ran, on which traced values, and writes the
 node; this module says which node it is, from the module and the tensors it read and returned: the

@@ -1,4 +1,4 @@
-"""`sparse_lower.export`: a PyTorch spconv model traced to the section-3 form (docs/source_ops.md), for
+"""`sparse_lower.export`: a PyTorch spconv model traced to the source-op form (docs/source_ops.md), for
 users who have the model. It sits beside the importers of the ONNX formats as the importer of the
 module itself; torch and spconv are imported when it runs, never when sparse_lower is imported.
 
@@ -94,7 +94,7 @@ def spconv_inference(module):
 
 
 def export(module, example, path: str | os.PathLike | None = None) -> onnx.ModelProto:
-    """The section-3 ONNX model of an spconv `module`, traced by running it on `example` (a
+    """The source-op ONNX model of an spconv `module`, traced by running it on `example` (a
     `spconv.pytorch.SparseConvTensor`); saved to `path` when given. See the module docstring."""
     torch, spconv = _torch_and_spconv()
     if not isinstance(example, spconv.SparseConvTensor):

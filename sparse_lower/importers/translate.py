@@ -1,9 +1,9 @@
-"""The walk shared by every foreign format: each source node, in order, becomes section-3 or standard
+"""The walk shared by every foreign format: each source node, in order, becomes source-op or standard
 nodes, then the result is brought to the opset and IR version the rest of sparse_lower uses.
 
 A format (nvidia.py, aimet.py) only says where things are in its nodes (`SourceFormat`): which nodes
 are its convolutions and dense boundaries, in which input slots the features, indices, weights and
-bias sit, how its exporter writes the submanifold flag, and how its graph inputs become section-3
+bias sit, how its exporter writes the submanifold flag, and how its graph inputs become source-op
 inputs. What the nodes mean is the same for both (spconv's), and lives in spconv_layers.py and
 standard_ops.py.
 """
@@ -23,7 +23,7 @@ from ..onnx_conventions import IR_VERSION, OPSET
 from ..spconv_rules import runs_as_matmul
 from .context import SparseTensor, Translation
 from .spconv_layers import (Rulebooks, checked_bias, declared_grid, parse_layer, relaid_weight,
-                            section3_node)
+                            source_node)
 from .standard_ops import parse_scatter_dense, scatter_dense, standard_node
 
 
@@ -69,7 +69,7 @@ class SourceFormat(Protocol):
         """The submanifold flag of a conv whose attributes are `present`, as its exporter means it."""
 
     def declare_inputs(self, t: Translation, readers: dict[str, Reader]) -> None:
-        """Turn the graph inputs into section-3 inputs and register the sparse ones in `t`."""
+        """Turn the graph inputs into source-op inputs and register the sparse ones in `t`."""
 
 
 def feature_readers(model: onnx.ModelProto, fmt: SourceFormat, t: Translation) -> dict[str, Reader]:
@@ -108,7 +108,7 @@ def input_channels(t: Translation, name: str) -> int | None:
 
 def translate(model: onnx.ModelProto, widened: list[str], fmt: SourceFormat,
               leaky_relu_alpha: float | None) -> onnx.ModelProto:
-    """The section-3 form of a float32 model of `fmt` (see the package docstring for the contract);
+    """The source-op form of a float32 model of `fmt` (see the package docstring for the contract);
     `widened` names the graph inputs and outputs that were float16 in the source; `leaky_relu_alpha` is
     the slope of a LeakyReLU activation (the files do not record it; None: torch's default, noted)."""
     t = Translation(model, fmt.key, fmt.title, widened, leaky_relu_alpha)
@@ -162,7 +162,7 @@ def _conv(t: Translation, fmt: SourceFormat, rulebooks: Rulebooks, node: onnx.No
     output = node.output[0]
     features = t.fresh(f"{output}_linear") if layer.activation else output
     new_coords = t.fresh(f"{where}.coords")
-    conv, extent = section3_node(layer, inputs, [features, new_coords], t.node_name(where), t.note, forward)
+    conv, extent = source_node(layer, inputs, [features, new_coords], t.node_name(where), t.note, forward)
     t.append(conv)
     coords = x.coords if layer.kind == "subm" else forward.in_coords if forward else new_coords
     rulebooks.register(layer, x.coords, coords)

@@ -8,7 +8,7 @@ sparse_lower/frames/sample.py; the ONNX graph they write is built with sparse_lo
 
 A reference network (`sp_middle_resnet_fhd`, `sparse_unet`, `patent_2d_stack`, `patent_example`) is a
 function of an emitter (emitter.py) and a NumPy generator; the emitter picks the form it is built in:
-`CanonicalEmitter` (section-3 source ops, what the compiler takes), `NvidiaEmitter` / `AimetEmitter`
+`CanonicalEmitter` (source ops, what the compiler takes), `NvidiaEmitter` / `AimetEmitter`
 (the formats in the wild, what the importers take).
 """
 

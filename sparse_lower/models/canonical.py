@@ -1,4 +1,4 @@
-"""`CanonicalEmitter`: a network as section-3 source ops plus standard ONNX ops (docs/source_ops.md).
+"""`CanonicalEmitter`: a network as source ops plus standard ONNX ops (docs/source_ops.md).
 
 The model takes `features` float32 [N, Cin] and `coords` int64 [N, 1 + D] (or, through
 `dense_input`, a dense [B, C, *S] tensor that a ToSparse turns into rows), has float32 initializers in
@@ -50,7 +50,7 @@ def activation_node(writer: GraphWriter, features: str, activation: str | None, 
 
 
 class CanonicalEmitter:
-    """Builds the section-3 form of a network (see the module docstring)."""
+    """Builds the source-op form of a network (see the module docstring)."""
 
     def __init__(self, name: str = "sparse_network"):
         self.name = name
@@ -110,10 +110,10 @@ class CanonicalEmitter:
         return attrs
 
     def _check_extent(self, layer: ConvLayer) -> None:
-        """The node's extent by the section-3 rules must be the one spconv gives the layer."""
+        """The node's extent by the source-op rules must be the one spconv gives the layer."""
         extent = conv_geometry(self.writer.nodes[-1]).output_shape
         if extent != layer.output_shape:
-            raise AssertionError(f"layer '{layer.name}': section-3 extent {list(extent)} is not spconv's "
+            raise AssertionError(f"layer '{layer.name}': source-op extent {list(extent)} is not spconv's "
                                  f"{list(layer.output_shape)}")
 
     def relu(self, x: Sparse) -> Sparse:

@@ -4,7 +4,7 @@ A network (centerpoint.py, unet.py, patent2d.py) is a function of an `Emitter` a
 generator: it draws its weights from the generator in a fixed order, in spconv 2.x layout, and calls
 the emitter for every layer. Each emitter turns the same calls into one form:
 
-* `CanonicalEmitter` (canonical.py): section-3 source ops + standard ONNX ops (docs/source_ops.md);
+* `CanonicalEmitter` (canonical.py): source ops + standard ONNX ops (docs/source_ops.md);
 * `NvidiaEmitter` / `AimetEmitter` (formats.py): the sparse-conv ONNX found in the wild, as NVIDIA's
   and AIMET's exporters write it, for testing the importers;
 * `SpconvEmitter` (tests, needs torch + spconv): real spconv modules with the same weights, the oracle.
@@ -27,7 +27,7 @@ Conventions, spconv's (docs/formats.md):
   transposed conv owns its key, which an inverse conv names (layers.ConvPlanner checks this).
 
 Optional: `dense_input(channels, spatial_shape, batch_size) -> Sparse`, the network input as a dense
-[B, C, *S] tensor, active where any channel is non-zero (section 3's ToSparse, spconv's
+[B, C, *S] tensor, active where any channel is non-zero (the source ops' ToSparse, spconv's
 `SparseConvTensor.from_dense`). CanonicalEmitter has it; the wild formats cannot (their engines take
 voxels), so only networks built with `dense_io=True` (patent2d.py) call it.
 """

@@ -50,7 +50,7 @@ _ACTIVATION_OPS = {"ReLU": ("Relu", {}), "LeakyReLU": ("LeakyRelu", {"alpha": LE
 
 
 def _traced(layer: ConvLayer, coords: np.ndarray, forward_coords: np.ndarray | None) -> np.ndarray:
-    """The coordinates a conv outputs for input `coords`, by section 3's definition (the reference): the
+    """The coordinates a conv outputs for input `coords`, by the source ops' definition (the reference): the
     rows an exporter's trace sees, for the traced feature shapes."""
     if layer.kind == "subm":
         return coords

@@ -62,7 +62,7 @@ class ConvLayer:
 
     @property
     def transposed(self) -> bool:
-        """Whether the weight maps output rows to input rows (ConvTranspose layout in section 3)."""
+        """Whether the weight maps output rows to input rows (ConvTranspose layout in the source ops)."""
         return self.kind in ("deconv", "inverse")
 
     @property

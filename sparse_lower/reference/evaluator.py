@@ -1,4 +1,4 @@
-"""Whole-graph execution: onnx's ReferenceEvaluator, with the section-3 ops supplied as `new_ops`.
+"""Whole-graph execution: onnx's ReferenceEvaluator, with the source ops supplied as `new_ops`.
 
 The standard ops around the sparse ones (Relu, Add, Reshape, Cast, ...) therefore come from onnx's own
 reference implementation, not from us.
@@ -18,7 +18,7 @@ from . import ops
 
 
 class _SourceOp(OpRun):
-    """Runs one section-3 node through its NumPy definition in `ops`.
+    """Runs one source-op node through its NumPy definition in `ops`.
 
     The attributes are re-read through `schemas.attributes` rather than taken from the ones OpRun
     loaded, so that a name the op does not define is refused with a SparseLowerError naming the node
@@ -59,7 +59,7 @@ SOURCE_OP_RUNS = (SubmanifoldConv, SparseConv, SparseDeconv, ToSparse, ToDense)
 
 
 def run(model: onnx.ModelProto | str | os.PathLike, feeds: dict) -> dict[str, np.ndarray]:
-    """Execute a model holding section-3 ops on `feeds`; return every graph output by name."""
+    """Execute a model holding source ops on `feeds`; return every graph output by name."""
     if not isinstance(model, onnx.ModelProto):
         model = onnx.load(os.fspath(model))
     evaluator = ReferenceEvaluator(model, new_ops=list(SOURCE_OP_RUNS))
