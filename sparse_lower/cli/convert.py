@@ -21,8 +21,8 @@ from ..runtime import create_session
 from ..verify import compare, example_inputs, given_inputs, relative_error, snr_db
 from ..report import render
 from .active import add_active_argument
+from .op_counts import before_after
 from .status import Status
-from .table import before_after
 
 
 def capacities(text: str) -> int | tuple[int, ...]:

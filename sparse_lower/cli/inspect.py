@@ -17,7 +17,7 @@ from ..onnx_conventions import DEFAULT_DOMAIN_ALIAS
 from ..schemas import CONV_OPS, CUSTOM_DOMAIN, SOURCE_DOMAIN, conv_channels, conv_geometry
 from ..report import render
 from .active import add_active_argument
-from .table import op_counts
+from .op_counts import op_counts
 
 
 def _shape(value: onnx.ValueInfoProto) -> str:

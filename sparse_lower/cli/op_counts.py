@@ -1,4 +1,4 @@
-"""Op-count tables for the command line."""
+"""Op counts of a model, and of two side by side (convert's before/after table), for the command line."""
 
 from __future__ import annotations
 
