@@ -101,6 +101,6 @@ def partition(model: onnx.ModelProto | str | os.PathLike, devices: Sequence[str]
               support: Mapping[str, Predicate] | None = None, static_shapes: bool = True) -> Partition:
     """The partitioner of sparse_lower/partition/ (devices, support, static_shapes: README: Partitioning),
     whose summary then also gives each sparse layer's MACs per lowering method (layer_costs.method_report) at
-    `summary(active)` sites, by default the model's assumed ones (active_sites.py)."""
+    `summary(active)` sites, by default the model's assumed ones (assumed_active.py)."""
     model = load(model)
     return partition_graph(model, devices, support, static_shapes, layer_table=partial(method_report, model))

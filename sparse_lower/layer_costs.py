@@ -24,7 +24,7 @@ from math import prod
 
 import onnx
 
-from .active_sites import assumed_active
+from .assumed_active import assumed_active
 from .onnx_conventions import LAYERS_KEY
 from .report import render
 from .schemas import CONV_OPS, SOURCE_DOMAIN, conv_channels, conv_geometry

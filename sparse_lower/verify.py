@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 
 from . import reference
-from .active_sites import DEFAULT_ACTIVE
+from .assumed_active import DEFAULT_ACTIVE
 from .errors import SparseLowerError
 from .model_io import fed_inputs
 from .runtime import create_session

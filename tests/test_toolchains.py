@@ -23,8 +23,8 @@ from sparse_lower.models import CanonicalEmitter, centerpoint_head_stack, small_
 from sparse_lower.partition.segments import NodeGraph
 from sparse_lower.toolchains import TOOLCHAINS, CompiledPartition, compile_partition, toolchain
 from sparse_lower.toolchains.prepare import fed, narrowable_inputs, prepare
-from sparse_lower.toolchains.quantize import (activation_ranges, first_and_last_products, quantize_qdq,
-                                               segment_samples, weight_products)
+from sparse_lower.toolchains.segment_int8 import (activation_ranges, first_and_last_products, quantize_qdq,
+                                                   segment_samples, weight_products)
 from sparse_lower.verify import example_inputs, relative_error
 
 

@@ -23,8 +23,8 @@ from onnx import numpy_helper
 import sparse_lower
 from sparse_lower.runtime import create_session
 from sparse_lower.toolchains.base import ACCELERATOR
-from sparse_lower.toolchains.quantize import (activation_ranges, first_and_last_products, quantize_qdq,
-                                               segment_samples, weight_products)
+from sparse_lower.toolchains.segment_int8 import (activation_ranges, first_and_last_products, quantize_qdq,
+                                                   segment_samples, weight_products)
 from sparse_lower.verify import relative_error, snr_db
 from toolchain_table import FRAMES, capacities_for, frame, real_models
 

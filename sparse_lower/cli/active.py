@@ -1,12 +1,12 @@
 """`--active`, added alike to convert, inspect and partition: one meaning, the active sites assumed
 per sparse input (for random inputs and cost tables), and one default, the input model's
-`assumed_active` (sparse_lower/active_sites.py)."""
+`assumed_active` (sparse_lower/assumed_active.py)."""
 
 from __future__ import annotations
 
 import argparse
 
-from ..active_sites import DEFAULT_ACTIVE
+from ..assumed_active import DEFAULT_ACTIVE
 
 
 def add_active_argument(parser: argparse.ArgumentParser) -> None:

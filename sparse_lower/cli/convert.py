@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
-from ..active_sites import assumed_active
+from ..assumed_active import assumed_active
 from ..api import load, lower
 from ..errors import SparseLowerError
 from ..frames.files import find_frames, frames_feeds

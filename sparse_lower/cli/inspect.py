@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..active_sites import assumed_active
+from ..assumed_active import assumed_active
 from ..api import load
 from ..capacity import level_rows
 from ..errors import SparseLowerError

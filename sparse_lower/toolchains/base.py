@@ -71,7 +71,7 @@ class Toolchain(ABC):
         """The segment with int8 weights and `activation_bits` (8 or 16) activations: by default
         onnxruntime's QDQ form (quantize.py), which the toolchains that read QDQ run as such; a toolchain
         that quantizes by itself keeps the samples instead."""
-        from .quantize import quantize_qdq
+        from .segment_int8 import quantize_qdq
 
         self.precision = QUANTIZED_PRECISION[activation_bits]
         return quantize_qdq(model, samples, keep_float, activation_bits)

@@ -23,8 +23,8 @@ from ..partition import Partition
 from ..runtime import create_session
 from .base import ACCELERATOR, QUANTIZED_PRECISION, Run, Toolchain
 from .prepare import prepare
-from .quantize import first_and_last_products, segment_samples
 from .registry import toolchain
+from .segment_int8 import first_and_last_products, segment_samples
 
 def compile_partition(parts: Partition, name: str | Toolchain, directory: str | os.PathLike,
                       calibration: Iterable[Mapping[str, np.ndarray]] | None = None,
