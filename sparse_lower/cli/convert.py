@@ -17,9 +17,10 @@ from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model
 from ..lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS
 from ..passes.lower import run_hint
 from ..quantize import quantize
-from ..runtime import create_session
-from ..verify import compare, example_inputs, given_inputs, relative_error, snr_db
 from ..report import render
+from ..runtime import create_session
+from ..spconv_rules import LEAKY_RELU_ALPHA
+from ..verify import compare, example_inputs, given_inputs, relative_error, snr_db
 from .active import add_active_argument
 from .op_counts import before_after
 from .status import Status
@@ -106,7 +107,7 @@ class ConvertCommand:
                             help="--int8: frames to calibrate on (.npz with features/coords, or folders of them, "
                                  "as `sparse-lower run` reads them)")
         parser.add_argument("--leaky-relu-alpha", type=float,
-                            help="import: the LeakyReLU slope an NVIDIA file does not record (default 0.01)")
+                            help=f"import: the LeakyReLU slope an NVIDIA file does not record (default {LEAKY_RELU_ALPHA})")
 
     def run(self, args) -> int:
         folder = Path(args.output).absolute().parent

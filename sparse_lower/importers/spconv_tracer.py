@@ -50,6 +50,7 @@ from ..errors import SparseLowerError
 from ..graph_writer import GraphWriter
 from ..onnx_conventions import OPSET
 from ..schemas import SOURCE_DOMAIN
+from ..spconv_rules import LEAKY_RELU_ALPHA
 from .spconv_modules import conv_node, fused_activation
 
 INSTALL_HINT = 'pip install "sparse-lower[spconv]" (torch 2.13.0 and spconv 2.3.8)'
@@ -323,7 +324,7 @@ class _Tracer:
         self._unary("Relu", args, result)
 
     def _leaky_relu(self, func, args, kwargs, result):
-        self._unary("LeakyRelu", args, result, alpha=float(_arg(args, kwargs, 1, "negative_slope", 0.01)))
+        self._unary("LeakyRelu", args, result, alpha=float(_arg(args, kwargs, 1, "negative_slope", LEAKY_RELU_ALPHA)))
 
     def _sigmoid(self, func, args, kwargs, result):
         self._unary("Sigmoid", args, result)

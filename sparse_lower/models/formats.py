@@ -40,6 +40,7 @@ from onnx import TensorProto, helper
 
 from .. import reference
 from ..graph_writer import GraphWriter
+from ..onnx_conventions import DEFAULT_DOMAIN_ALIAS
 from ..spconv_rules import LEAKY_RELU_ALPHA
 from .emitter import Dense, Sparse, spconv_weight_memory
 from .layers import ConvLayer, ConvPlanner, Values, check_add, check_reshape, rows_after
@@ -196,7 +197,7 @@ class NvidiaEmitter(_Writer):
                 values.append(helper.make_tensor_value_info(out.handle.features, TensorProto.FLOAT16,
                                                             [rows, out.channels]))
         return helper.make_model(self.writer.graph("scn", values),
-                                 opset_imports=[helper.make_operatorsetid("ai.onnx", 11)],
+                                 opset_imports=[helper.make_operatorsetid(DEFAULT_DOMAIN_ALIAS, 11)],
                                  producer_name="pytorch", producer_version="1.9")
 
 
