@@ -9,7 +9,7 @@ tables, cut it into acyclic segments, export each segment as its own ONNX model 
 
 It works on any ONNX graph and knows no lowering rule (README: Layout): devices.py holds what each
 device runs, segments.py the algorithm, partitioner.py puts them together, result.py holds the
-`Partition` (export.py writes its segments, reports.py and picture.py describe it, node_costs.py
+`Partition` (segment_files.py writes its segments, reports.py and picture.py describe it, node_costs.py
 prices any ONNX node). `sparse_lower.partition` is this `partition` with the lowering's per-layer
 cost table handed in (`layer_table`), so that its summary also prices each sparse layer per method.
 """
