@@ -16,8 +16,9 @@ import onnx
 from .api import lower
 from .errors import SparseLowerError
 from .model_io import exposing, load
+from .onnx_conventions import SOURCE_DOMAIN
 from .runtime import create_session
-from .schemas import CONV_OPS, SOURCE_DOMAIN, coords_levels
+from .schemas import CONV_OPS, coords_levels
 
 
 def level_rows(model: onnx.ModelProto | str | os.PathLike, frames: list[dict]) -> list[int]:

@@ -25,9 +25,9 @@ from math import prod
 import onnx
 
 from .assumed_active import assumed_active
-from .onnx_conventions import LAYERS_KEY
+from .onnx_conventions import LAYERS_KEY, SOURCE_DOMAIN
 from .report import render
-from .schemas import CONV_OPS, SOURCE_DOMAIN, conv_channels, conv_geometry
+from .schemas import CONV_OPS, conv_channels, conv_geometry
 
 METHODS = ("gpu", "matmul", "scatter", "gather", "dense")
 

@@ -15,7 +15,7 @@ import onnx
 from onnx import helper
 
 from .errors import SparseLowerError
-from .onnx_conventions import CUSTOM_DOMAIN, SOURCE_DOMAIN  # noqa: F401  (re-exported: most modules read them here)
+from .onnx_conventions import SOURCE_DOMAIN
 CONV_OPS = ("SubmanifoldConv", "SparseConv", "SparseDeconv")
 BOUNDARY_OPS = ("ToSparse", "ToDense")
 SOURCE_OPS = CONV_OPS + BOUNDARY_OPS

@@ -14,8 +14,8 @@ from .assumed_active import DEFAULT_ACTIVE
 from .errors import SparseLowerError
 from .model_io import fed_inputs
 from .runtime import create_session
-from .onnx_conventions import IMPORT_KEY
-from .schemas import CONV_OPS, SOURCE_DOMAIN, conv_geometry, to_dense_attributes
+from .onnx_conventions import IMPORT_KEY, SOURCE_DOMAIN
+from .schemas import CONV_OPS, conv_geometry, to_dense_attributes
 
 _NP = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
        onnx.TensorProto.INT64: np.int64}

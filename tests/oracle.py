@@ -24,7 +24,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from sparse_lower.errors import SparseLowerError
-from sparse_lower.schemas import CONV_OPS, SOURCE_DOMAIN, conv_geometry
+from sparse_lower.onnx_conventions import SOURCE_DOMAIN
+from sparse_lower.schemas import CONV_OPS, conv_geometry
 
 IR_VERSION = 10  # onnxruntime 1.31 refuses models with a newer IR version
 OPSET_IMPORTS = [helper.make_opsetid("", 17), helper.make_opsetid(SOURCE_DOMAIN, 1)]

@@ -36,11 +36,11 @@ from sparse_lower.errors import SparseLowerError  # noqa: E402
 from sparse_lower.frames.sample import load_voxels  # noqa: E402
 from sparse_lower.importers.spconv_tracer import export, spconv_inference  # noqa: E402
 from sparse_lower.models.emitter import per_dim  # noqa: E402
-from sparse_lower.schemas import SOURCE_DOMAIN  # noqa: E402
 
 from conftest import DATA  # noqa: E402
 from oracle import random_sparse  # noqa: E402
 from sparse_lower.models.spconv_emitter import SpconvEmitter  # noqa: E402
+from sparse_lower.onnx_conventions import SOURCE_DOMAIN  # noqa: E402
 
 # spconv's own .dense() indexes with a list (torch deprecation warning, not ours)
 pytestmark = pytest.mark.filterwarnings("ignore:Using a non-tuple sequence:UserWarning")

@@ -19,8 +19,8 @@ import sparse_lower
 from sparse_lower.frames.sample import find_data, load_voxels
 from sparse_lower.model_io import exposing
 from sparse_lower.models import CanonicalEmitter, NvidiaEmitter, sp_middle_resnet_fhd
+from sparse_lower.onnx_conventions import SOURCE_DOMAIN
 from sparse_lower.report import render
-from sparse_lower.schemas import SOURCE_DOMAIN
 
 FRAMES = ("nuscenes_centerpoint_voxels.npz", "nuscenes_bevfusion_voxels.npz")
 

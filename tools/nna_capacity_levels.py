@@ -22,8 +22,9 @@ from sparse_lower.bench.run import alternating_medians
 from sparse_lower.capacity import level_rows
 from sparse_lower.frames.sample import data_places, load_voxels
 from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd
+from sparse_lower.onnx_conventions import SOURCE_DOMAIN
 from sparse_lower.report import render
-from sparse_lower.schemas import CONV_OPS, SOURCE_DOMAIN, conv_geometry, coords_levels
+from sparse_lower.schemas import CONV_OPS, conv_geometry, coords_levels
 
 FRAMES = ("nuscenes_centerpoint_voxels.npz", "nuscenes_bevfusion_voxels.npz")
 

@@ -13,8 +13,8 @@ from ..errors import SparseLowerError
 from ..frames.files import find_frames, frames_feeds
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model, nothing_to_lower
 from ..layer_costs import layer_costs, method_table
-from ..onnx_conventions import DEFAULT_DOMAIN_ALIAS
-from ..schemas import CONV_OPS, CUSTOM_DOMAIN, SOURCE_DOMAIN, conv_channels, conv_geometry
+from ..onnx_conventions import CUSTOM_DOMAIN, DEFAULT_DOMAIN_ALIAS, SOURCE_DOMAIN
+from ..schemas import CONV_OPS, conv_channels, conv_geometry
 from ..report import render
 from .active import add_active_argument
 from .op_counts import op_counts

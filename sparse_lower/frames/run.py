@@ -23,7 +23,7 @@ from ..api import lower
 from ..errors import SparseLowerError
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model
 from ..model_io import load
-from ..schemas import SOURCE_DOMAIN
+from ..onnx_conventions import SOURCE_DOMAIN
 from .files import find_frames, output_paths
 from .worker import FrameResult, FrameWorker
 

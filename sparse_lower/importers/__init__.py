@@ -38,7 +38,8 @@ import onnx
 
 from ..errors import SparseLowerError
 from ..model_io import load
-from ..schemas import SOURCE_DOMAIN, SOURCE_OPS
+from ..onnx_conventions import SOURCE_DOMAIN
+from ..schemas import SOURCE_OPS
 from .aimet import AimetFormat
 from .autoware import AutowareFormat
 from .nvidia import NvidiaFormat

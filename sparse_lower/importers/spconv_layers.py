@@ -40,7 +40,8 @@ import onnx
 from onnx import helper
 
 from ..errors import SparseLowerError
-from ..schemas import SOURCE_DOMAIN, conv_geometry
+from ..onnx_conventions import SOURCE_DOMAIN
+from ..schemas import conv_geometry
 from ..spconv_rules import inverse_output_padding, runs_as_matmul, source_weight, weight_from_matmul_memory
 
 Note = Callable[[str, str], None]  # (node label, message): what the translation reports and records

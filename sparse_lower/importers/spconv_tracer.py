@@ -48,8 +48,7 @@ from onnx import TensorProto, helper
 
 from ..errors import SparseLowerError
 from ..graph_writer import GraphWriter
-from ..onnx_conventions import OPSET
-from ..schemas import SOURCE_DOMAIN
+from ..onnx_conventions import OPSET, SOURCE_DOMAIN
 from ..spconv_rules import LEAKY_RELU_ALPHA
 from .spconv_modules import conv_node, fused_activation
 

@@ -27,7 +27,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import SparseLowerError
-from ..schemas import SOURCE_DOMAIN
+from ..onnx_conventions import SOURCE_DOMAIN
 from .context import SparseTensor, Translation
 from .spconv_layers import PRECISIONS, attribute_values, quantization
 

@@ -18,7 +18,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from ..names import UniqueNames
-from ..schemas import CUSTOM_DOMAIN
+from ..onnx_conventions import CUSTOM_DOMAIN
 
 INT64 = np.int64
 FLOAT = np.float32

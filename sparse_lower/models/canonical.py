@@ -28,8 +28,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..graph_writer import GraphWriter
-from ..onnx_conventions import OPSET
-from ..schemas import SOURCE_DOMAIN, conv_geometry
+from ..onnx_conventions import OPSET, SOURCE_DOMAIN
+from ..schemas import conv_geometry
 from ..spconv_rules import LEAKY_RELU_ALPHA, source_weight
 from .emitter import Dense, Sparse
 from .layers import (ConvLayer, ConvPlanner, Values, check_add, check_reshape, output_name,

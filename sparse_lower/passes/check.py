@@ -6,7 +6,7 @@ from __future__ import annotations
 import onnx
 
 from ..errors import SparseLowerError
-from ..schemas import CUSTOM_DOMAIN
+from ..onnx_conventions import CUSTOM_DOMAIN
 
 
 def check_model(model: onnx.ModelProto) -> None:

@@ -22,8 +22,7 @@ import onnx_graphsurgeon as gs
 
 from ..errors import SparseLowerError
 from ..lowering.graph import deep_graph, detach, model_like
-from ..onnx_conventions import is_standard
-from ..schemas import CUSTOM_DOMAIN
+from ..onnx_conventions import CUSTOM_DOMAIN, is_standard
 
 RESIDUAL_INPUT = 5  # IndexedConv's inputs: X, idx, W, B, coords, R
 

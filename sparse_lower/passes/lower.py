@@ -13,8 +13,8 @@ from ..errors import SparseLowerError
 from ..layer_costs import layer_costs, record
 from ..lowering import LoweringContext, Options, compute_policy, rule_for
 from ..lowering.graph import deep_graph, model_like
-from ..onnx_conventions import OPSET, OPTIONS_KEY, RUNTIME_KEY, VERSION_KEY
-from ..schemas import CUSTOM_DOMAIN, SOURCE_DOMAIN, coords_levels
+from ..onnx_conventions import CUSTOM_DOMAIN, OPSET, OPTIONS_KEY, RUNTIME_KEY, SOURCE_DOMAIN, VERSION_KEY
+from ..schemas import coords_levels
 from ..version import VERSION
 
 # The oldest default-domain opset whose ops the lowering emits: Unsqueeze with an axes input (13) for

@@ -20,7 +20,7 @@ import onnx_graphsurgeon as gs
 
 from ..errors import SparseLowerError
 from ..lowering.graph import deep_graph, model_like
-from ..schemas import CUSTOM_DOMAIN
+from ..onnx_conventions import CUSTOM_DOMAIN
 
 CODES = 255  # u8 activation codes
 WEIGHT_LIMIT = 63  # |W| of IndexedConvInt8

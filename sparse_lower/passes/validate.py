@@ -18,7 +18,8 @@ import onnx_graphsurgeon as gs
 from ..errors import SparseLowerError
 from ..lowering.rules import rule_for
 from ..names import node_label
-from ..schemas import CUSTOM_DOMAIN, SOURCE_DOMAIN, SOURCE_OPS, attributes
+from ..onnx_conventions import CUSTOM_DOMAIN, SOURCE_DOMAIN
+from ..schemas import SOURCE_OPS, attributes
 
 
 def _check_node(node: gs.Node) -> None:

@@ -13,7 +13,8 @@ import onnx
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from ..schemas import SOURCE_DOMAIN, attributes
+from ..onnx_conventions import SOURCE_DOMAIN
+from ..schemas import attributes
 from . import ops
 
 

@@ -18,7 +18,8 @@ import numpy as np
 from onnx import helper
 
 from ..errors import SparseLowerError
-from ..schemas import SOURCE_DOMAIN, conv_geometry, to_dense_attributes, weight_shape
+from ..onnx_conventions import SOURCE_DOMAIN
+from ..schemas import conv_geometry, to_dense_attributes, weight_shape
 
 __all__ = ["submanifold_conv", "sparse_conv", "sparse_deconv", "to_sparse", "to_dense"]
 
