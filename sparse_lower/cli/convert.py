@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
-from ..assumed_active import assumed_active
 from ..api import load, lower
+from ..assumed_active import assumed_active
 from ..errors import SparseLowerError
 from ..frames.files import find_frames, frames_feeds
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model

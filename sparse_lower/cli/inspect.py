@@ -6,8 +6,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..assumed_active import assumed_active
 from ..api import load
+from ..assumed_active import assumed_active
 from ..capacity import level_rows
 from ..errors import SparseLowerError
 from ..frames.files import find_frames, frames_feeds

@@ -1,7 +1,6 @@
-"""State shared by the lowering rules during one pass: the graph, the options, the target's policy of
-which compute form each conv gets, the shared-node cache,
-the dense sources left by ToSparse, the capacity-padded versions of feature rows, and the naming of
-new tensors.
+"""State shared by the lowering rules during one pass: the graph, the target's policy of which compute
+form each conv gets, the shared-node cache, the dense sources left by ToSparse, the capacity-padded
+versions of feature rows, and the naming of new tensors.
 
 Index tables are cached by (builder op, input tensors, attributes): two layers with the same coords
 and geometry read one table, which is spconv's `indice_key` reuse without the user naming keys. The
@@ -48,9 +47,8 @@ class Options:
 class LoweringContext:
     """`compute_for(node)` is the compute form (lowering/compute.py) the target's policy gives a conv."""
 
-    def __init__(self, graph: gs.Graph, options: Options, compute_policy: Callable, levels: dict[str, int] | None = None):
+    def __init__(self, graph: gs.Graph, compute_policy: Callable, levels: dict[str, int] | None = None):
         self.graph = graph
-        self.options = options
         self._policy = compute_policy
         self.dense_sources: dict[str, DenseSource] = {}
         self.padded: dict[str, gs.Tensor] = {}

@@ -150,5 +150,5 @@ class Partition:
         return picture.to_dot(self.graph, self.segments, self.devices)
 
     def save_picture(self, path: str | os.PathLike) -> Path:
-        """Draw the segment graph to a .png or .svg (needs matplotlib: the `picture` extra)."""
+        """Draw the segment graph to a .png or .svg (drawn with matplotlib, a dependency of the package)."""
         return picture.save_picture(self.graph, self.segments, self.devices, Path(path))

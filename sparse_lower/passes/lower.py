@@ -59,7 +59,7 @@ class LowerSparse:
         graph = gs.import_onnx(model)
         with deep_graph(graph):
             graph.toposort()
-        ctx = LoweringContext(graph, self.options, compute_policy(self.target, self.options), coords_levels(model.graph))
+        ctx = LoweringContext(graph, compute_policy(self.target, self.options), coords_levels(model.graph))
         for node in list(graph.nodes):
             rule = rule_for(node)
             if rule is not None:
