@@ -65,6 +65,10 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
       features propagate as in a dense conv, except with "matmul": its 0/1 scatter matrices turn one
       non-finite value into NaN in every output of the layer (0·NaN = NaN).
     * target "hybrid": the first sparse layer of each branch on the gpu path, the rest on the nna path.
+    * target "portable": standard ONNX ops only, no library: the index tables are built inside the graph
+      from a site grid per coords tensor (4 bytes per cell and batch, refused over
+      `lowering.portable.MAX_GRID_BYTES`), each conv is Gather → MatMul → Add. Any ONNX runtime runs
+      it (docs/portable.md). A frame that breaks the rules of sparse tensors gives NaN features.
 
     `dump_dir` receives the model after every pass; `check_each_pass` runs the ONNX checker and shape
     inference after every pass (the tests do).
@@ -78,6 +82,10 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
         warnings.warn(f"max_active={max_active} has no effect on the gpu target, whose custom ops take any row "
                       f"count; it fixes the rows of the nna part (target 'nna' or 'hybrid')", SparseLowerWarning,
                       stacklevel=2)
+    if target == "portable" and max_active is not None:
+        raise SparseLowerError(f"max_active={max_active}: the portable target has no fixed row capacity yet; its "
+                               f"row counts follow the frame", fix="leave max_active out with target 'portable', or use "
+                                                                   "target 'nna' for static shapes")
     options = Options(strategy=strategy, combine=combine, max_active=max_active, fuse_taps=bool(fuse_taps),
                       layout=layout)
     model = load(model)

@@ -16,7 +16,7 @@ import onnxruntime as ort
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
 from .errors import SparseLowerError
-from .onnx_conventions import DEFAULT_DOMAIN_ALIAS, SOURCE_DOMAIN, STANDARD_DOMAINS
+from .onnx_conventions import CUSTOM_DOMAIN, DEFAULT_DOMAIN_ALIAS, SOURCE_DOMAIN, STANDARD_DOMAINS
 
 LIBRARY_ENV = "SPARSE_LOWER_LIBRARY"
 LIBRARY_NAME = "libsparse_lower_ops.so"
@@ -79,6 +79,11 @@ def register_library(options: ort.SessionOptions) -> ort.SessionOptions:
         options.register_custom_ops_library(path)
         options.add_session_config_entry(REGISTERED_KEY, path)
     return options
+
+
+def needs_library(model: onnx.ModelProto) -> bool:
+    """Whether a model holds the library's custom ops (it imports their domain); a portable model does not."""
+    return any(o.domain == CUSTOM_DOMAIN for o in model.opset_import)
 
 
 def create_session(model, **ort_kwargs) -> ort.InferenceSession:

@@ -26,6 +26,14 @@ def session(model, threads=1, **settings) -> ort.InferenceSession:
     return sparse_lower.create_session(model, sess_options=options)
 
 
+def runtime_session(model) -> ort.InferenceSession:
+    """A session as a user of the lowered form opens it: with the library where the model holds its custom
+    ops, and a plain onnxruntime session, no library registered, for a portable model."""
+    if sparse_lower.runtime.needs_library(model):
+        return sparse_lower.create_session(model)
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
 def run_lowered(model, feeds, threads=1, target="gpu", **options) -> dict:
     """Lower `model` for `target` (every pass checked), run it, and return its outputs by name, in the
     order of the graph outputs."""

@@ -371,7 +371,7 @@ def test_attributes_of_the_wrong_type_or_value_are_refused(case):
 
 
 OPTIONS = {
-    "target": ({"target": "tpu"}, "unknown target 'tpu' (fix: use one of gpu, nna, hybrid)"),
+    "target": ({"target": "tpu"}, "unknown target 'tpu' (fix: use one of gpu, nna, hybrid, portable)"),
     "strategy": ({"strategy": "fast"}, "unknown strategy 'fast' (fix: use one of auto, unfold, rulebook, fused)"),
     "combine": ({"combine": "sum"}, "unknown combine method 'sum' (fix: use one of gather, scatter, matmul)"),
     "max_active": ({"max_active": 0}, "max_active=0 is neither a positive int nor a sequence of them (fix: give "

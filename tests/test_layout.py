@@ -54,7 +54,7 @@ def _required() -> list[str]:
     required += [f"{p.relative_to(ROOT)}/" for p in sorted(package.rglob("*")) if p.is_dir()
                 and (p / "__init__.py").is_file()]
     required += [str(p.relative_to(ROOT)) for p in sorted(package.glob("*.py")) if p.name != "__init__.py"]
-    for folder in ("passes", "lowering", "lowering/rules", "lowering/gpu", "lowering/nna", "importers", "partition",
+    for folder in ("passes", "lowering", "lowering/rules", "lowering/gpu", "lowering/nna", "lowering/portable", "importers", "partition",
                    "toolchains", "cli", "frames"):
         required += [str(p.relative_to(ROOT)) for p in sorted((package / folder).glob("*.py"))
                      if p.name != "__init__.py"]

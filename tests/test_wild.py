@@ -21,6 +21,7 @@ from onnx import helper, numpy_helper
 
 import sparse_lower
 from conftest import DATA
+from helpers import runtime_session
 from sparse_lower.cli.main import main
 from sparse_lower.importers import SOURCE_FORMAT, detect_format, import_model
 from sparse_lower.importers.spconv_tracer import spconv_inference
@@ -33,7 +34,7 @@ FOREIGN_SAMPLES = ["nvidia_unet.scn.onnx", "aimet_three_layer.aimet.onnx", "auto
 NVIDIA = WILD / "nvidia_exptool" / "centerpoint.scn.onnx"
 AIMET = WILD / "aimet" / "two_layer_spconv.aimet.onnx"
 FRAMES = {"centerpoint": DATA / "nuscenes_centerpoint_voxels.npz", "bevfusion": DATA / "nuscenes_bevfusion_voxels.npz"}
-TARGETS = {"gpu": {}, "nna": {}, "nna-capacity": {"max_active": 100_000}, "hybrid": {}}
+TARGETS = {"gpu": {}, "nna": {}, "nna-capacity": {"max_active": 100_000}, "hybrid": {}, "portable": {}}
 TOLERANCE = 1e-4  # relative to the largest expected magnitude (the arithmetic order differs, not the numbers)
 
 
@@ -100,7 +101,7 @@ def test_nvidia_centerpoint_converts_and_matches_spconv_on_both_frames(target, t
         imported = sparse_lower.import_model(NVIDIA)
     api = sparse_lower.lower(imported, target=target.split("-")[0], **options)
     for lowered in (onnx.load(out), api):
-        session = sparse_lower.create_session(lowered)
+        session = runtime_session(lowered)
         for name in FRAMES:
             features, coords = frame(name)
             (bev,) = session.run(None, {"0": features, "coords": coords})
@@ -204,7 +205,7 @@ def test_aimet_file_converts_and_matches_the_spconv_network_it_wraps(target, tmp
         api = sparse_lower.lower(import_model(model), target=target.split("-")[0], **options)
     rng = np.random.default_rng(0)
     for lowered in (onnx.load(out), api):
-        session = sparse_lower.create_session(lowered)
+        session = runtime_session(lowered)
         for count in (64, 20, 1):
             features, indices = aimet_inputs(rng, (4, 4, 4), count)
             (dense,) = session.run(None, {"indices": indices, "features": features})
@@ -351,7 +352,7 @@ def aimet_eager(network, indices: np.ndarray, features: np.ndarray) -> np.ndarra
 @pytest.mark.parametrize("name", AIMET_NETWORKS)
 def test_files_aimet_exports_convert_and_match_its_network(name, bias, tmp_path, capsys):
     """Files made by aimet-torch's own export classes (not by our writer): converted with the command
-    line's defaults and lowered through the API for gpu, nna and hybrid, run on sparse inputs, against
+    line's defaults and lowered through the API for gpu, nna, hybrid and portable, run on sparse inputs, against
     the spconv network AIMET's layers wrap, and (without bias) against AIMET's own forward."""
     source = tmp_path / f"{name}.aimet.onnx"
     network = aimet_export(name, bias, source)
@@ -364,7 +365,7 @@ def test_files_aimet_exports_convert_and_match_its_network(name, bias, tmp_path,
     if not bias:
         for (indices, features), want in zip(cases, expected):
             np.testing.assert_allclose(aimet_eager(network, indices, features), want, rtol=1e-5, atol=1e-5)
-    for target in ("gpu", "nna", "hybrid"):
+    for target in ("gpu", "nna", "hybrid", "portable"):
         out = tmp_path / f"{name}.{target}.onnx"
         convert(source, out, target, {}, capsys)
         with warnings.catch_warnings(record=True) as caught:
@@ -373,7 +374,7 @@ def test_files_aimet_exports_convert_and_match_its_network(name, bias, tmp_path,
         one_tap = [str(w.message) for w in caught if "a one-tap conv" in str(w.message)]
         assert len(one_tap) == (name == "three-layers-1x1-strided"), one_tap  # only a stride-1 conv of one tap
         for lowered in (onnx.load(out), api):
-            session = sparse_lower.create_session(lowered)
+            session = runtime_session(lowered)
             for (indices, features), want in zip(cases, expected):
                 (dense,) = session.run(None, {"indices": indices.astype(np.int64), "features": features})
                 assert relative_error(dense, want) < 1e-5, (name, target)
@@ -395,10 +396,10 @@ def test_aimet_export_whose_forward_casts_its_inputs(tmp_path, capsys):
     assert "Cast" not in {n.op_type for n in imported.graph.node}
     indices, features = aimet_sparse_inputs(np.random.default_rng(2), name, 40, 4)
     want = wrapped_spconv(network, indices, features, name)
-    for target in ("gpu", "nna"):
+    for target in ("gpu", "nna", "portable"):
         out = tmp_path / f"casts.{target}.onnx"
         convert(source, out, target, {}, capsys)
-        (dense,) = sparse_lower.create_session(onnx.load(out)).run(
+        (dense,) = runtime_session(onnx.load(out)).run(
             None, {"indices": indices.astype(np.int64), "features": features})
         assert relative_error(dense, want) < 1e-5, target
 
@@ -411,7 +412,7 @@ def rows_by_site(features: np.ndarray, coords: np.ndarray) -> tuple[np.ndarray, 
     return features[order], coords[order].astype(np.int64)
 
 
-@pytest.mark.parametrize("target", ["gpu", "nna", "hybrid"])
+@pytest.mark.parametrize("target", ["gpu", "nna", "hybrid", "portable"])
 def test_nvidia_unet_export_with_inverse_transposed_and_leaky_relu(target, tmp_path, capsys):
     """exptool's UNet (inverse convs through two keys, a transposed conv, fused LeakyReLU(0.1) and
     Sigmoid, a 1×1 head, sparse output), with the slope the file cannot carry given at import: the
@@ -425,7 +426,7 @@ def test_nvidia_unet_export_with_inverse_transposed_and_leaky_relu(target, tmp_p
     with pytest.warns(sparse_lower.errors.SparseLowerWarning, match="transposed=1: imported as spconv's"):
         api = sparse_lower.lower(import_model(source, leaky_relu_alpha=0.1), target=target)
     for lowered in (onnx.load(out), api):
-        session = sparse_lower.create_session(lowered)
+        session = runtime_session(lowered)
         for batch in ("b1", "b2"):
             features, coords = session.run(None, {"0": data[f"{batch}_features"], "coords": data[f"{batch}_coords"]})
             got, got_coords = rows_by_site(features, coords)
@@ -434,7 +435,7 @@ def test_nvidia_unet_export_with_inverse_transposed_and_leaky_relu(target, tmp_p
             assert relative_error(got, want) < 1e-5, (target, batch)
 
 
-@pytest.mark.parametrize("target", ["gpu", "nna", "hybrid"])
+@pytest.mark.parametrize("target", ["gpu", "nna", "hybrid", "portable"])
 def test_autoware_export_matches_spconv(target, tmp_path, capsys):
     """The Autoware writers' encoder (a pair op shared by two SubMs, a strided and a transposed conv,
     `.dense()` in standard ops): convert's defaults verify it (the coordinates come straight from a
@@ -447,7 +448,7 @@ def test_autoware_export_matches_spconv(target, tmp_path, capsys):
         warnings.simplefilter("error")  # nothing in the file is left open
         api = sparse_lower.lower(import_model(source), target=target)
     for lowered in (onnx.load(out), api):
-        session = sparse_lower.create_session(lowered)
+        session = runtime_session(lowered)
         names = [o.name for o in session.get_outputs()]
         results = dict(zip(names, session.run(None, {"features": data["features"], "indices": data["indices"]})))
         assert relative_error(results["dense"], data["dense"]) < 1e-5, target

@@ -56,7 +56,10 @@ class ConvertCommand:
               --max-active N fixes the row capacity so that the compute has static shapes;
               N1,N2,... gives one per level: the input sites, then each SparseConv's outputs.
       hybrid  the first sparse layer of each branch on the gpu path, the rest on the nna path.
-    Run OUT with sparse_lower.create_session, or any onnxruntime session that registers the library
+      portable  standard ONNX ops only, the index tables built inside the graph (a site grid per
+              coords tensor: 4 bytes per grid cell and batch); any ONNX runtime runs OUT without
+              the library (TensorRT, OpenVINO, TVM, onnxruntime's GPU providers).
+    Run OUT (but a portable one) with sparse_lower.create_session, or any onnxruntime session that registers the library
     (python -c "import sparse_lower; print(sparse_lower.get_library_path())"); split it per device
     with `sparse-lower partition`.
 
@@ -81,7 +84,8 @@ class ConvertCommand:
         parser.add_argument("-o", "--output", required=True, help="where to write the lowered model")
         parser.add_argument("--target", default="gpu", choices=list(TARGETS),
                             help="where the compute runs: gpu (custom ops), nna (standard ops), hybrid "
-                                 "(first layer gpu, the rest nna); default gpu")
+                                 "(first layer gpu, the rest nna), portable (standard ops only, no library); "
+                                 "default gpu")
         parser.add_argument("--strategy", default="auto", choices=list(STRATEGIES),
                             help="gpu compute form (default auto)")
         parser.add_argument("--combine", default="gather", choices=list(COMBINES),
@@ -143,7 +147,7 @@ class ConvertCommand:
                   + "".join(f"\n  left float: {name}: {why}" for name, why in found.float_convs.items()))
         onnx.save(lowered, args.output)
         print(before_after(source, lowered))
-        print(f"wrote {args.output}: {run_hint(repr(args.output))}")
+        print(f"wrote {args.output}: {run_hint(repr(args.output), args.target)}")
         if args.dump_dir:
             print(f"wrote the model after every pass to {args.dump_dir}/ "
                   f"({', '.join(sorted(p.name for p in Path(args.dump_dir).glob('*.onnx')))})")
@@ -156,13 +160,14 @@ class ConvertCommand:
             print("verify: the 8-bit model's error against the float one, on the frames it was calibrated on "
                   "(no pass/fail: its size is the quantization's)")
             return 0
+        plain = " (plain onnxruntime, no library)" if args.target == "portable" else ""
         with status.step("verifying (NumPy reference against onnxruntime)"):
             differences = self._differences(args, source, lowered)
         print(render(["output", "max abs error", "max rel error", "shape"],
                      [[d.output, f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", "ok" if d.shape_ok else "MISMATCH"]
                       for d in differences]))
         failed = [d.output for d in differences if not d.shape_ok or d.max_rel > args.tolerance]
-        print(f"verify: {'FAILED for ' + ', '.join(failed) if failed else 'ok'}")
+        print(f"verify: {'FAILED for ' + ', '.join(failed) if failed else 'ok'}{plain}")
         return 1 if failed else 0
 
     @staticmethod

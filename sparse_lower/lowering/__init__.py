@@ -1,20 +1,25 @@
-"""Lowering: one rule per source op (rules/, written as match / check / rewrite), and the compute form
-each target gives a conv (gpu/, nna/, both behind compute.py's interface). `compute_policy(target,
-options)` says which form each conv gets; the pass (passes/lower.py) applies the rules with it."""
+"""Lowering: one rule per source op (rules/, written as match / check / rewrite), the compute form
+each target gives a conv (gpu/, nna/, portable/, behind compute.py's interface) and where its index
+tables come from (index_tables.py: the library's custom ops, or portable/'s standard ops).
+`compute_policy(target, options)` says which form each conv gets, `index_tables(target, graph)` which
+tables; the pass (passes/lower.py) applies the rules with them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import onnx
 import onnx_graphsurgeon as gs
 
 from .compute import Compute
 from .context import LoweringContext, Options
 from .gpu import GpuCompute
+from .index_tables import CustomOpTables, IndexTables
 from .nna import COMBINES, LAYOUTS, NnaCompute
+from .portable import PortableCompute, StandardOpTables, grid_halos
 from .rules import RULES, Refusal, Rule, rule_for
 
-TARGETS = ("gpu", "nna", "hybrid")
+TARGETS = ("gpu", "nna", "hybrid", "portable")
 STRATEGIES = ("auto", "unfold", "rulebook", "fused")
 
 
@@ -28,6 +33,9 @@ def compute_policy(target: str, options: Options) -> Callable[[gs.Node, Lowering
     """Which compute form each conv gets. hybrid: the patent's sequence — the first sparse layer of
     every branch on the gpu path (it may read the dense input directly), the following layers on the
     nna path."""
+    if target == "portable":
+        portable = PortableCompute()
+        return lambda node, ctx: portable
     gpu = _gpu_compute(options.strategy)
     nna = NnaCompute(options.combine, options.max_active, options.fuse_taps, options.layout)
     if target == "gpu":
@@ -37,5 +45,10 @@ def compute_policy(target: str, options: Options) -> Callable[[gs.Node, Lowering
     return lambda node, ctx: nna if ctx.after_a_sparse_layer(node.inputs[0]) else gpu
 
 
+def index_tables(target: str, graph: onnx.GraphProto) -> IndexTables:
+    """Where the target's index tables come from: standard ops for portable, the custom ops otherwise."""
+    return StandardOpTables(grid_halos(graph)) if target == "portable" else CustomOpTables()
+
+
 __all__ = ["COMBINES", "LAYOUTS", "RULES", "STRATEGIES", "TARGETS", "LoweringContext", "Options", "Refusal", "Rule",
-           "compute_policy", "rule_for"]
+           "compute_policy", "index_tables", "rule_for"]

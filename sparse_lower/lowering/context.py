@@ -1,5 +1,5 @@
 """State shared by the lowering rules during one pass: the graph, the target's policy of which compute
-form each conv gets, the shared-node cache, the dense sources left by ToSparse, the capacity-padded
+form each conv gets and its index tables, the shared-node cache, the dense sources left by ToSparse, the capacity-padded
 versions of feature rows, and the naming of new tensors.
 
 Index tables are cached by (builder op, input tensors, attributes): two layers with the same coords
@@ -45,11 +45,13 @@ class Options:
 
 
 class LoweringContext:
-    """`compute_for(node)` is the compute form (lowering/compute.py) the target's policy gives a conv."""
+    """`compute_for(node)` is the compute form (lowering/compute.py) the target's policy gives a conv;
+    `tables` the target's index tables (lowering/index_tables.py)."""
 
-    def __init__(self, graph: gs.Graph, compute_policy: Callable, levels: dict[str, int] | None = None):
+    def __init__(self, graph: gs.Graph, compute_policy: Callable, tables, levels: dict[str, int] | None = None):
         self.graph = graph
         self._policy = compute_policy
+        self.tables = tables
         self.dense_sources: dict[str, DenseSource] = {}
         self.padded: dict[str, gs.Tensor] = {}
         self.conv_outputs: set[str] = set()  # feature rows produced by lowered convs (for hybrid)

@@ -1,12 +1,45 @@
-"""The index-table builders a conv rule requests (StridedMap, SubmanifoldMap, TransposedMap, TargetMap),
-through the context's shared nodes: one table per coords and geometry, however many layers read it."""
+"""Where a target's index tables come from: the neighbour table of each conv (SubmanifoldMap,
+StridedMap, TransposedMap, TargetMap), the active sites of a dense input (ToSparse) and the placing of
+rows into a dense output (ToDense).
+
+`IndexTables` is the interface the rules call; `CustomOpTables` builds them with the library's custom
+ops (gpu, nna, hybrid), `portable.StandardOpTables` with standard ONNX ops inside the graph. Tables
+go through the context's shared nodes: one table per coords and geometry, however many layers read it.
+"""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import onnx_graphsurgeon as gs
 
-from ..schemas import ConvGeometry
-from .context import INT64, LoweringContext
+from ..schemas import ConvGeometry, DenseBoundary
+from .context import FLOAT, INT64, DenseSource, LoweringContext
+
+
+class IndexTables(Protocol):
+    """The index part of a target. Every `*_map` returns the neighbour table `nbr [M, K]` (taps in the
+    kernel's row-major order, docs/custom_ops.md) and, where the conv makes new sites, their coords."""
+
+    def submanifold_map(self, ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor,
+                        source: str) -> gs.Tensor: ...
+
+    def strided_map(self, ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor,
+                    source: str) -> tuple[gs.Tensor, gs.Tensor]: ...
+
+    def transposed_map(self, ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor,
+                       source: str) -> tuple[gs.Tensor, gs.Tensor]: ...
+
+    def target_map(self, ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor,
+                   targets: gs.Tensor, source: str) -> gs.Tensor: ...
+
+    def to_sparse(self, ctx: LoweringContext, base: str, dense: gs.Tensor, features: gs.Variable,
+                  coords: gs.Variable) -> None:
+        """Write `features` and `coords` (sorted) of the active sites of `dense [B, C, *S]`."""
+
+    def to_dense(self, ctx: LoweringContext, base: str, features: gs.Tensor, coords: gs.Tensor,
+                 boundary: DenseBoundary, output: gs.Variable) -> None:
+        """Write the rows into the zero-initialised `output [batch_size, C, *spatial_shape]`."""
 
 
 def _attrs(geometry: ConvGeometry, source: str, *extra: str) -> dict:
@@ -25,25 +58,44 @@ def _coords(geometry: ConvGeometry) -> tuple:
     return ("out_coords", INT64, [None, 1 + geometry.ndim])
 
 
-def submanifold_map(ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, source: str):
-    (nbr,) = ctx.shared_node("SubmanifoldMap", base, [coords], [_nbr(geometry)], _attrs(geometry, source))
-    return nbr
+class CustomOpTables:
+    """The library's index builders (docs/custom_ops.md), which check every coordinate at run time."""
 
+    def submanifold_map(self, ctx, base, geometry, coords, source):
+        (nbr,) = ctx.shared_node("SubmanifoldMap", base, [coords], [_nbr(geometry)], _attrs(geometry, source))
+        return nbr
 
-def strided_map(ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, source: str):
-    out_coords, nbr = ctx.shared_node("StridedMap", base, [coords], [_coords(geometry), _nbr(geometry)],
-                                      _attrs(geometry, source, "strides", "pads"))
-    return out_coords, nbr
+    def strided_map(self, ctx, base, geometry, coords, source):
+        out_coords, nbr = ctx.shared_node("StridedMap", base, [coords], [_coords(geometry), _nbr(geometry)],
+                                          _attrs(geometry, source, "strides", "pads"))
+        return out_coords, nbr
 
+    def transposed_map(self, ctx, base, geometry, coords, source):
+        out_coords, nbr = ctx.shared_node("TransposedMap", base, [coords], [_coords(geometry), _nbr(geometry)],
+                                          _attrs(geometry, source, "strides", "pads", "output_padding"))
+        return out_coords, nbr
 
-def transposed_map(ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, source: str):
-    out_coords, nbr = ctx.shared_node("TransposedMap", base, [coords], [_coords(geometry), _nbr(geometry)],
-                                      _attrs(geometry, source, "strides", "pads", "output_padding"))
-    return out_coords, nbr
+    def target_map(self, ctx, base, geometry, coords, targets, source):
+        (nbr,) = ctx.shared_node("TargetMap", base, [coords, targets], [_nbr(geometry)],
+                                 _attrs(geometry, source, "strides", "pads", "output_padding"))
+        return nbr
 
+    def to_sparse(self, ctx, base, dense, features, coords):
+        """ActiveSites(X) gives the coords and the linear sites; the features are a gather of those sites.
+        A conv reading these features unfolds straight from X instead (the patent's dense-format method),
+        and then the gather is unused and cleanup drops it."""
+        (_, sites) = ctx.add("ActiveSites", base, [dense], [coords, ("sites", INT64, [None, 1])])
+        # The sites come from X itself, so its extent needs no check here.
+        ctx.add("IndexedUnfold", base, [dense, sites], [features])
+        ctx.dense_sources[features.name] = DenseSource(dense, coords)
 
-def target_map(ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor, targets: gs.Tensor,
-               source: str):
-    (nbr,) = ctx.shared_node("TargetMap", base, [coords, targets], [_nbr(geometry)],
-                             _attrs(geometry, source, "strides", "pads", "output_padding"))
-    return nbr
+    def to_dense(self, ctx, base, features, coords, boundary, output):
+        """SiteIndex(coords) → IndexedFold in dense mode: the rows are written straight into the output.
+        Features that no sparse layer computed (the user's feeds) pass PairRows first, which refuses rows
+        that do not pair with the coords in the user's terms."""
+        if not ctx.after_a_sparse_layer(features):
+            (features,) = ctx.shared_node("PairRows", features.name, [features, coords],
+                                          [("paired", FLOAT, features.shape)], {})
+        grid = {"spatial_shape": list(boundary.spatial_shape), "batch_size": boundary.batch_size}
+        (sites,) = ctx.shared_node("SiteIndex", base, [coords], [("sites", INT64, [None])], grid)
+        ctx.add("IndexedFold", base, [features, sites], [output], {"mode": "dense", **grid})

@@ -11,23 +11,26 @@ import onnx_graphsurgeon as gs
 
 from ..errors import SparseLowerError
 from ..layer_costs import layer_costs, record
-from ..lowering import LoweringContext, Options, compute_policy, rule_for
+from ..lowering import LoweringContext, Options, compute_policy, index_tables, rule_for
 from ..lowering.graph import deep_graph, model_like
 from ..onnx_conventions import CUSTOM_DOMAIN, OPSET, OPTIONS_KEY, RUNTIME_KEY, SOURCE_DOMAIN, VERSION_KEY
 from ..schemas import coords_levels
 from ..version import VERSION
 
 # The oldest default-domain opset whose ops the lowering emits: Unsqueeze with an axes input (13) for
-# gpu; Shape with start/end (15) and ScatterElements with reduction="add" (16) for nna.
-MIN_OPSET = {"gpu": 13, "nna": 16, "hybrid": 16}
+# gpu; Shape with start/end (15) and ScatterElements with reduction="add" (16) for nna; portable writes
+# one documented opset, 17 (docs/portable.md).
+MIN_OPSET = {"gpu": 13, "nna": 16, "hybrid": 16, "portable": OPSET}
 
 
 def source_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     return [n for n in model.graph.node if n.domain == SOURCE_DOMAIN]
 
 
-def run_hint(model: str = "model") -> str:
+def run_hint(model: str = "model", target: str = "gpu") -> str:
     """How to run a lowered `model`: onnxruntime alone only says its custom ops are not registered."""
+    if target == "portable":
+        return f"standard ONNX ops only: any ONNX runtime runs {model} as it is, no library needed"
     return (f"needs the sparse_lower custom-op library: sparse_lower.create_session({model}), or in any "
             f"onnxruntime session SessionOptions.register_custom_ops_library(sparse_lower.get_library_path())")
 
@@ -59,14 +62,15 @@ class LowerSparse:
         graph = gs.import_onnx(model)
         with deep_graph(graph):
             graph.toposort()
-        ctx = LoweringContext(graph, compute_policy(self.target, self.options), coords_levels(model.graph))
+        ctx = LoweringContext(graph, compute_policy(self.target, self.options), index_tables(self.target, model.graph),
+                              coords_levels(model.graph))
         for node in list(graph.nodes):
             rule = rule_for(node)
             if rule is not None:
                 rule.rewrite(node, ctx)
         with deep_graph(graph):
             graph.cleanup().toposort()
-        imports = [(CUSTOM_DOMAIN, 1)]
+        imports = [] if self.target == "portable" else [(CUSTOM_DOMAIN, 1)]
         if not any(o.domain == "" for o in model.opset_import):
             imports.append(("", OPSET))
         lowered = model_like(graph, model, drop_domains=(SOURCE_DOMAIN,), add_domains=imports)
@@ -80,7 +84,7 @@ class LowerSparse:
         onnx.helper.set_model_props(lowered, {**{p.key: p.value for p in lowered.metadata_props},
                                               VERSION_KEY: VERSION,
                                               OPTIONS_KEY: json.dumps(options),
-                                              RUNTIME_KEY: run_hint()})
+                                              RUNTIME_KEY: run_hint(target=self.target)})
         record(lowered, layer_costs(source))
 
     def ensures(self, model: onnx.ModelProto) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .conv_rule import ConvRule
-from ..index_tables import strided_map
 from ..weights import conv_matrix
 
 
@@ -11,7 +10,7 @@ class SparseConvRule(ConvRule):
     op_type = "SparseConv"
 
     def index_table(self, ctx, node, base, geometry, coords, source):
-        return strided_map(ctx, base, geometry, coords, source)
+        return ctx.tables.strided_map(ctx, base, geometry, coords, source)
 
     def matrix(self, weights):
         return conv_matrix(weights)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from ..graph import optional_input
 from .conv_rule import ConvRule
-from ..index_tables import target_map, transposed_map
 from ..weights import deconv_matrix
 
 
@@ -17,8 +16,8 @@ class SparseDeconvRule(ConvRule):
     def index_table(self, ctx, node, base, geometry, coords, source):
         targets = optional_input(node, 4)
         if targets is None:
-            return transposed_map(ctx, base, geometry, coords, source)
-        return targets, target_map(ctx, base, geometry, coords, targets, source)
+            return ctx.tables.transposed_map(ctx, base, geometry, coords, source)
+        return targets, ctx.tables.target_map(ctx, base, geometry, coords, targets, source)
 
     def matrix(self, weights):
         return deconv_matrix(weights)

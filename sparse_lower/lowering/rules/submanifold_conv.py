@@ -4,7 +4,6 @@ the input coords tensor itself, and later layers on them share the table."""
 from __future__ import annotations
 
 from .conv_rule import ConvRule
-from ..index_tables import submanifold_map
 from ..weights import conv_matrix
 
 
@@ -12,7 +11,7 @@ class SubmanifoldConvRule(ConvRule):
     op_type = "SubmanifoldConv"
 
     def index_table(self, ctx, node, base, geometry, coords, source):
-        return coords, submanifold_map(ctx, base, geometry, coords, source)
+        return coords, ctx.tables.submanifold_map(ctx, base, geometry, coords, source)
 
     def matrix(self, weights):
         return conv_matrix(weights)

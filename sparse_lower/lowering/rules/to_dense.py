@@ -1,7 +1,5 @@
-"""ToDense(features, coords) → SiteIndex(coords) → IndexedFold in dense mode: the rows are written
-straight into the zero-initialised dense output, with nothing dense materialised before it. Features
-that no sparse layer computed (the user's feeds) pass PairRows first, which refuses rows that do not
-pair with the coords in the user's terms."""
+"""ToDense(features, coords) → the rows written straight into the zero-initialised dense output, with
+nothing dense materialised before it (the target's index tables say how: lowering/index_tables.py)."""
 
 from __future__ import annotations
 
@@ -37,9 +35,4 @@ class ToDenseRule(Rule):
         declare(output, FLOAT, [boundary.batch_size, features.shape[1] if features.shape else None,
                                 *boundary.spatial_shape])
         detach(node)
-        if not ctx.after_a_sparse_layer(features):  # the user's feeds: check that they pair with the coords
-            (features,) = ctx.shared_node("PairRows", features.name, [features, coords],
-                                          [("paired", FLOAT, features.shape)], {})
-        grid = {"spatial_shape": list(boundary.spatial_shape), "batch_size": boundary.batch_size}
-        (sites,) = ctx.shared_node("SiteIndex", base, [coords], [("sites", INT64, [None])], grid)
-        ctx.add("IndexedFold", base, [features, sites], [output], {"mode": "dense", **grid})
+        ctx.tables.to_dense(ctx, base, features, coords, boundary, output)

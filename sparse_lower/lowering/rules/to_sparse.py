@@ -1,6 +1,5 @@
-"""ToSparse(X) → ActiveSites(X) gives the coords and the linear sites; the features are a gather of
-those sites. A conv reading these features unfolds straight from X instead (the patent's
-dense-format method), and then the gather is unused and cleanup drops it."""
+"""ToSparse(X) → the active sites of X, sorted, and the features at them (the target's index tables
+say how: lowering/index_tables.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ from collections.abc import Iterator
 
 import onnx_graphsurgeon as gs
 
-from ..context import FLOAT, INT64, DenseSource, LoweringContext
+from ..context import FLOAT, INT64, LoweringContext
 from ..graph import declare, detach
 from .checks import declared_shape
 from .rule import Refusal, Rule
@@ -32,7 +31,4 @@ class ToSparseRule(Rule):
         detach(node)
         declare(coords, INT64, [None, len(dense.shape) - 1 if dense.shape else None])
         declare(features, FLOAT, [None, dense.shape[1] if dense.shape else None])
-        (_, sites) = ctx.add("ActiveSites", base, [dense], [coords, ("sites", INT64, [None, 1])])
-        # The sites come from X itself, so its extent needs no check here.
-        ctx.add("IndexedUnfold", base, [dense, sites], [features])
-        ctx.dense_sources[features.name] = DenseSource(dense, coords)
+        ctx.tables.to_sparse(ctx, base, dense, features, coords)

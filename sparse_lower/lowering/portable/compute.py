@@ -1,0 +1,55 @@
+"""The portable compute form of a sparse conv: the indexed unfold in standard ops.
+
+The features get a zero row put first (row 0, where the tables point for a missing neighbour; row r
+is then r + 1, as the tables hold it); one
+`Gather` by the neighbour table `[M, K]` gives `[M, K, Cin]`, a `Reshape` the unfolded `[M, K·Cin]`,
+one `MatMul` by the `[K·Cin, Cout]` weights the output rows, and an `Add` the bias. The flag of the
+tables (a frame that broke a rule of sparse tensors: tables.py) adds NaN to that bias, so every output
+feature of a bad frame is NaN, in any runtime, at the cost of one `Where` on a scalar.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from ..compute import ConvParts
+from ..context import FLOAT, LoweringContext
+from .emit import BOOL, Emit
+
+
+class PortableCompute:
+    reads_dense = False
+
+    def emit(self, ctx: LoweringContext, conv: ConvParts) -> None:
+        e = Emit(ctx, conv.base)
+        invalid = ctx.tables.invalid(conv.nbr)
+        source = conv.source
+        if not ctx.after_a_sparse_layer(source):  # the user's feeds: their rows must pair with the coords
+            paired = e("Equal", e.rows(source), e.rows(conv.coords), dtype=BOOL, shape=[1], name="paired")
+            unpaired = e("Not", paired, dtype=BOOL, shape=[1], name="unpaired")
+            invalid = e.either(invalid, unpaired)
+        rows = _with_zero_row(ctx, source, conv.cin)
+        gathered = e("Gather", rows, conv.nbr, dtype=FLOAT, shape=[None, conv.taps, conv.cin], axis=0)
+        unfolded = e("Reshape", gathered, e.const([-1, conv.taps * conv.cin]), dtype=FLOAT,
+                     shape=[None, conv.taps * conv.cin], name="unfolded")
+        bias = conv.bias if conv.bias is not None else np.zeros(conv.cout, np.float32)
+        added = ctx.constant(f"{conv.base}/B", bias.astype(np.float32))
+        weights = ctx.constant(f"{conv.base}/W", conv.matrix)
+        if invalid is not None:
+            poison = e("Where", invalid, e.const([np.nan], FLOAT), e.const([0], FLOAT), dtype=FLOAT, shape=[1],
+                       name="poison")
+            added = e("Add", added, poison, dtype=FLOAT, shape=[conv.cout], name="bias")
+        elif conv.bias is None:
+            ctx.standard("MatMul", conv.base, [unfolded, weights], [conv.out_features])
+            return
+        product = e("MatMul", unfolded, weights, dtype=FLOAT, shape=[None, conv.cout])
+        ctx.standard("Add", conv.base, [product, added], [conv.out_features])
+
+
+def _with_zero_row(ctx: LoweringContext, rows: gs.Tensor, channels: int) -> gs.Tensor:
+    """`rows [N, C]` after a zero row, shared by every layer reading them."""
+    zero = ctx.shared_constant(f"zero_row_{channels}", np.zeros((1, channels), np.float32))
+    (extended,) = ctx.shared_node("Concat", f"{rows.name}/zero_row", [zero, rows],
+                                  [("with_zero_row", FLOAT, [None, channels])], {"axis": 0}, domain="")
+    return extended

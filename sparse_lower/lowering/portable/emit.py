@@ -1,0 +1,80 @@
+"""A terse way to write the portable target's index arithmetic: `e("Add", a, b)` appends a standard
+node and returns its output, `e.const(v)` is a constant shared by the whole graph. The index part is
+dozens of small int64 ops per table; written through `LoweringContext.standard` one by one, their
+output specs would drown what they compute."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from ..context import INT64, LoweringContext
+
+INT32 = np.int32
+BOOL = np.bool_
+
+# `to` of a Cast, by element type.
+_ONNX_TYPES = {INT64: onnx.TensorProto.INT64, INT32: onnx.TensorProto.INT32, np.float32: onnx.TensorProto.FLOAT,
+               BOOL: onnx.TensorProto.BOOL}
+
+
+class Emit:
+    """Standard nodes named under `base` (the table or layer they belong to)."""
+
+    def __init__(self, ctx: LoweringContext, base: str):
+        self.ctx = ctx
+        self.base = base
+
+    def __call__(self, op: str, *inputs: gs.Tensor, dtype=INT64, shape: list | None = None, name: str | None = None,
+                 **attrs) -> gs.Variable:
+        (out,) = self.ctx.standard(op, self.base, list(inputs), [(name or op[0].lower() + op[1:], dtype, shape)], attrs)
+        return out
+
+    def const(self, value, dtype=INT64) -> gs.Constant:
+        """A constant of this value and type, one initializer per distinct value in the graph."""
+        array = np.asarray(value, dtype)
+        key = f"{np.dtype(dtype).name}_{'x'.join(map(str, array.shape))}_{'_'.join(map(str, array.ravel().tolist()))}"
+        return self.ctx.shared_constant(key, array)
+
+    def cast(self, tensor: gs.Tensor, dtype, shape: list | None = None) -> gs.Variable:
+        return self("Cast", tensor, dtype=dtype, shape=shape, to=int(_ONNX_TYPES[dtype]))
+
+    def rows(self, tensor: gs.Tensor) -> gs.Variable:
+        """The row count of `tensor` as int64 [1] (one Shape node per tensor, however many ask)."""
+        (count,) = self.ctx.shared_node("Shape", tensor.name, [tensor], [("count", INT64, [1])], {"start": 0, "end": 1},
+                                        domain="")
+        return count
+
+    def column(self, table: gs.Tensor, index: int, length=None) -> gs.Variable:
+        """Column `index` of a 2-D table, as [N]."""
+        return self("Gather", table, self.const(index), shape=[length], name=f"column{index}", axis=1)
+
+    def count_true(self, flags: gs.Tensor, axes: list[int] | None = None, shape: list | None = None) -> gs.Variable:
+        """How many of `flags` are true: over all of it as [1], or over `axes`. (ReduceMax/ReduceMin take
+        their axes as an attribute before opset 18 and as an input after; ReduceSum as an input since 13,
+        so this one form is valid at every opset the target accepts.)"""
+        as_int = self.cast(flags, INT64, shape=None)
+        if axes is None:
+            return self("ReduceSum", as_int, shape=[1], name="count", keepdims=1)
+        return self("ReduceSum", as_int, self.const(axes), shape=shape, name="count", keepdims=0)
+
+    def any(self, flags: gs.Tensor) -> gs.Variable:
+        """bool [1]: whether any of `flags` is true (false for an empty tensor)."""
+        return self("Greater", self.count_true(flags), self.const([0]), dtype=BOOL, shape=[1], name="any")
+
+    def all_of_row(self, flags: gs.Tensor, shape: list) -> gs.Variable:
+        """bool: whether every flag along the last axis is true (`shape`: the result's)."""
+        wrong = self.count_true(self("Not", flags, dtype=BOOL), axes=[-1], shape=shape)
+        return self("Equal", wrong, self.const(0), dtype=BOOL, shape=shape, name="all")
+
+    def either(self, *flags: gs.Tensor | None) -> gs.Tensor | None:
+        """The Or of the flags given (None: none given)."""
+        given = [f for f in flags if f is not None]
+        if not given:
+            return None
+        result = given[0]
+        for flag in given[1:]:
+            if flag is not result:
+                result = self("Or", result, flag, dtype=BOOL, shape=[1], name="either")
+        return result

@@ -1,0 +1,215 @@
+"""The portable target's index tables, built from standard ops inside the graph: the same output sites
+and row order as the library's custom ops (docs/custom_ops.md), and neighbour tables holding 1 + the
+row where the custom ops hold the row, 0 where they hold −1 (the compute puts a zero row first).
+
+* SubmanifoldConv and SparseConv: a neighbour sits at an affine function of the output site and the
+  tap, `o·s − pb + k·d`, so its grid cell is the output's own cell plus a constant per tap: one `Add`
+  of `[M, 1]` and `[1, K]` and one `Gather` from the input's site grid (grid.py), whose halo covers
+  every offset.
+* SparseDeconv: the neighbour `(o + pb − k·d) / s` exists only where the division is exact; the
+  quotients are computed per dimension and clamped into the halo.
+* Output sites of SparseConv and SparseDeconv: sites.reached_sites.
+
+Every table and output coords tensor made here carries the flag of the coords it was made from
+(`invalid`), which the compute form (compute.py) turns into NaN outputs.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from ...errors import SparseLowerError
+from ...onnx_conventions import SOURCE_DOMAIN
+from ...schemas import CONV_OPS, ConvGeometry, conv_geometry
+from ..context import INT64, LoweringContext
+from .boundary import dense_from_rows, rows_from_dense
+from .emit import BOOL, INT32, Emit
+from .grid import MAX_GRID_BYTES, SiteGrid, build_grid, grid_bytes, lookup, site_keys
+from .sites import exact_quotients, over_taps, per_dimension, reached_sites
+
+
+def _taps(geometry: ConvGeometry) -> np.ndarray:
+    """[K, D]: the index of every tap per dimension, in the kernel's row-major order (the weights')."""
+    return np.array(list(np.ndindex(*geometry.kernel_shape)), np.int64).reshape(-1, geometry.ndim)
+
+
+def _halo(geometry: ConvGeometry) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """How far outside its input grid a conv's neighbours lie, before and after each dimension."""
+    n = geometry.ndim
+    if geometry.op_type == "SubmanifoldConv":
+        half = tuple((k - 1) // 2 * d for k, d in zip(geometry.kernel_shape, geometry.dilations))
+        return half, half
+    if geometry.op_type == "SparseConv":  # o·s − pb + k·d lies in [−pb, S − 1 + pe]
+        return geometry.pads[:n], geometry.pads[n:]
+    return (1,) * n, (1,) * n  # transposed: quotients are clamped to [−1, S]
+
+
+def grid_halos(graph: onnx.GraphProto) -> dict[tuple, tuple[tuple, tuple]]:
+    """The halo of the site grids of each input extent: the widest any conv of the model reading that
+    extent needs, so that all the layers on one coords tensor share one grid."""
+    halos: dict[tuple, tuple[tuple, tuple]] = {}
+    for node in graph.node:
+        if node.domain != SOURCE_DOMAIN or node.op_type not in CONV_OPS:
+            continue
+        geometry = conv_geometry(node)
+        low, high = _halo(geometry)
+        known_low, known_high = halos.get(geometry.spatial_shape, (low, high))
+        halos[geometry.spatial_shape] = (tuple(map(max, low, known_low)), tuple(map(max, high, known_high)))
+    return halos
+
+
+class StandardOpTables:
+    """Index tables in standard ops (the module docstring). `halos`: grid_halos of the source model."""
+
+    def __init__(self, halos: dict[tuple, tuple[tuple, tuple]]):
+        self.halos = halos
+        self._grids: dict[tuple, SiteGrid] = {}
+        self._tables: dict[tuple, tuple] = {}
+        self._made: dict[str, gs.Tensor | None] = {}  # coords and tables made here -> their flag
+
+    def invalid(self, tensor: gs.Tensor) -> gs.Tensor | None:
+        """The flag (bool [1]) of a table or coords made here: whether the frame broke a rule of sparse
+        tensors; None where nothing can be wrong."""
+        return self._made.get(tensor.name)
+
+    def made(self, tensor: gs.Tensor, flag: gs.Tensor | None) -> None:
+        """Record coords made by the lowering (unique, inside their grid) with the flag they inherit."""
+        self._made[tensor.name] = flag
+
+    def grid(self, ctx: LoweringContext, base: str, coords: gs.Tensor, extents: tuple,
+             low: tuple | None = None, high: tuple | None = None) -> SiteGrid:
+        """The site grid of `coords` in a grid of `extents`, with at least the halo asked for, refused
+        (naming the node `base`) where one batch of it would take more than MAX_GRID_BYTES."""
+        zeros = (0,) * len(extents)
+        known_low, known_high = self.halos.get(extents, (zeros, zeros))
+        low = tuple(map(max, known_low, low or zeros))
+        high = tuple(map(max, known_high, high or zeros))
+        key = (coords.name, extents, low, high)
+        if key not in self._grids:
+            size = grid_bytes(extents, low, high)
+            if size > MAX_GRID_BYTES:
+                raise SparseLowerError(
+                    f"the portable target's site grid of {list(extents)} (with its halo {list(low)}, {list(high)}) "
+                    f"takes {size / 2**30:.1f} GiB per batch, over the limit of {MAX_GRID_BYTES / 2**30:.0f} GiB",
+                    base, "lower for the gpu or nna target, whose index tables grow with the active sites and not "
+                          "with the grid, or crop the grid")
+            checked = coords.name not in self._made
+            self._grids[key] = build_grid(Emit(ctx, f"{coords.name}/grid"), coords, extents, low, high, checked,
+                                          self._made.get(coords.name))
+        return self._grids[key]
+
+    def _shared(self, key: tuple, build):
+        if key not in self._tables:
+            self._tables[key] = build()
+        return self._tables[key]
+
+    def submanifold_map(self, ctx, base, geometry, coords, source):
+        def build():
+            low, high = _halo(geometry)
+            grid = self.grid(ctx, base, coords, geometry.spatial_shape, low, high)
+            centre = (np.asarray(geometry.kernel_shape) - 1) // 2
+            offsets = ((_taps(geometry) - centre) * geometry.dilations) @ grid.strides
+            nbr = _affine_lookup(Emit(ctx, base), grid, grid.keys, offsets)
+            self.made(nbr, grid.invalid)
+            return nbr
+        return self._shared((coords.name, geometry), build)
+
+    def strided_map(self, ctx, base, geometry, coords, source):
+        def build():
+            e, n = Emit(ctx, base), geometry.ndim
+            low, high = _halo(geometry)
+            grid = self.grid(ctx, base, coords, geometry.spatial_shape, low, high)
+            pads_begin = np.asarray(geometry.pads[:n])
+            positions, reachable = [], []
+            for dim, (size, stride, dilation) in enumerate(zip(geometry.kernel_shape, geometry.strides,
+                                                                geometry.dilations)):
+                numerators = per_dimension(e, coords, dim, 1, pads_begin[dim] - np.arange(size) * dilation)
+                quotients, exact = exact_quotients(e, numerators, stride)
+                positions.append(quotients)
+                reachable.append(exact)
+            out_coords = reached_sites(e, grid, coords, positions, reachable, geometry.kernel_shape,
+                                       geometry.output_shape)
+            weights = [grid.volume, *(np.asarray(geometry.strides) * grid.strides)]
+            row_keys = site_keys(e, out_coords, weights, grid.origin)
+            offsets = (_taps(geometry) * geometry.dilations - pads_begin) @ grid.strides
+            nbr = _affine_lookup(e, grid, row_keys, offsets)
+            self.made(out_coords, grid.invalid)
+            self.made(nbr, grid.invalid)
+            return out_coords, nbr
+        return self._shared((coords.name, geometry), build)
+
+    def transposed_map(self, ctx, base, geometry, coords, source):
+        def build():
+            e, n = Emit(ctx, base), geometry.ndim
+            low, high = _halo(geometry)
+            grid = self.grid(ctx, base, coords, geometry.spatial_shape, low, high)
+            positions = [per_dimension(e, coords, dim, stride, np.arange(size) * dilation - pad)
+                         for dim, (size, stride, dilation, pad) in enumerate(zip(
+                             geometry.kernel_shape, geometry.strides, geometry.dilations, geometry.pads[:n]))]
+            out_coords = reached_sites(e, grid, coords, positions, [None] * n, geometry.kernel_shape,
+                                       geometry.output_shape)
+            nbr = _divided_lookup(e, grid, geometry, out_coords, check_batch=False)
+            self.made(out_coords, grid.invalid)
+            self.made(nbr, grid.invalid)
+            return out_coords, nbr
+        return self._shared((coords.name, geometry), build)
+
+    def target_map(self, ctx, base, geometry, coords, targets, source):
+        def build():
+            low, high = _halo(geometry)
+            grid = self.grid(ctx, base, coords, geometry.spatial_shape, low, high)
+            flag = self.invalid(targets) if targets.name in self._made else \
+                self.grid(ctx, base, targets, geometry.output_shape).invalid  # the targets checked as coords
+            e = Emit(ctx, base)
+            nbr = _divided_lookup(e, grid, geometry, targets, check_batch=True)
+            self.made(nbr, e.either(grid.invalid, flag))
+            return nbr
+        return self._shared((coords.name, targets.name, geometry), build)
+
+    def to_sparse(self, ctx, base, dense, features, coords):
+        rows_from_dense(Emit(ctx, base), dense, features, coords)
+        self.made(coords, None)
+
+    def to_dense(self, ctx, base, features, coords, boundary, output):
+        flag = self.invalid(coords) if coords.name in self._made else \
+            self.grid(ctx, base, coords, boundary.spatial_shape).invalid  # the user's coords: checked
+        dense_from_rows(Emit(ctx, base), features, coords, boundary, flag, output)
+
+
+def _affine_lookup(e: Emit, grid: SiteGrid, row_keys: gs.Tensor, offsets: np.ndarray) -> gs.Variable:
+    """nbr [M, K]: the rows at cells `row_keys [M]` + `offsets [K]` (every one inside the grid's halo)."""
+    keys = e("Add", e("Unsqueeze", row_keys, e.const([1]), shape=[None, 1]), e.const(offsets[None]),
+             shape=[None, len(offsets)], name="cells")
+    return lookup(e, grid, keys, [None, len(offsets)])
+
+
+def _divided_lookup(e: Emit, grid: SiteGrid, geometry: ConvGeometry, out_coords: gs.Tensor,
+                    check_batch: bool) -> gs.Variable:
+    """nbr [M, K] of a transposed conv: input `(o + pb − k·d) / s` where the division is exact, clamped
+    into the halo (which holds only zeros) elsewhere. `check_batch`: outputs may lie in a batch the
+    input has no rows in (the targets of an inverse conv), whose neighbours are all missing."""
+    n, taps = geometry.ndim, geometry.volume
+    cells = []
+    for dim, (size, stride, dilation, pad, extent) in enumerate(zip(
+            geometry.kernel_shape, geometry.strides, geometry.dilations, geometry.pads[:n], geometry.spatial_shape)):
+        quotients, exact = exact_quotients(e, per_dimension(e, out_coords, dim, 1, pad - np.arange(size) * dilation),
+                                           stride)
+        if exact is not None:
+            quotients = e("Where", exact, quotients, e.const(-1))
+        clamped = e("Max", e("Min", quotients, e.const(extent)), e.const(-1))  # into the halo of 1
+        cells.append(e("Mul", e("Add", clamped, e.const(grid.low[dim])), e.const(grid.strides[dim])))
+    batch = e.column(out_coords, 0)
+    row_base = e("Mul", batch, e.const(grid.volume), shape=[None])
+    keys = e("Add", over_taps(e, "Add", cells, geometry.kernel_shape), e("Unsqueeze", row_base, e.const([1]),
+             shape=[None, 1]), shape=[None, taps])
+    if not check_batch:
+        return lookup(e, grid, keys, [None, taps])
+    known = e("And", e("GreaterOrEqual", batch, e.const(0), dtype=BOOL, shape=[None]),
+              e("Less", batch, grid.batches, dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])
+    known = e("Unsqueeze", known, e.const([1]), dtype=BOOL, shape=[None, 1])
+    found = lookup(e, grid, e("Where", known, keys, grid.end(e), shape=[None, taps]), [None, taps])
+    return e("Where", known, found, e.const([0], INT32), dtype=INT32, shape=[None, taps], name="nbr")

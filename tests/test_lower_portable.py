@@ -1,0 +1,183 @@
+"""The portable target (docs/portable.md): standard ONNX ops only, run in a plain onnxruntime session with
+no library registered, against the dense oracle and the NumPy reference: every source op and attribute
+form, multi-layer stacks, dense boundaries, batch > 1, empty input; what a frame that breaks the rules
+of sparse tensors gives (NaN features); and what the lowering refuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import sparse_lower
+from helpers import chain_model, model_with, runtime_session, to_dense_model
+from oracle import assert_matches_oracle, densify, random_conv_config, random_sparse, sparse_node_model
+from sparse_lower import reference
+from sparse_lower.errors import SparseLowerError
+from sparse_lower.models import centerpoint_head_stack
+
+
+def portable(model) -> onnx.ModelProto:
+    """The model lowered for the portable target, every pass checked, and checked to be standard ONNX."""
+    lowered = sparse_lower.lower(model, target="portable", check_each_pass=True)
+    assert {o.domain for o in lowered.opset_import} == {""}, "no custom domain is imported"
+    assert {n.domain for n in lowered.graph.node} <= {""}, "every node is a standard op"
+    onnx.checker.check_model(lowered, full_check=True)
+    return lowered
+
+
+def plain_run(model, feeds, threads=1) -> dict:
+    """The outputs by name of a plain onnxruntime session: no library registered."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feeds)))
+
+
+@pytest.mark.parametrize("seed", range(160))
+def test_random_config_matches_dense_oracle(seed):
+    rng = np.random.default_rng(seed)
+    config = random_conv_config(rng)
+    model, (W, B) = sparse_node_model(config.op_type, config.attrs, config.cin, config.cout, config.ndim,
+                                      config.with_bias, config.target_coords is not None, rng)
+    got = plain_run(portable(model), config.feeds, threads=1 + seed % 2)
+    assert_matches_oracle(config, W, B, got["out_features"], got["out_coords"])
+    expected = reference.run(model, config.feeds)
+    np.testing.assert_allclose(got["out_features"], expected["out_features"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("count", [0, 800])
+def test_multi_layer_stack_matches_the_reference_and_the_gpu_target(count, rng):
+    """SubM → SubM (one table) → SparseConv s2, batch 2 (and an empty frame), float16 features."""
+    model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    features, coords = random_sparse(rng, 2, 5, (10, 40, 40), count=count)
+    feeds = {"features": features, "coords": coords}
+    got = list(plain_run(portable(model), feeds, threads=2).values())
+    expected = reference.run(model, feeds)
+    np.testing.assert_array_equal(got[1], expected["sparseconv4.coords"])
+    np.testing.assert_allclose(got[0], expected["sparseconv4.features"], rtol=1e-4, atol=1e-5)
+    gpu = sparse_lower.create_session(sparse_lower.lower(model, target="gpu")).run(None, feeds)
+    np.testing.assert_array_equal(got[1], gpu[1])
+
+
+def test_dense_boundaries_match_the_reference(rng):
+    """ToSparse → SubM → Relu → SubM → SubM → SparseConv → ToDense, batch 2."""
+    model = chain_model()
+    X = densify(*random_sparse(rng, 2, 2, (6, 8), density=0.3), 2, (6, 8))
+    X[0, 1, 2, 3] = np.nan  # an active site (NaN is non-zero), as in the reference
+    expected = reference.run(model, {"X": X})["Y"]
+    got = plain_run(portable(model), {"X": X})["Y"]
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def dense_output_model(batch_size: int) -> onnx.ModelProto:
+    """helpers.to_dense_model on a [5, 7] grid, with its output's shape declared (the checker wants one)."""
+    model = to_dense_model(spatial_shape=[5, 7], batch_size=batch_size)
+    model.graph.output[0].CopyFrom(onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [batch_size, 2, 5, 7]))
+    return model
+
+
+def test_to_dense_of_the_models_own_inputs(rng):
+    features, coords = random_sparse(rng, 2, 2, (5, 7), count=20)
+    got = plain_run(portable(dense_output_model(2)), {"features": features, "coords": coords})["Y"]
+    np.testing.assert_array_equal(got, densify(features, coords, 2, (5, 7)))
+
+
+def test_the_wild_nvidia_file_runs_without_the_library():
+    """A real export (NVIDIA's exptool): imported, lowered, run by a session that never saw the library;
+    its outputs are the gpu target's (test_wild compares both with spconv on the real frames)."""
+    from conftest import DATA
+    path = DATA / "wild" / "nvidia_exptool" / "centerpoint.scn.onnx"
+    if not path.is_file():
+        pytest.skip(f"no {path}")
+    lowered = portable(sparse_lower.import_model(path))
+    assert not sparse_lower.runtime.needs_library(lowered)
+    rng = np.random.default_rng(4)
+    features, coords = random_sparse(rng, 1, 5, (41, 1440, 1440), count=3000)
+    feeds = {"0": features, "coords": coords}
+    (got,) = plain_run(lowered, feeds, threads=2).values()
+    (want,) = runtime_session(sparse_lower.lower(sparse_lower.import_model(path), target="gpu")).run(None, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+# -- frames that break the rules: NaN features, never plausible numbers ---------------------------------
+
+def _subm_then_strided():
+    """features [N, 3] / coords [N, 3] on an 8×8 grid → SubM 3×3 → SparseConv 2×2 s2."""
+    from helpers import STRIDED, SUBM
+    from onnx import helper
+    model = model_with("SubmanifoldConv", SUBM)
+    strided = model_with("SparseConv", STRIDED, cin=4, cout=2)
+    for init in strided.graph.initializer:
+        init.name = f"{init.name}2"
+        model.graph.initializer.append(init)
+    model.graph.node.append(helper.make_node("SparseConv", ["out_features", "out_coords", "W2", "B2"], ["f2", "c2"],
+                                             name="down", domain="sparse", **STRIDED))
+    del model.graph.output[:]
+    model.graph.output.extend([helper.make_tensor_value_info("f2", onnx.TensorProto.FLOAT, ["M", 2]),
+                               helper.make_tensor_value_info("c2", onnx.TensorProto.INT64, ["M", 3])])
+    return model
+
+
+def _broken(case: str, features, coords):
+    features, coords = features.copy(), coords.copy()
+    if case == "outside the grid":
+        coords[3, 2] = 8
+    elif case == "negative coordinate":
+        coords[2, 1] = -1
+    elif case == "negative batch":
+        coords[4, 0] = -1
+    elif case == "duplicate site":
+        coords[5] = coords[1]
+    elif case == "more feature rows":
+        features = np.concatenate([features, features[:1]])
+    return features, coords
+
+
+@pytest.mark.parametrize("case", ["outside the grid", "negative coordinate", "negative batch", "duplicate site",
+                                  "more feature rows"])
+def test_a_broken_frame_gives_nan_features(case, sparse_input):
+    model = _subm_then_strided()
+    lowered = portable(model)
+    features, coords = _broken(case, *sparse_input)
+    got = plain_run(lowered, {"features": features, "coords": coords})
+    assert got["f2"].size and np.isnan(got["f2"]).all(), case
+    good = plain_run(lowered, {"features": sparse_input[0], "coords": sparse_input[1]})
+    assert np.isfinite(good["f2"]).all()
+    with pytest.raises(SparseLowerError):  # the reference refuses the same frame
+        reference.run(model, {"features": features, "coords": coords})
+
+
+def test_targets_outside_the_output_grid_give_nan(rng):
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "spatial_shape": [5, 5], "output_padding": [0, 0]}
+    model, _ = sparse_node_model("SparseDeconv", attrs, 2, 3, 2, True, True, rng)
+    features, coords = random_sparse(rng, 1, 2, (5, 5), count=6)
+    _, targets = random_sparse(rng, 2, 1, (11, 11), count=8)
+    lowered = portable(model)
+    feeds = {"features": features, "coords": coords, "target_coords": targets}
+    got = plain_run(lowered, feeds)["out_features"]
+    np.testing.assert_allclose(got, reference.run(model, feeds)["out_features"], rtol=1e-4, atol=1e-5)
+    targets[0, 1] = 11
+    assert np.isnan(plain_run(lowered, feeds)["out_features"]).all()
+
+
+def test_to_dense_batch_beyond_batch_size_gives_nan(rng):
+    features, coords = random_sparse(rng, 3, 2, (5, 7), count=20)  # batches 0..2, batch_size 2
+    got = plain_run(portable(dense_output_model(2)), {"features": features, "coords": coords})["Y"]
+    kept = coords[coords[:, 0] < 2]
+    assert len(kept) and np.isnan(np.moveaxis(got, 1, -1)[tuple(kept.T)]).all(), "every row written is NaN"
+
+
+# -- refusals ---------------------------------------------------------------------------------------------
+
+def test_a_grid_over_the_limit_is_refused_naming_the_node():
+    model = model_with("SubmanifoldConv", {"kernel_shape": [3, 3, 3], "spatial_shape": [4096, 4096, 4096]}, ndim=3)
+    with pytest.raises(SparseLowerError, match=r"node 'bad_node'.*site grid of \[4096, 4096, 4096\].*GiB per batch"):
+        sparse_lower.lower(model, target="portable")
+
+
+def test_max_active_is_refused_with_the_fix():
+    with pytest.raises(SparseLowerError, match="no fixed row capacity"):
+        sparse_lower.lower(model_with(), target="portable", max_active=100)
