@@ -5,6 +5,9 @@ of sparse tensors gives (NaN features); and what the lowering refuses."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -181,3 +184,67 @@ def test_a_grid_over_the_limit_is_refused_naming_the_node():
 def test_max_active_is_refused_with_the_fix():
     with pytest.raises(SparseLowerError, match="no fixed row capacity"):
         sparse_lower.lower(model_with(), target="portable", max_active=100)
+
+
+# -- TensorRT's ONNX parser: every op and type of the portable models is in its published list ------------
+
+TENSORRT = json.loads((Path(__file__).parent / "data" / "tensorrt_onnx_operators.json").read_text())
+_TRT_TYPES = {onnx.TensorProto.FLOAT: "FP32", onnx.TensorProto.FLOAT16: "FP16", onnx.TensorProto.INT32: "INT32",
+              onnx.TensorProto.INT64: "INT64", onnx.TensorProto.BOOL: "BOOL", onnx.TensorProto.UINT8: "UINT8"}
+# The input whose element type the table's "Supported Types" is about, where it is not the first one.
+_TYPED_INPUT = {"Where": 1, "ConstantOfShape": None}
+
+
+def tensorrt_refusals(model: onnx.ModelProto) -> list[str]:
+    """What TensorRT's table (tests/data/tensorrt_onnx_operators.md) does not list: an op, an element type,
+    a non-constant `axes`, an opset outside its range."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type
+             for v in (*inferred.graph.input, *inferred.graph.output, *inferred.graph.value_info)}
+    types.update({t.name: t.data_type for t in inferred.graph.initializer})
+    constants = {t.name for t in inferred.graph.initializer}
+    low, high = TENSORRT["opsets"]
+    opset = next(o.version for o in model.opset_import if o.domain == "")
+    found = [] if low <= opset <= high else [f"opset {opset}"]
+    for node in inferred.graph.node:
+        entry = TENSORRT["operators"].get(node.op_type)
+        if entry is None or not entry["supported"]:
+            found.append(f"{node.op_type} is not supported")
+            continue
+        index = _TYPED_INPUT.get(node.op_type, 0)
+        typed = node.output[0] if index is None else node.input[index]
+        kind = _TRT_TYPES.get(types.get(typed))
+        if kind is None or kind not in entry["types"]:
+            found.append(f"{node.op_type} of {kind or types.get(typed)} ('{typed}')")
+        if node.op_type == "Cast" and _TRT_TYPES.get(types.get(node.output[0])) not in entry["types"]:
+            found.append(f"Cast to {types.get(node.output[0])}")
+        if "axes" in entry["restrictions"] and len(node.input) > 1 and node.input[1] not in constants:
+            found.append(f"{node.op_type} with computed axes")
+    return found
+
+
+def tensorrt_cases():
+    yield "head stack", centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    yield "dense boundaries", chain_model()
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        config = random_conv_config(rng)
+        model, _ = sparse_node_model(config.op_type, config.attrs, config.cin, config.cout, config.ndim,
+                                     config.with_bias, config.target_coords is not None, rng)
+        yield f"random {seed} {config.op_type}", model
+
+
+@pytest.mark.parametrize("name, model", list(tensorrt_cases()), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_op_and_type_is_in_tensorrts_onnx_operator_list(name, model):
+    assert not tensorrt_refusals(portable(model)), name
+
+
+def test_the_tensorrt_check_finds_what_the_table_refuses():
+    """The check itself: an int32 MatMul and an int64 NonZero are not in TensorRT's table."""
+    from onnx import helper
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "a"], ["b"]), helper.make_node("NonZero", ["b"], ["c"])], "g",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.INT32, [2, 2])],
+        [helper.make_tensor_value_info("c", onnx.TensorProto.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    assert tensorrt_refusals(model) == ["MatMul of INT32 ('a')", "NonZero of INT32 ('b')"]
