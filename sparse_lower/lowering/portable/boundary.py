@@ -58,7 +58,6 @@ def dense_from_rows(e: Emit, features: gs.Tensor, coords: gs.Tensor, boundary: D
     values = e("Add", features, poison, dtype=FLOAT, shape=[None, None])
     total = e("Mul", plane, e.const([boundary.batch_size]), shape=[1])
     zeros = e("ConstantOfShape", total, dtype=FLOAT, shape=[None], value=gs.Constant("zero", np.zeros(1, np.float32)))
-    flat = e("ScatterElements", zeros, e("Reshape", index, e.const([-1]), shape=[None]),
-             e("Reshape", values, e.const([-1]), dtype=FLOAT, shape=[None]), dtype=FLOAT, shape=[None], axis=0)
+    flat = e("ScatterElements", zeros, e.flat(index), e.flat(values, FLOAT), dtype=FLOAT, shape=[None], axis=0)
     shape = e("Concat", e.const([boundary.batch_size]), channels, e.const(extents), shape=[2 + ndim], axis=0)
     e.ctx.standard("Reshape", e.base, [flat, shape], [output])

@@ -2,7 +2,7 @@
 
 The features get a zero row put first (row 0, where the tables point for a missing neighbour; row r
 is then r + 1, as the tables hold it); one
-`Gather` by the neighbour table `[M, K]` gives `[M, K, Cin]`, a `Reshape` the unfolded `[M, K·Cin]`,
+`Gather` by the neighbour table `[M, K]` gives `[M, K, Cin]`, a `Flatten` the unfolded `[M, K·Cin]`,
 one `MatMul` by the `[K·Cin, Cout]` weights the output rows, and an `Add` the bias. The flag of the
 tables (a frame that broke a rule of sparse tensors: tables.py) adds NaN to that bias, so every output
 feature of a bad frame is NaN, in any runtime, at the cost of one `Where` on a scalar.
@@ -31,8 +31,7 @@ class PortableCompute:
             invalid = e.either(invalid, unpaired)
         rows = _with_zero_row(ctx, source, conv.cin)
         gathered = e("Gather", rows, conv.nbr, dtype=FLOAT, shape=[None, conv.taps, conv.cin], axis=0)
-        unfolded = e("Reshape", gathered, e.const([-1, conv.taps * conv.cin]), dtype=FLOAT,
-                     shape=[None, conv.taps * conv.cin], name="unfolded")
+        unfolded = e("Flatten", gathered, dtype=FLOAT, shape=[None, conv.taps * conv.cin], name="unfolded", axis=1)
         bias = conv.bias if conv.bias is not None else np.zeros(conv.cout, np.float32)
         added = ctx.constant(f"{conv.base}/B", bias.astype(np.float32))
         weights = ctx.constant(f"{conv.base}/W", conv.matrix)

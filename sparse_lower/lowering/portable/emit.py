@@ -46,6 +46,20 @@ class Emit:
                                         domain="")
         return count
 
+    def flat(self, tensor: gs.Tensor, dtype=INT64) -> gs.Variable:
+        """`tensor` as one axis, written without a −1 in a Reshape (which TVM's importer refuses where it
+        cannot infer the input's shape, as after a NonZero)."""
+        return self("Squeeze", self("Flatten", tensor, dtype=dtype, axis=0), self.const([0]), dtype=dtype, shape=[None],
+                    name="flat")
+
+    def gather_like(self, data: gs.Tensor, indices: gs.Tensor, dtype, shape: list | None = None,
+                    name: str = "gather") -> gs.Variable:
+        """`Gather(data, indices)` on axis 0 of a 1-D `data`, reshaped to the indices' shape: the same
+        tensor, but TVM's importer knows its shape (it loses it when `data`'s size is computed at run
+        time, as a grid's is, and then refuses the Flatten or Reshape after it)."""
+        found = self("Gather", data, indices, dtype=dtype, shape=shape, name=name, axis=0)
+        return self("Reshape", found, self("Shape", indices, shape=[None]), dtype=dtype, shape=shape, name=name)
+
     def column(self, table: gs.Tensor, index: int, length=None) -> gs.Variable:
         """Column `index` of a 2-D table, as [N]."""
         return self("Gather", table, self.const(index), shape=[length], name=f"column{index}", axis=1)

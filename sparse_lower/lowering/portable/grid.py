@@ -1,16 +1,26 @@
 """The site grid of a sparse tensor, built inside the graph: the portable target's replacement for a
 hash table of coordinates, which standard ONNX has not.
 
-A `SiteGrid` is a flat int32 tensor with one cell per site of every batch of the grid, grown on each
-side of each dimension by a halo, plus one last cell: cell `b·V + Σ (x_i + low_i)·stride_i` (V the
-cells of one batch of the grown grid) holds 1 + the row of the sparse tensor at (b, x), or 0 where no
-row is. The compute gathers from the features with a zero row put first, so what a cell holds is
-the row to gather, the zero row for a missing neighbour. A neighbour's row is then one `Gather` of
-its cell: the halo holds only zeros, so a neighbour up to `low`/`high` sites outside the grid is
-missing without a bounds check, and stays in its own batch.
+A dense grid of every site would take 4 bytes per cell: 358 MB for one batch of CenterPoint's
+[41, 1440, 1440] voxel grid, allocated, filled and copied on every frame. LiDAR sites lie on few
+columns: the frame's 79,745 voxels sit on about 55,000 of the 2 million (y, x) columns. So the grid
+has two levels. One dimension, the one of the smallest extent (z for LiDAR), is the *depth*; the
+others are the *column*:
 
-Built with `ScatterElements` of the row numbers into a `ConstantOfShape` of zeros, so it costs 4 bytes
-per cell and batch (`grid_bytes`), which is why the portable target refuses grids over `MAX_GRID_BYTES`.
+* `columns`, int32 `[B·Vc + 1]`, one cell per column of every batch (Vc: the column cells of one
+  batch): the column's number, 1-based in sorted order, 0 where no row is (the last cell: the column
+  of the rows outside the grid, always 0);
+* `table`, int32 `[(C + 1)·P + 1]`, one slice of P depth cells per column, column 0 the empty one:
+  1 + the row at (column, depth), 0 where none (the last cell: where rows outside the grid are
+  written).
+
+Each dimension is grown by a halo (`low` before it, `high` after it) whose cells hold no row, so a
+neighbour up to that far outside the grid is missing without a bounds check and stays in its own
+batch. The compute gathers from the features with a zero row put first, so what the table holds is
+the row to gather. A lookup is two `Gather`s: the column of each tap's column part, then the row at
+its depth. One batch costs 8 bytes per column cell plus 4·P per occupied column: 26 MB on the
+CenterPoint frame; at worst (every column occupied) 4·(P + 2) per column cell (`grid_bytes`), which
+the portable target refuses over `MAX_GRID_BYTES`.
 
 Rows that break the rules of a sparse tensor (a coordinate outside the grid, a negative batch, two
 rows on one site) cannot raise an error in a standard graph. The grid finds them: the rows outside
@@ -27,32 +37,35 @@ from math import prod
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ..context import INT64
+from ..context import FLOAT, INT64
 from .emit import BOOL, INT32, Emit
+from .taps import over_taps, row_major_strides
 
-MAX_GRID_BYTES = 2**31  # per batch; the CenterPoint frame's finest grid, [43, 1442, 1442], takes 358 MB
+MAX_GRID_BYTES = 2**31  # per batch, at worst (every column occupied); the CenterPoint frame's finest grid: 2.1 GB
 
 
-def row_major_strides(extents) -> np.ndarray:
-    """The stride of each dimension of a row-major grid of these extents."""
-    return np.array([prod(extents[i + 1:]) for i in range(len(extents))], np.int64)
+def depth_dimension(padded) -> int:
+    """The dimension of the table's slices: the one of the smallest (grown) extent, the first of equals."""
+    return int(np.argmin(padded))
 
 
 def grid_bytes(extents, low, high) -> int:
-    """The bytes of one batch of a site grid (int32 cells)."""
-    return 4 * prod(s + a + b for s, a, b in zip(extents, low, high))
+    """The most bytes one batch of a site grid takes: every column occupied."""
+    padded = [s + a + b for s, a, b in zip(extents, low, high)]
+    depth = padded[depth_dimension(padded)]
+    return 4 * (depth + 2) * prod(padded) // depth
 
 
 @dataclass(frozen=True)
 class SiteGrid:
     """The rows of one sparse tensor by site (see the module docstring)."""
 
-    cells: gs.Tensor  # int32 [B·V + 1]: 1 + row, 0 where none
+    columns: gs.Tensor  # int32 [B·Vc + 1]
+    table: gs.Tensor  # int32 [(C + 1)·P + 1]
     extents: tuple[int, ...]  # the grid's spatial_shape S
     low: tuple[int, ...]  # the halo before each dimension
     high: tuple[int, ...]  # and after it
     batches: gs.Tensor  # int64 [1]: B, one more than the largest batch index (0 for no rows)
-    keys: gs.Tensor  # int64 [N]: each row's cell (a rule-breaking row: the origin's, so that lookups stay in bounds)
     invalid: gs.Tensor | None  # bool [1]: whether a row breaks the rules; None: the rows are right by construction
     inside: gs.Tensor | None  # bool [N]: each row inside the grid with a batch >= 0 (None: all are)
 
@@ -61,65 +74,111 @@ class SiteGrid:
         return tuple(s + a + b for s, a, b in zip(self.extents, self.low, self.high))
 
     @property
-    def volume(self) -> int:
-        return prod(self.padded)
+    def depth(self) -> int:
+        return depth_dimension(self.padded)
 
     @property
-    def strides(self) -> np.ndarray:
-        return row_major_strides(self.padded)
+    def column_dims(self) -> list[int]:
+        return [i for i in range(len(self.extents)) if i != self.depth]
 
     @property
-    def origin(self) -> int:
-        """The cell of site 0 of batch 0."""
-        return int(np.dot(self.low, self.strides))
+    def column_volume(self) -> int:
+        return prod(self.padded[i] for i in self.column_dims)
 
-    def end(self, e: Emit) -> gs.Tensor:
-        """int64 [1]: B·V, the last cell, where no lookup reaches."""
-        return e("Mul", self.batches, e.const([self.volume]), shape=[1], name="end")
-
-
-def site_keys(e: Emit, coords: gs.Tensor, weights, offset: int) -> gs.Variable:
-    """int64 [N]: Σ coords[:, j]·weights[j] + offset, the cell of each row of `coords`."""
-    weighted = e("Mul", coords, e.const(weights), shape=[None, len(weights)])
-    keys = e("ReduceSum", weighted, e.const([1]), shape=[None], keepdims=0)
-    return e("Add", keys, e.const(offset), shape=[None], name="keys") if offset else keys
+    @property
+    def column_strides(self) -> dict[int, int]:
+        """The stride of each column dimension in the column cells."""
+        strides = row_major_strides([self.padded[i] for i in self.column_dims])
+        return dict(zip(self.column_dims, strides.tolist()))
 
 
 def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inherited: gs.Tensor | None) -> SiteGrid:
     """The grid of `coords` (int64 [N, 1+D]). `check`: whether the coords come from outside (a graph
     input) and are checked; coords that the lowering made itself (unique sites inside their grid)
     are not, and carry the `inherited` flag of the coords they were made from."""
-    ndim = len(extents)
-    padded = tuple(s + a + b for s, a, b in zip(extents, low, high))
-    volume, strides = prod(padded), row_major_strides(padded)
-    origin = int(np.dot(low, strides))
-    n = e.rows(coords)
-    batch = e.column(coords, 0)
-    largest = e("ReduceMax", e("Concat", batch, e.const([-1]), shape=[None], axis=0), shape=[1], keepdims=1)
+    shell = SiteGrid(None, None, tuple(extents), tuple(low), tuple(high), None, None, None)
+    ndim, depth, size = len(extents), shell.depth, shell.padded[shell.depth]
+    strides = shell.column_strides
+    weights = [shell.column_volume] + [strides.get(i, 0) for i in range(ndim)]
+    offset = sum(low[i] * stride for i, stride in strides.items())
+    column_keys = e("ReduceSum", e("Mul", coords, e.const(weights), shape=[None, 1 + ndim]), e.const([1]),
+                    shape=[None], name="column_keys", keepdims=0)
+    if offset:
+        column_keys = e("Add", column_keys, e.const(offset), shape=[None], name="column_keys")
+    largest = e("ReduceMax", e("Concat", e.column(coords, 0), e.const([-1]), shape=[None], axis=0), shape=[1], keepdims=1)
     batches = e("Add", largest, e.const([1]), shape=[1], name="batches")
-    keys = site_keys(e, coords, [volume, *strides], origin)
-    end = e("Mul", batches, e.const([volume]), shape=[1], name="end")
+    end = e("Mul", batches, e.const([shell.column_volume]), shape=[1], name="end")
     inside, invalid = None, inherited
-    written = keys
     if check:
         above = e("GreaterOrEqual", coords, e.const(np.zeros(1 + ndim)), dtype=BOOL, shape=[None, 1 + ndim])
         below = e("Less", coords, e.const([np.iinfo(np.int64).max, *extents]), dtype=BOOL, shape=[None, 1 + ndim])
         inside = e.all_of_row(e("And", above, below, dtype=BOOL, shape=[None, 1 + ndim]), shape=[None])
-        written = e("Where", inside, keys, end, shape=[None], name="written")
-        keys = e("Where", inside, keys, e.const(origin), shape=[None], name="safe_keys")
-    empty = e("ConstantOfShape", e("Add", end, e.const([1]), shape=[1], name="size"), dtype=INT32, shape=[None],
-              value=gs.Constant("zero_int32", np.zeros(1, np.int32)))
-    last = e("Squeeze", e.cast(n, INT32, shape=[1]), e.const([0]), dtype=INT32, shape=[])
-    numbers = e("Range", e.const(1, INT32), e("Add", last, e.const(1, INT32), dtype=INT32, shape=[]), e.const(1, INT32),
-                dtype=INT32, shape=[None], name="numbers")  # 1 + row
-    cells = e("ScatterElements", empty, written, numbers, dtype=INT32, shape=[None], name="cells", axis=0)
+        column_keys = e("Where", inside, column_keys, end, shape=[None], name="column_keys")
+    occupied = sorted_cells(e, column_keys, end)
+    count = e("Squeeze", e.cast(e.rows(occupied), INT32, shape=[1]), e.const([0]), dtype=INT32, shape=[])
+    columns = e("ScatterElements", _zeros(e, e("Add", end, e.const([1]), shape=[1]), INT32), occupied,
+                _numbers(e, count), dtype=INT32, shape=[None], name="columns", axis=0)
+    column = e.cast(e.gather_like(columns, column_keys, INT32, shape=[None]), INT64, shape=[None])
+    depths = e("Add", e.column(coords, 1 + depth), e.const(low[depth]), shape=[None])
+    cells = e("Add", e("Mul", column, e.const(size), shape=[None]), depths, shape=[None], name="cells")
+    slices = e("Add", e.cast(e.rows(occupied), INT64, shape=[1]), e.const([1]), shape=[1])
+    last = e("Mul", slices, e.const([size]), shape=[1], name="last")  # the table's last cell
     if check:
-        back = e("Gather", cells, written, dtype=INT32, shape=[None], name="read_back", axis=0)
+        cells = e("Where", inside, cells, last, shape=[None], name="cells")
+    numbers = _numbers(e, e("Squeeze", e.cast(e.rows(coords), INT32, shape=[1]), e.const([0]), dtype=INT32, shape=[]))
+    table = e("ScatterElements", _zeros(e, e("Add", last, e.const([1]), shape=[1]), INT32), cells, numbers,
+              dtype=INT32, shape=[None], name="table", axis=0)
+    if check:
+        back = e.gather_like(table, cells, INT32, shape=[None], name="read_back")
         own = e("And", inside, e("Equal", back, numbers, dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])
         invalid = e.any(e("Not", own, dtype=BOOL, shape=[None]))
-    return SiteGrid(cells, tuple(extents), tuple(low), tuple(high), batches, keys, invalid, inside)
+    return SiteGrid(columns, table, tuple(extents), tuple(low), tuple(high), batches, invalid, inside)
 
 
-def lookup(e: Emit, grid: SiteGrid, keys: gs.Tensor, shape: list) -> gs.Variable:
-    """int32: 1 + the row at each cell key (0 where none); every key must lie in the grid."""
-    return e("Gather", grid.cells, keys, dtype=INT32, shape=shape, name="nbr", axis=0)
+def _zeros(e: Emit, size: gs.Tensor, dtype) -> gs.Variable:
+    zero = gs.Constant(f"zero_{np.dtype(dtype).name}", np.zeros(1, dtype))
+    return e("ConstantOfShape", size, dtype=dtype, shape=[None], name="zeros", value=zero)
+
+
+def _numbers(e: Emit, count: gs.Tensor) -> gs.Variable:
+    """int32 1, 2, …, count."""
+    return e("Range", e.const(1, INT32), e("Add", count, e.const(1, INT32), dtype=INT32, shape=[]), e.const(1, INT32),
+             dtype=INT32, shape=[None], name="numbers")
+
+
+def sorted_cells(e: Emit, keys: gs.Tensor, end: gs.Tensor) -> gs.Variable:
+    """int64 [C]: the distinct `keys` below `end`, ascending: each marks its cell of a zero grid, and
+    `NonZero` lists the marked cells in order (float marks: TensorRT's NonZero takes no integers)."""
+    zeros = _zeros(e, e("Add", end, e.const([1]), shape=[1]), FLOAT)
+    ones = e("Expand", e.const([1], FLOAT), e("Shape", keys, shape=[1]), dtype=FLOAT, shape=[None])
+    marks = e("ScatterElements", zeros, keys, ones, dtype=FLOAT, shape=[None], name="marks", axis=0)
+    used = e("Slice", marks, e.const([0]), end, e.const([0]), dtype=FLOAT, shape=[None])
+    return e("Squeeze", e("NonZero", used, shape=[1, None]), e.const([0]), shape=[None], name="sorted")
+
+
+def lookup(e: Emit, grid: SiteGrid, batch: gs.Tensor, positions: list[gs.Tensor], kernel,
+           known: gs.Tensor | None = None) -> gs.Variable:
+    """nbr int32 [M, K]: 1 + the row at every tap's site (0 where none), the taps in the kernel's
+    row-major order. `batch [M]` and `positions[i] [M, K_i]` (dimension i of tap index k_i) give the
+    sites, every position within the halo; `known [M]` (None: all): rows whose taps are looked up,
+    the others read the empty column."""
+    shape = [None, prod(kernel)]
+    depth, strides = grid.depth, grid.column_strides
+    parts = [e("Mul", e("Add", positions[i], e.const(grid.low[i])), e.const(strides[i])) if i != depth else None
+             for i in range(len(kernel))]
+    row_cells = e("Mul", batch, e.const(grid.column_volume), shape=[None])
+    row_cells = e("Unsqueeze", row_cells, e.const(list(range(1, 1 + len(kernel)))), shape=[None, *[1] * len(kernel)])
+    spread = over_taps(e, "Add", parts, kernel)  # [M, K_0, …, 1 at the depth, …]
+    cells = row_cells if spread is None else e("Add", spread, row_cells, name="column_cells")
+    depth_axes = [1 + i for i in range(len(kernel)) if i != depth]
+    depths = e("Add", positions[depth], e.const(grid.low[depth]), name="depths")  # [M, K_depth]
+    depths = e("Unsqueeze", depths, e.const(depth_axes), name="depths") if depth_axes else depths
+    if known is not None:  # the others: the empty column's first cell, whatever their positions
+        known = e("Unsqueeze", known, e.const(list(range(1, 1 + len(kernel)))), dtype=BOOL)
+        end = e("Mul", grid.batches, e.const([grid.column_volume]), shape=[1], name="end")
+        cells = e("Where", known, cells, end, name="column_cells")
+        depths = e("Where", known, depths, e.const(0), name="depths")
+    column = e.cast(e.gather_like(grid.columns, cells, INT32), INT64)
+    starts = e("Mul", column, e.const(grid.padded[depth]), name="starts")  # the slices' first cells
+    keys = e("Flatten", e("Add", starts, depths), shape=shape, name="keys", axis=1)
+    return e.gather_like(grid.table, keys, INT32, shape=shape, name="nbr")

@@ -28,13 +28,9 @@ from ...schemas import CONV_OPS, ConvGeometry, conv_geometry
 from ..context import INT64, LoweringContext
 from .boundary import dense_from_rows, rows_from_dense
 from .emit import BOOL, INT32, Emit
-from .grid import MAX_GRID_BYTES, SiteGrid, build_grid, grid_bytes, lookup, site_keys
-from .sites import exact_quotients, over_taps, per_dimension, reached_sites
-
-
-def _taps(geometry: ConvGeometry) -> np.ndarray:
-    """[K, D]: the index of every tap per dimension, in the kernel's row-major order (the weights')."""
-    return np.array(list(np.ndindex(*geometry.kernel_shape)), np.int64).reshape(-1, geometry.ndim)
+from .grid import MAX_GRID_BYTES, SiteGrid, build_grid, grid_bytes, lookup
+from .sites import reached_sites
+from .taps import exact_quotients, per_dimension
 
 
 def _halo(geometry: ConvGeometry) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -109,11 +105,12 @@ class StandardOpTables:
 
     def submanifold_map(self, ctx, base, geometry, coords, source):
         def build():
+            e = Emit(ctx, base)
             low, high = _halo(geometry)
             grid = self.grid(ctx, base, coords, geometry.spatial_shape, low, high)
-            centre = (np.asarray(geometry.kernel_shape) - 1) // 2
-            offsets = ((_taps(geometry) - centre) * geometry.dilations) @ grid.strides
-            nbr = _affine_lookup(Emit(ctx, base), grid, grid.keys, offsets)
+            positions = [per_dimension(e, coords, dim, 1, (np.arange(size) - (size - 1) // 2) * dilation)
+                         for dim, (size, dilation) in enumerate(zip(geometry.kernel_shape, geometry.dilations))]
+            nbr = lookup(e, grid, e.column(coords, 0), positions, geometry.kernel_shape, grid.inside)
             self.made(nbr, grid.invalid)
             return nbr
         return self._shared((coords.name, geometry), build)
@@ -123,20 +120,18 @@ class StandardOpTables:
             e, n = Emit(ctx, base), geometry.ndim
             low, high = _halo(geometry)
             grid = self.grid(ctx, base, coords, geometry.spatial_shape, low, high)
-            pads_begin = np.asarray(geometry.pads[:n])
+            dims = list(enumerate(zip(geometry.kernel_shape, geometry.strides, geometry.dilations, geometry.pads[:n])))
             positions, reachable = [], []
-            for dim, (size, stride, dilation) in enumerate(zip(geometry.kernel_shape, geometry.strides,
-                                                                geometry.dilations)):
-                numerators = per_dimension(e, coords, dim, 1, pads_begin[dim] - np.arange(size) * dilation)
+            for dim, (size, stride, dilation, pad) in dims:
+                numerators = per_dimension(e, coords, dim, 1, pad - np.arange(size) * dilation)
                 quotients, exact = exact_quotients(e, numerators, stride)
                 positions.append(quotients)
                 reachable.append(exact)
             out_coords = reached_sites(e, grid, coords, positions, reachable, geometry.kernel_shape,
                                        geometry.output_shape)
-            weights = [grid.volume, *(np.asarray(geometry.strides) * grid.strides)]
-            row_keys = site_keys(e, out_coords, weights, grid.origin)
-            offsets = (_taps(geometry) * geometry.dilations - pads_begin) @ grid.strides
-            nbr = _affine_lookup(e, grid, row_keys, offsets)
+            neighbours = [per_dimension(e, out_coords, dim, stride, np.arange(size) * dilation - pad)
+                          for dim, (size, stride, dilation, pad) in dims]  # o·s − pb + k·d, inside the halo
+            nbr = lookup(e, grid, e.column(out_coords, 0), neighbours, geometry.kernel_shape)
             self.made(out_coords, grid.invalid)
             self.made(nbr, grid.invalid)
             return out_coords, nbr
@@ -152,7 +147,8 @@ class StandardOpTables:
                              geometry.kernel_shape, geometry.strides, geometry.dilations, geometry.pads[:n]))]
             out_coords = reached_sites(e, grid, coords, positions, [None] * n, geometry.kernel_shape,
                                        geometry.output_shape)
-            nbr = _divided_lookup(e, grid, geometry, out_coords, check_batch=False)
+            nbr = lookup(e, grid, e.column(out_coords, 0), _divided_positions(e, geometry, out_coords),
+                         geometry.kernel_shape)
             self.made(out_coords, grid.invalid)
             self.made(nbr, grid.invalid)
             return out_coords, nbr
@@ -165,7 +161,10 @@ class StandardOpTables:
             flag = self.invalid(targets) if targets.name in self._made else \
                 self.grid(ctx, base, targets, geometry.output_shape).invalid  # the targets checked as coords
             e = Emit(ctx, base)
-            nbr = _divided_lookup(e, grid, geometry, targets, check_batch=True)
+            batch = e.column(targets, 0)  # a target may lie in a batch the input has no row in
+            known = e("And", e("GreaterOrEqual", batch, e.const(0), dtype=BOOL, shape=[None]),
+                      e("Less", batch, grid.batches, dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])
+            nbr = lookup(e, grid, batch, _divided_positions(e, geometry, targets), geometry.kernel_shape, known)
             self.made(nbr, e.either(grid.invalid, flag))
             return nbr
         return self._shared((coords.name, targets.name, geometry), build)
@@ -180,36 +179,17 @@ class StandardOpTables:
         dense_from_rows(Emit(ctx, base), features, coords, boundary, flag, output)
 
 
-def _affine_lookup(e: Emit, grid: SiteGrid, row_keys: gs.Tensor, offsets: np.ndarray) -> gs.Variable:
-    """nbr [M, K]: the rows at cells `row_keys [M]` + `offsets [K]` (every one inside the grid's halo)."""
-    keys = e("Add", e("Unsqueeze", row_keys, e.const([1]), shape=[None, 1]), e.const(offsets[None]),
-             shape=[None, len(offsets)], name="cells")
-    return lookup(e, grid, keys, [None, len(offsets)])
-
-
-def _divided_lookup(e: Emit, grid: SiteGrid, geometry: ConvGeometry, out_coords: gs.Tensor,
-                    check_batch: bool) -> gs.Variable:
-    """nbr [M, K] of a transposed conv: input `(o + pb − k·d) / s` where the division is exact, clamped
-    into the halo (which holds only zeros) elsewhere. `check_batch`: outputs may lie in a batch the
-    input has no rows in (the targets of an inverse conv), whose neighbours are all missing."""
-    n, taps = geometry.ndim, geometry.volume
-    cells = []
+def _divided_positions(e: Emit, geometry: ConvGeometry, out_coords: gs.Tensor) -> list[gs.Variable]:
+    """Per dimension, [M, K_i]: the input position `(o + pb − k·d) / s` a transposed conv's output o
+    reads through tap index k, where the division is exact, else −1; clamped into a halo of 1 (whose
+    cells hold no row)."""
+    n = geometry.ndim
+    positions = []
     for dim, (size, stride, dilation, pad, extent) in enumerate(zip(
             geometry.kernel_shape, geometry.strides, geometry.dilations, geometry.pads[:n], geometry.spatial_shape)):
         quotients, exact = exact_quotients(e, per_dimension(e, out_coords, dim, 1, pad - np.arange(size) * dilation),
                                            stride)
         if exact is not None:
             quotients = e("Where", exact, quotients, e.const(-1))
-        clamped = e("Max", e("Min", quotients, e.const(extent)), e.const(-1))  # into the halo of 1
-        cells.append(e("Mul", e("Add", clamped, e.const(grid.low[dim])), e.const(grid.strides[dim])))
-    batch = e.column(out_coords, 0)
-    row_base = e("Mul", batch, e.const(grid.volume), shape=[None])
-    keys = e("Add", over_taps(e, "Add", cells, geometry.kernel_shape), e("Unsqueeze", row_base, e.const([1]),
-             shape=[None, 1]), shape=[None, taps])
-    if not check_batch:
-        return lookup(e, grid, keys, [None, taps])
-    known = e("And", e("GreaterOrEqual", batch, e.const(0), dtype=BOOL, shape=[None]),
-              e("Less", batch, grid.batches, dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])
-    known = e("Unsqueeze", known, e.const([1]), dtype=BOOL, shape=[None, 1])
-    found = lookup(e, grid, e("Where", known, keys, grid.end(e), shape=[None, taps]), [None, taps])
-    return e("Where", known, found, e.const([0], INT32), dtype=INT32, shape=[None, taps], name="nbr")
+        positions.append(e("Max", e("Min", quotients, e.const(extent)), e.const(-1), name="positions"))
+    return positions
