@@ -13,6 +13,7 @@ from ..errors import SparseLowerError
 from ..frames.files import find_frames, frames_feeds
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model, nothing_to_lower
 from ..layer_costs import layer_costs, method_table
+from ..lowering.portable import index_memory
 from ..onnx_conventions import CUSTOM_DOMAIN, DEFAULT_DOMAIN_ALIAS, SOURCE_DOMAIN
 from ..schemas import CONV_OPS, conv_channels, conv_geometry
 from ..report import render
@@ -61,6 +62,11 @@ class InspectCommand:
     method 1; scatter K*N*Cout, method 2; gather K*M*Cout); dense conv of the whole grid
     B*Hout*Wout*K*Cin*Cout.
 
+    For the portable target it lists the index tensors whose size follows the grid (a site grid per
+    input extent, the marks that find each strided or transposed conv's output sites) with the most
+    bytes each takes per batch; a site grid holds 8 bytes per column cell plus 4 per depth cell of each
+    occupied column, the most being every column occupied.
+
     --frames runs the model (gpu target) on the given frames and prints the active sites of every level
     (level 0: the input sites; each SparseConv's outputs start the next; a SparseDeconv goes back to its
     targets' level) and the --max-active per level that holds them, for `convert --target nna`.
@@ -97,6 +103,11 @@ class InspectCommand:
         if layers:
             print(render(["sparse layer", "op", "kernel", "strides", "pads", "dilations", "channels", "grid in",
                           "grid out", "params"], layers))
+        memory = index_memory(graph)
+        if memory:
+            print("index memory of the portable target (grows with the grid, not the active sites), per batch:")
+            print(render(["index tensor", "extent", "at most"],
+                         [[what, "x".join(map(str, extent)), f"{size / 2**20:,.1f} MiB"] for what, extent, size in memory]))
         costs = layer_costs(model)
         if costs:
             active = args.active or assumed_active(model)

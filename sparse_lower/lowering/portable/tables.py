@@ -86,13 +86,8 @@ class StandardOpTables:
         high = tuple(map(max, known_high, high or zeros))
         key = (coords.name, extents, low, high)
         if key not in self._grids:
-            size = grid_bytes(extents, low, high)
-            if size > MAX_GRID_BYTES:
-                raise SparseLowerError(
-                    f"the portable target's site grid of {list(extents)} (with its halo {list(low)}, {list(high)}) "
-                    f"takes {size / 2**30:.1f} GiB per batch, over the limit of {MAX_GRID_BYTES / 2**30:.0f} GiB",
-                    base, "lower for the gpu or nna target, whose index tables grow with the active sites and not "
-                          "with the grid, or crop the grid")
+            _within_limit(base, f"site grid of {list(extents)} (with its halo {list(low)}, {list(high)})",
+                          grid_bytes(extents, low, high))
             checked = coords.name not in self._made
             self._grids[key] = build_grid(Emit(ctx, f"{coords.name}/grid"), coords, extents, low, high, checked,
                                           self._made.get(coords.name))
@@ -127,6 +122,7 @@ class StandardOpTables:
                 quotients, exact = exact_quotients(e, numerators, stride)
                 positions.append(quotients)
                 reachable.append(exact)
+            _within_limit(base, f"output marks of {list(geometry.output_shape)}", marks_bytes(geometry))
             out_coords = reached_sites(e, grid, coords, positions, reachable, geometry.kernel_shape,
                                        geometry.output_shape)
             neighbours = [per_dimension(e, out_coords, dim, stride, np.arange(size) * dilation - pad)
@@ -145,6 +141,7 @@ class StandardOpTables:
             positions = [per_dimension(e, coords, dim, stride, np.arange(size) * dilation - pad)
                          for dim, (size, stride, dilation, pad) in enumerate(zip(
                              geometry.kernel_shape, geometry.strides, geometry.dilations, geometry.pads[:n]))]
+            _within_limit(base, f"output marks of {list(geometry.output_shape)}", marks_bytes(geometry))
             out_coords = reached_sites(e, grid, coords, positions, [None] * n, geometry.kernel_shape,
                                        geometry.output_shape)
             nbr = lookup(e, grid, e.column(out_coords, 0), _divided_positions(e, geometry, out_coords),
@@ -177,6 +174,34 @@ class StandardOpTables:
         flag = self.invalid(coords) if coords.name in self._made else \
             self.grid(ctx, base, coords, boundary.spatial_shape).invalid  # the user's coords: checked
         dense_from_rows(Emit(ctx, base), features, coords, boundary, flag, output)
+
+
+def _within_limit(base: str, what: str, size: int) -> None:
+    """Refuse (naming the node `base`) an index tensor of more than MAX_GRID_BYTES per batch."""
+    if size > MAX_GRID_BYTES:
+        raise SparseLowerError(f"the portable target's {what} takes up to {size / 2**30:.1f} GiB per batch, over "
+                               f"the limit of {MAX_GRID_BYTES / 2**30:.0f} GiB", base,
+                               "lower for the gpu or nna target, whose index tables grow with the active sites and "
+                               "not with the grid, or crop the grid")
+
+
+def marks_bytes(geometry: ConvGeometry) -> int:
+    """The bytes per batch of the marks that find a strided or transposed conv's output sites."""
+    return 4 * prod(geometry.output_shape)
+
+
+def index_memory(graph: onnx.GraphProto) -> list[tuple[str, tuple, int]]:
+    """(what, extent, most bytes per batch) of every index tensor the portable lowering of `graph` makes
+    whose size follows the grid, not the active sites: a site grid per input extent, and the marks of
+    each strided or transposed conv's output grid (`sparse-lower inspect` prints them)."""
+    found = [(f"site grid (halo {list(low)}, {list(high)})", extent, grid_bytes(extent, low, high))
+             for extent, (low, high) in grid_halos(graph).items()]
+    for node in graph.node:
+        if node.domain == SOURCE_DOMAIN and node.op_type in ("SparseConv", "SparseDeconv") and \
+                not (len(node.input) > 4 and node.input[4]):
+            geometry = conv_geometry(node)
+            found.append((f"output marks of {node.name}", geometry.output_shape, marks_bytes(geometry)))
+    return found
 
 
 def _divided_positions(e: Emit, geometry: ConvGeometry, out_coords: gs.Tensor) -> list[gs.Variable]:
