@@ -14,7 +14,7 @@ import onnx
 from .errors import SparseLowerError, SparseLowerWarning
 from .importers import SOURCE_FORMAT, detect_format, format_title, nothing_to_lower
 from .layer_costs import method_report
-from .model_io import load
+from .model_io import load, recorded_options
 from .lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS, Options
 from .partition import DEFAULT_DEVICES, Partition, Predicate
 from .partition import partition as partition_graph
@@ -109,6 +109,11 @@ def partition(model: onnx.ModelProto | str | os.PathLike, devices: Sequence[str]
               support: Mapping[str, Predicate] | None = None, static_shapes: bool = True) -> Partition:
     """The partitioner of sparse_lower/partition/ (devices, support, static_shapes: README: Partitioning),
     whose summary then also gives each sparse layer's MACs per lowering method (layer_costs.method_report) at
-    `summary(active)` sites, by default the model's assumed ones (assumed_active.py)."""
+    `summary(active)` sites, by default the model's assumed ones (assumed_active.py).
+
+    A model lowered for the portable target is one segment on the default devices: it is made to run
+    whole on one runtime (its "gpu" is any device that runs standard ONNX)."""
     model = load(model)
+    if tuple(devices) == DEFAULT_DEVICES and support is None and recorded_options(model).get("target") == "portable":
+        devices = ("gpu",)
     return partition_graph(model, devices, support, static_shapes, layer_table=partial(method_report, model))

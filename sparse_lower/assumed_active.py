@@ -9,19 +9,16 @@ is assumed to hold DEFAULT_ACTIVE, few enough that random inputs verify in a mom
 
 from __future__ import annotations
 
-import json
-
 import onnx
 
-from .onnx_conventions import OPTIONS_KEY
+from .model_io import recorded_options
 
 DEFAULT_ACTIVE = 500
 
 
 def recorded_capacity(model: onnx.ModelProto) -> int | None:
     """The row capacity of the model's input level (its first `max_active`) where it was lowered with one."""
-    options = next((p.value for p in model.metadata_props if p.key == OPTIONS_KEY), "{}")
-    capacity = json.loads(options).get("max_active")
+    capacity = recorded_options(model).get("max_active")
     return capacity[0] if isinstance(capacity, list) else capacity
 
 

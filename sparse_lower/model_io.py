@@ -9,13 +9,19 @@ downstream has to know the other spelling.
 
 from __future__ import annotations
 
+import json
 import os
 
 import onnx
 from google.protobuf.message import DecodeError
 
 from .errors import SparseLowerError
-from .onnx_conventions import DEFAULT_DOMAIN_ALIAS, STANDARD_DOMAINS
+from .onnx_conventions import DEFAULT_DOMAIN_ALIAS, OPTIONS_KEY, STANDARD_DOMAINS
+
+
+def recorded_options(model: onnx.ModelProto) -> dict:
+    """The target and options a lowered model was lowered with ({} for a model the package did not lower)."""
+    return json.loads(next((p.value for p in model.metadata_props if p.key == OPTIONS_KEY), "{}"))
 
 
 def load(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:

@@ -248,3 +248,61 @@ def test_the_tensorrt_check_finds_what_the_table_refuses():
         [helper.make_tensor_value_info("c", onnx.TensorProto.INT64, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     assert tensorrt_refusals(model) == ["MatMul of INT32 ('a')", "NonZero of INT32 ('b')"]
+
+
+# -- every entry point takes the target -------------------------------------------------------------------
+
+def test_partition_keeps_a_portable_model_in_one_segment(rng):
+    model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    lowered = portable(model)
+    parts = sparse_lower.partition(lowered)
+    assert len(parts.segments) == 1, parts.summary()
+    features, coords = random_sparse(rng, 2, 5, (10, 40, 40), count=500)
+    feeds = {"features": features, "coords": coords}
+    for got, want in zip(parts.run(feeds).values(), plain_run(lowered, feeds).values()):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_run_frames_and_the_demo_take_the_target(tmp_path):
+    from conftest import DATA
+    from helpers import sparse_lower_cli
+    frame = DATA / "nuscenes_bevfusion_voxels.npz"
+    if not frame.is_file():
+        pytest.skip(f"no {frame}")
+    model = centerpoint_head_stack()
+    summary = sparse_lower.run_frames(model, [frame], tmp_path / "out", target="portable", progress=False)
+    assert not summary.failures
+    data = np.load(frame)
+    feeds = {"features": data["features"].astype(np.float32), "coords": data["coords"].astype(np.int64)}
+    written = np.load(tmp_path / "out" / frame.name)
+    expected = reference.run(model, feeds)
+    np.testing.assert_array_equal(written["sparseconv4.coords"], expected["sparseconv4.coords"])
+    np.testing.assert_allclose(written["sparseconv4.features"], expected["sparseconv4.features"], rtol=1e-4, atol=1e-5)
+    demo = sparse_lower_cli("demo", "--target", "portable", "--data", str(frame), "--repeat", "1", cwd=tmp_path)
+    assert demo.returncode == 0 and "plain onnxruntime session (no library)" in demo.stdout, demo.stderr
+
+
+# -- OpenVINO runs the whole model ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["centerpoint head stack", "wild NVIDIA CenterPoint backbone"])
+def test_openvino_runs_the_whole_portable_model_on_the_real_frame(name, tmp_path):
+    ov = pytest.importorskip("openvino", reason="OpenVINO is not installed: pip install '.[openvino]'")
+    from conftest import DATA
+    frame = DATA / "nuscenes_centerpoint_voxels.npz"
+    wild = DATA / "wild" / "nvidia_exptool" / "centerpoint.scn.onnx"
+    if not frame.is_file() or not wild.is_file():
+        pytest.skip(f"no {frame} or {wild}")
+    data = np.load(frame)
+    features, coords = data["features"].astype(np.float32), data["coords"].astype(np.int64)
+    if name == "centerpoint head stack":
+        lowered, feeds = portable(centerpoint_head_stack()), {"features": features, "coords": coords}
+    else:
+        lowered, feeds = portable(sparse_lower.import_model(wild)), {"0": features, "coords": coords}
+    path = tmp_path / "portable.onnx"
+    onnx.save(lowered, path)
+    compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    got = compiled(feeds)
+    for index, want in enumerate(plain_run(lowered, feeds, threads=2).values()):
+        have = got[compiled.outputs[index]]
+        assert have.shape == want.shape
+        assert np.abs(have.astype(np.float64) - want).max() <= 1e-5 * max(np.abs(want).max(), 1), (name, index)

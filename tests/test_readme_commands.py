@@ -95,3 +95,26 @@ def test_the_readmes_running_many_frames_section_runs_as_written(checkout):
         with np.load(checkout / "outputs" / name) as a, np.load(checkout / "outputs_ray" / name) as b:
             assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
     assert sorted(p.name for p in (checkout / "outputs_ray").iterdir()) == frames
+
+
+def test_the_readmes_runs_anywhere_section_runs_as_written(checkout):
+    """The portable conversion of the wild NVIDIA file, then the model in plain onnxruntime and, where it is
+    installed, in OpenVINO: the BEV shape each prints."""
+    section = ROOT.joinpath("README.md").read_text().split("## Runs anywhere", 1)[1].split("\n## ", 1)[0]
+    (shell,) = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    for command in commands(shell):
+        result = run(command, checkout)
+        assert result.returncode == 0 and "verify: ok" in result.stdout, (command, result.stdout, result.stderr)
+    on_onnxruntime, on_openvino = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    scripts = [on_onnxruntime]
+    try:
+        import openvino  # noqa: F401
+        scripts.append(on_openvino)
+    except ImportError:
+        pass
+    for script in scripts:
+        result = subprocess.run([sys.executable, "-c", script], cwd=checkout, capture_output=True, text=True,
+                                timeout=600)
+        assert result.returncode == 0 and result.stdout == "(1, 256, 180, 180)\n", (result.stdout, result.stderr)
+    if len(scripts) == 1:
+        pytest.skip("OpenVINO is not installed: pip install '.[openvino]' runs its example too")

@@ -37,7 +37,7 @@ def peak_rss_mb(case_name: str, system_name: str, quick: bool = False) -> float 
     return json.loads(child.stdout.strip().splitlines()[-1])["peak_rss_mb"]
 
 
-def _peak_mb() -> float:
+def process_peak_mb() -> float:
     """This process's resident high-water mark. VmHWM where Linux has it: ru_maxrss also counts the
     parent's memory from before the exec (the child starts as a fork of the benchmark process)."""
     status = Path("/proc/self/status")
@@ -54,5 +54,5 @@ def main(argv=None) -> int:
     (system,) = [s for s in default_systems(None) if s.name == system_name]
     prepared = system.prepare(case.build())
     prepared.run()
-    print(json.dumps({"peak_rss_mb": round(_peak_mb(), 1)}))
+    print(json.dumps({"peak_rss_mb": round(process_peak_mb(), 1)}))
     return 0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 
 from ..api import lower
 from ..errors import SparseLowerError
@@ -49,6 +50,9 @@ def save_bev_picture(dense: np.ndarray, path: Path) -> Path:
     return path
 
 
+DEMO_TARGETS = ("gpu", "portable")  # the forms one onnxruntime session runs whole on a CPU
+
+
 class DemoCommand:
     """Run CenterPoint's sparse backbone on a real nuScenes LiDAR frame, from an NVIDIA-format export.
 
@@ -56,6 +60,7 @@ class DemoCommand:
     the ONNX file NVIDIA's Lidar_AI_Solution tooling exports (SparseConvolution nodes, FP16 weights,
     no coordinates in the graph), then runs the full flow a user runs:
     import (to the source ops) -> lower (gpu target) -> onnxruntime with the custom-op library,
+    or with --target portable, lower to standard ONNX ops -> a plain onnxruntime session (no library),
     on the frame's voxels (../shared/data/nuscenes_centerpoint_voxels.npz, $SPARSE_LOWER_DATA or
     --data; a synthetic LiDAR-like frame when none is found). Prints the time of every stage and a
     summary of the [1, 256, 180, 180] BEV output, and draws it to --picture.
@@ -72,6 +77,8 @@ class DemoCommand:
         parser.add_argument("--repeat", type=int, default=3, help="timed runs (median reported)")
         parser.add_argument("--picture", default="centerpoint_bev.png", help="where to draw the BEV output")
         parser.add_argument("--check", action="store_true", help="compare with the NumPy reference (slow)")
+        parser.add_argument("--target", default="gpu", choices=DEMO_TARGETS,
+                            help="gpu (custom ops, default) or portable (standard ops, run without the library)")
 
     def run(self, args) -> int:
         # the reference networks are imported on demand: the other commands never load them
@@ -95,8 +102,12 @@ class DemoCommand:
             source = Path(folder) / "scn.nvidia.onnx"
             onnx.save(exported, source)
             imported = clock.time("import (NVIDIA format -> source ops)", lambda: import_model(source))
-        lowered = clock.time("lower (gpu target)", lambda: lower(imported, target="gpu"))
-        session = clock.time("create the onnxruntime session", lambda: create_session(lowered))
+        lowered = clock.time(f"lower ({args.target} target)", lambda: lower(imported, target=args.target))
+        if args.target == "portable":
+            session = clock.time("create a plain onnxruntime session (no library)", lambda: ort.InferenceSession(
+                lowered.SerializeToString(), providers=["CPUExecutionProvider"]))
+        else:
+            session = clock.time("create the onnxruntime session", lambda: create_session(lowered))
         feeds = {imported.graph.input[0].name: features, "coords": coords}
         (dense,) = clock.time("first run", lambda: session.run(None, feeds))
         runs = [clock.time(f"run {i + 1}", lambda: session.run(None, feeds))[0] for i in range(args.repeat)]

@@ -1,0 +1,101 @@
+"""The portable target against the gpu target on CenterPoint's backbone (docs/portable.md: Performance).
+
+Lowers SpMiddleResNetFHD (5 voxel features, deterministic weights) for both targets and runs each real
+nuScenes frame through both in one process: the portable model in a plain onnxruntime session (no
+library registered), the gpu model in a session with the library. The sessions take turns, --repeat
+runs each, and the medians are reported with their ratio and the largest difference between the
+two outputs. Each system's peak memory is measured in a child process of its own, which lowers the
+model, creates the session and runs the frame twice (the high-water mark of a process cannot tell
+two systems sharing it apart).
+
+    python tools/portable_backbone.py [--repeat 7] [--threads 2] [--write docs/performance/portable.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+import sparse_lower
+from sparse_lower.bench.memory import process_peak_mb
+from sparse_lower.bench.run import alternating_medians
+from sparse_lower.frames.sample import data_places, load_voxels
+from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd
+from sparse_lower.report import render
+
+FRAMES = ("nuscenes_centerpoint_voxels.npz", "nuscenes_bevfusion_voxels.npz")
+SYSTEMS = ("gpu target, library", "portable, plain onnxruntime")
+
+
+def session(system: str, model, threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    if system == SYSTEMS[0]:
+        return sparse_lower.create_session(sparse_lower.lower(model, target="gpu"), sess_options=options)
+    lowered = sparse_lower.lower(model, target="portable")
+    return ort.InferenceSession(lowered.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def frame_feeds(name: str) -> dict:
+    path = next((p for p in data_places(name) if p.is_file()), None)
+    if path is None:
+        raise SystemExit(f"no {name}: run from the checkout root with ../shared/data, or set SPARSE_LOWER_DATA")
+    features, coords, _ = load_voxels(path)
+    return {"features": features, "coords": coords}
+
+
+def peak_child(system: str, frame: str, threads: int) -> float:
+    """Peak resident MiB of a process that lowers the backbone for `system` and runs `frame` twice."""
+    child = subprocess.run([sys.executable, __file__, "--peak", system, frame, "--threads", str(threads)],
+                           capture_output=True, text=True, check=True)
+    return json.loads(child.stdout.strip().splitlines()[-1])["peak_mb"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--write", help="also write the table as markdown to this file")
+    parser.add_argument("--peak", nargs=2, metavar=("SYSTEM", "FRAME"), help=argparse.SUPPRESS)  # the child's job
+    args = parser.parse_args()
+    model = sp_middle_resnet_fhd(CanonicalEmitter(), np.random.default_rng(0))
+    if args.peak:
+        system, frame = args.peak
+        run = session(system, model, args.threads)
+        for _ in range(2):
+            run.run(None, frame_feeds(frame))
+        print(json.dumps({"peak_mb": round(process_peak_mb(), 1)}))
+        return
+    sessions = {system: session(system, model, args.threads) for system in SYSTEMS}
+    rows = []
+    for frame in FRAMES:
+        feeds = frame_feeds(frame)
+        outputs = [s.run(None, feeds)[0] for s in sessions.values()]
+        difference = float(np.abs(outputs[1] - outputs[0]).max() / np.abs(outputs[0]).max())
+        medians = alternating_medians(sessions, feeds, args.repeat)
+        peaks = {system: peak_child(system, frame, args.threads) for system in SYSTEMS}
+        gpu, portable = (medians[s] for s in SYSTEMS)
+        rows.append([frame.split("_")[1], f"{len(feeds['coords']):,}", f"{gpu:,.0f} ms", f"{portable:,.0f} ms",
+                     f"{portable / gpu:.2f}×", f"{peaks[SYSTEMS[0]]:,.0f} MiB", f"{peaks[SYSTEMS[1]]:,.0f} MiB",
+                     f"{difference:.1e}"])
+    table = render(["frame", "voxels", "gpu target (library)", "portable (plain onnxruntime)", "portable / gpu",
+                    "peak memory gpu", "peak memory portable", "max rel difference"], rows)
+    print(table)
+    if args.write:
+        Path(args.write).write_text(
+            f"# The portable target on CenterPoint's backbone\n\n`python tools/portable_backbone.py --repeat "
+            f"{args.repeat} --threads {args.threads}`, {date.today().isoformat()}, this machine (2 cores): the "
+            f"medians of {args.repeat} runs each, the two systems taking turns in one process; peak memory "
+            f"(resident high-water mark) of a process that lowers the model, creates the session and runs the "
+            f"frame twice.\n\n{table}\n")
+
+
+if __name__ == "__main__":
+    main()
