@@ -306,3 +306,30 @@ def test_openvino_runs_the_whole_portable_model_on_the_real_frame(name, tmp_path
         have = got[compiled.outputs[index]]
         assert have.shape == want.shape
         assert np.abs(have.astype(np.float64) - want).max() <= 1e-5 * max(np.abs(want).max(), 1), (name, index)
+
+
+@pytest.mark.parametrize("frame", ["nuscenes_centerpoint_voxels.npz", "nuscenes_bevfusion_voxels.npz"])
+def test_the_sparse_unet_on_the_real_frames_matches_the_gpu_target(frame, tmp_path):
+    """Strided convs down and inverse convs (TargetMap) back up, skip adds, a head, on the real frames:
+    portable in plain onnxruntime and in OpenVINO, against the gpu target."""
+    from conftest import DATA
+    path = DATA / frame
+    if not path.is_file():
+        pytest.skip(f"no {path}")
+    model = onnx.load(Path(__file__).resolve().parents[1] / "models" / "sparse_unet.onnx")
+    data = np.load(path)
+    feeds = {"features": data["features"].astype(np.float32), "coords": data["coords"].astype(np.int64)}
+    lowered = portable(model)
+    got = list(plain_run(lowered, feeds, threads=2).values())
+    want = runtime_session(sparse_lower.lower(model, target="gpu")).run(None, feeds)
+    np.testing.assert_array_equal(got[1], want[1])
+    assert np.abs(got[0] - want[0]).max() <= 1e-4 * np.abs(want[0]).max()
+    try:
+        import openvino as ov
+    except ImportError:
+        return  # the OpenVINO half needs the extra; the onnxruntime half is checked
+    onnx.save(lowered, tmp_path / "unet.portable.onnx")
+    compiled = ov.Core().compile_model(str(tmp_path / "unet.portable.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    results = compiled(feeds)
+    np.testing.assert_array_equal(results[compiled.outputs[1]], want[1])
+    assert np.abs(results[compiled.outputs[0]] - want[0]).max() <= 1e-4 * np.abs(want[0]).max()
