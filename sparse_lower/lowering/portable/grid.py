@@ -152,8 +152,12 @@ def sorted_cells(e: Emit, keys: gs.Tensor, end: gs.Tensor) -> gs.Variable:
     zeros = _zeros(e, e("Add", end, e.const([1]), shape=[1]), FLOAT)
     ones = e("Expand", e.const([1], FLOAT), e("Shape", keys, shape=[1]), dtype=FLOAT, shape=[None])
     marks = e("ScatterElements", zeros, keys, ones, dtype=FLOAT, shape=[None], name="marks", axis=0)
-    used = e("Slice", marks, e.const([0]), end, e.const([0]), dtype=FLOAT, shape=[None])
-    return e("Squeeze", e("NonZero", used, shape=[1, None]), e.const([0]), shape=[None], name="sorted")
+    found = e("Squeeze", e("NonZero", marks, shape=[1, None]), e.const([0]), shape=[None], name="marked")
+    # `end` itself is marked where some key lay outside; it is then the last cell found: cut it off there,
+    # not from the marks (which a Slice would copy whole).
+    outside = e.cast(e("Gather", marks, end, dtype=FLOAT, shape=[1], axis=0), INT64, shape=[1])
+    kept = e("Sub", e.rows(found), outside, shape=[1], name="kept")
+    return e("Slice", found, e.const([0]), kept, e.const([0]), shape=[None], name="sorted")
 
 
 def lookup(e: Emit, grid: SiteGrid, batch: gs.Tensor, positions: list[gs.Tensor], kernel,

@@ -18,10 +18,11 @@ _NO_BOUND = np.iinfo(np.int64).max
 
 
 def reached_sites(e: Emit, grid: SiteGrid, coords: gs.Tensor, positions: list[gs.Tensor],
-                  reachable: list[gs.Tensor | None], kernel, extents) -> gs.Variable:
+                  reachable: list[gs.Tensor | None], counts, extents) -> gs.Variable:
     """The output coords [M, 1+D], sorted, of the candidate sites of the input rows `coords` (same
-    batch): per dimension, `positions[i] [N, K_i]`, reachable where `reachable[i]` (None: always).
+    batch): per dimension, `positions[i] [N, counts[i]]`, reachable where `reachable[i]` (None: always).
     Candidates outside `extents` are dropped."""
+    kernel = counts
     volume, strides = prod(extents), row_major_strides(extents)
     valid = [inside_extent(e, p, extent) if r is None else e("And", r, inside_extent(e, p, extent), dtype=BOOL)
              for p, r, extent in zip(positions, reachable, extents)]

@@ -30,7 +30,7 @@ from .boundary import dense_from_rows, rows_from_dense
 from .emit import BOOL, INT32, Emit
 from .grid import MAX_GRID_BYTES, SiteGrid, build_grid, grid_bytes, lookup
 from .sites import reached_sites
-from .taps import exact_quotients, per_dimension
+from .taps import exact_quotients, per_dimension, reached_by_strided
 
 
 def _halo(geometry: ConvGeometry) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -116,14 +116,11 @@ class StandardOpTables:
             low, high = _halo(geometry)
             grid = self.grid(ctx, base, coords, geometry.spatial_shape, low, high)
             dims = list(enumerate(zip(geometry.kernel_shape, geometry.strides, geometry.dilations, geometry.pads[:n])))
-            positions, reachable = [], []
-            for dim, (size, stride, dilation, pad) in dims:
-                numerators = per_dimension(e, coords, dim, 1, pad - np.arange(size) * dilation)
-                quotients, exact = exact_quotients(e, numerators, stride)
-                positions.append(quotients)
-                reachable.append(exact)
+            candidates = [reached_by_strided(e, coords, dim, size, stride, dilation, pad, extent)
+                          for (dim, (size, stride, dilation, pad)), extent in zip(dims, geometry.output_shape)]
             _within_limit(base, f"output marks of {list(geometry.output_shape)}", marks_bytes(geometry))
-            out_coords = reached_sites(e, grid, coords, positions, reachable, geometry.kernel_shape,
+            out_coords = reached_sites(e, grid, coords, [p for p, _ in candidates], [r for _, r in candidates],
+                                       [(size - 1) * dilation // stride + 1 for _, (size, stride, dilation, _) in dims],
                                        geometry.output_shape)
             neighbours = [per_dimension(e, out_coords, dim, stride, np.arange(size) * dilation - pad)
                           for dim, (size, stride, dilation, pad) in dims]  # o·s − pb + k·d, inside the halo

@@ -48,6 +48,27 @@ def over_taps(e: Emit, op: str, parts: list[gs.Tensor | None], kernel, dtype=np.
     return total
 
 
+def reached_by_strided(e: Emit, coords: gs.Tensor, dim: int, size: int, stride: int, dilation: int, pad: int,
+                       extent: int) -> tuple[gs.Variable, gs.Variable]:
+    """SparseConv's output positions reached by each input row in dimension `dim`: ([N, J] positions,
+    [N, J] whether each is reached). o is reached by i through some tap k when `o·s = i + pb − k·d`, so
+    the candidates are the J = ⌊(K−1)·d / s⌋ + 1 values `⌊(i + pb)/s⌋ − j`, each reached when
+    `r = i + pb − o·s` is at most (K−1)·d and a multiple of d, and o lies in `[0, extent)`: for a
+    stride of 2 and a kernel of 3, 2 candidates per dimension where the taps are 3."""
+    count = (size - 1) * dilation // stride + 1
+    shifted = e("Add", e("Unsqueeze", e.column(coords, 1 + dim), e.const([1]), shape=[None, 1]), e.const(pad),
+                shape=[None, 1])
+    positions = e("Sub", e("Div", shifted, e.const(stride), shape=[None, 1]), e.const(np.arange(count)[None]),
+                  shape=[None, count], name=f"dim{dim}")
+    rests = e("Sub", shifted, e("Mul", positions, e.const(stride), shape=[None, count]), shape=[None, count])
+    reached = e("And", inside_extent(e, positions, extent),
+                e("LessOrEqual", rests, e.const((size - 1) * dilation), dtype=BOOL), dtype=BOOL)
+    if dilation > 1:
+        multiple = e("Equal", e("Mod", rests, e.const(dilation)), e.const(0), dtype=BOOL)
+        reached = e("And", reached, multiple, dtype=BOOL)
+    return positions, reached
+
+
 def exact_quotients(e: Emit, numerators: gs.Tensor, stride: int) -> tuple[gs.Tensor, gs.Tensor | None]:
     """(floor(n / s), whether n / s is exact) per element of `numerators`; quotients below −1 come out
     as −1 (a site outside the grid either way). None for exactness: a stride of 1."""
