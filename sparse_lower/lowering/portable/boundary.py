@@ -18,7 +18,7 @@ import onnx_graphsurgeon as gs
 
 from ...errors import SparseLowerError
 from ...schemas import DenseBoundary
-from ..context import FLOAT, INT64
+from ..context import FLOAT
 from .emit import BOOL, Emit
 from .grid import row_major_strides
 from .sites import inside_extent

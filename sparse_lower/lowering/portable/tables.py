@@ -25,9 +25,9 @@ import onnx_graphsurgeon as gs
 from ...errors import SparseLowerError
 from ...onnx_conventions import SOURCE_DOMAIN
 from ...schemas import CONV_OPS, ConvGeometry, conv_geometry
-from ..context import INT64, LoweringContext
+from ..context import LoweringContext
 from .boundary import dense_from_rows, rows_from_dense
-from .emit import BOOL, INT32, Emit
+from .emit import BOOL, Emit
 from .grid import MAX_GRID_BYTES, SiteGrid, build_grid, grid_bytes, lookup
 from .sites import reached_sites
 from .taps import exact_quotients, per_dimension, reached_by_strided
@@ -98,11 +98,21 @@ class StandardOpTables:
             self._tables[key] = build()
         return self._tables[key]
 
+    def _input(self, ctx, base, geometry, coords) -> tuple[Emit, SiteGrid]:
+        """The emitter of a conv's table, and the site grid of its input with the halo its taps reach."""
+        low, high = _halo(geometry)
+        return Emit(ctx, base), self.grid(ctx, base, coords, geometry.spatial_shape, low, high)
+
+    def _output_sites(self, e, grid, geometry, coords, positions, reachable, counts):
+        """The sorted output coords of a strided or transposed conv (sites.reached_sites), made here."""
+        _within_limit(e.base, f"output marks of {list(geometry.output_shape)}", marks_bytes(geometry))
+        out_coords = reached_sites(e, grid, coords, positions, reachable, counts, geometry.output_shape)
+        self.made(out_coords, grid.invalid)
+        return out_coords
+
     def submanifold_map(self, ctx, base, geometry, coords, source):
         def build():
-            e = Emit(ctx, base)
-            low, high = _halo(geometry)
-            grid = self.grid(ctx, base, coords, geometry.spatial_shape, low, high)
+            e, grid = self._input(ctx, base, geometry, coords)
             positions = [per_dimension(e, coords, dim, 1, (np.arange(size) - (size - 1) // 2) * dilation)
                          for dim, (size, dilation) in enumerate(zip(geometry.kernel_shape, geometry.dilations))]
             nbr = lookup(e, grid, e.column(coords, 0), positions, geometry.kernel_shape, grid.inside)
@@ -112,49 +122,39 @@ class StandardOpTables:
 
     def strided_map(self, ctx, base, geometry, coords, source):
         def build():
-            e, n = Emit(ctx, base), geometry.ndim
-            low, high = _halo(geometry)
-            grid = self.grid(ctx, base, coords, geometry.spatial_shape, low, high)
-            dims = list(enumerate(zip(geometry.kernel_shape, geometry.strides, geometry.dilations, geometry.pads[:n])))
+            e, grid = self._input(ctx, base, geometry, coords)
+            dims = list(zip(geometry.kernel_shape, geometry.strides, geometry.dilations, geometry.pads))
             candidates = [reached_by_strided(e, coords, dim, size, stride, dilation, pad, extent)
-                          for (dim, (size, stride, dilation, pad)), extent in zip(dims, geometry.output_shape)]
-            _within_limit(base, f"output marks of {list(geometry.output_shape)}", marks_bytes(geometry))
-            out_coords = reached_sites(e, grid, coords, [p for p, _ in candidates], [r for _, r in candidates],
-                                       [(size - 1) * dilation // stride + 1 for _, (size, stride, dilation, _) in dims],
-                                       geometry.output_shape)
+                          for dim, ((size, stride, dilation, pad), extent) in enumerate(zip(dims, geometry.output_shape))]
+            counts = [(size - 1) * dilation // stride + 1 for size, stride, dilation, _ in dims]
+            out_coords = self._output_sites(e, grid, geometry, coords, [p for p, _ in candidates],
+                                            [r for _, r in candidates], counts)
             neighbours = [per_dimension(e, out_coords, dim, stride, np.arange(size) * dilation - pad)
-                          for dim, (size, stride, dilation, pad) in dims]  # o·s − pb + k·d, inside the halo
+                          for dim, (size, stride, dilation, pad) in enumerate(dims)]  # o·s − pb + k·d, in the halo
             nbr = lookup(e, grid, e.column(out_coords, 0), neighbours, geometry.kernel_shape)
-            self.made(out_coords, grid.invalid)
             self.made(nbr, grid.invalid)
             return out_coords, nbr
         return self._shared((coords.name, geometry), build)
 
     def transposed_map(self, ctx, base, geometry, coords, source):
         def build():
-            e, n = Emit(ctx, base), geometry.ndim
-            low, high = _halo(geometry)
-            grid = self.grid(ctx, base, coords, geometry.spatial_shape, low, high)
+            e, grid = self._input(ctx, base, geometry, coords)
             positions = [per_dimension(e, coords, dim, stride, np.arange(size) * dilation - pad)
                          for dim, (size, stride, dilation, pad) in enumerate(zip(
-                             geometry.kernel_shape, geometry.strides, geometry.dilations, geometry.pads[:n]))]
-            _within_limit(base, f"output marks of {list(geometry.output_shape)}", marks_bytes(geometry))
-            out_coords = reached_sites(e, grid, coords, positions, [None] * n, geometry.kernel_shape,
-                                       geometry.output_shape)
+                             geometry.kernel_shape, geometry.strides, geometry.dilations, geometry.pads))]
+            out_coords = self._output_sites(e, grid, geometry, coords, positions, [None] * geometry.ndim,
+                                            geometry.kernel_shape)
             nbr = lookup(e, grid, e.column(out_coords, 0), _divided_positions(e, geometry, out_coords),
                          geometry.kernel_shape)
-            self.made(out_coords, grid.invalid)
             self.made(nbr, grid.invalid)
             return out_coords, nbr
         return self._shared((coords.name, geometry), build)
 
     def target_map(self, ctx, base, geometry, coords, targets, source):
         def build():
-            low, high = _halo(geometry)
-            grid = self.grid(ctx, base, coords, geometry.spatial_shape, low, high)
+            e, grid = self._input(ctx, base, geometry, coords)
             flag = self.invalid(targets) if targets.name in self._made else \
                 self.grid(ctx, base, targets, geometry.output_shape).invalid  # the targets checked as coords
-            e = Emit(ctx, base)
             batch = e.column(targets, 0)  # a target may lie in a batch the input has no row in
             known = e("And", e("GreaterOrEqual", batch, e.const(0), dtype=BOOL, shape=[None]),
                       e("Less", batch, grid.batches, dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])
