@@ -94,7 +94,7 @@ def main() -> None:
             f"{args.repeat} --threads {args.threads}`, {date.today().isoformat()}, this machine (2 cores): the "
             f"medians of {args.repeat} runs each, the two systems taking turns in one process; peak memory "
             f"(resident high-water mark) of a process that lowers the model, creates the session and runs the "
-            f"frame twice.\n\n{table}\n")
+            f"frame twice.\n\n```\n{table}\n```\n")
 
 
 if __name__ == "__main__":
