@@ -1,4 +1,5 @@
-"""Run models that use the sparse_lower custom ops: where the library is, and sessions that load it.
+"""Run lowered models: where the library is, sessions that load it, and what a portable model's NaN
+outputs say about a frame.
 
 This is the runtime glue: it imports nothing of the compiler, so a deployment needs only
 this module, onnxruntime and the library.
@@ -11,6 +12,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
@@ -84,6 +86,21 @@ def register_library(options: ort.SessionOptions) -> ort.SessionOptions:
 def needs_library(model: onnx.ModelProto) -> bool:
     """Whether a model holds the library's custom ops (it imports their domain); a portable model does not."""
     return any(o.domain == CUSTOM_DOMAIN for o in model.opset_import)
+
+
+BROKEN_FRAME = SparseLowerError(
+    "the model's outputs are NaN, its inputs finite: the frame breaks a rule of sparse tensors (a coordinate outside "
+    "the grid or negative, a negative batch index, duplicated coords, feature rows that do not pair with the coords), "
+    "which a portable model answers with NaN", fix="run the frame on the gpu target, or sparse_lower.reference, to have "
+                                                    "the row named")
+
+
+def broken_frame(feeds: dict, outputs: list) -> bool:
+    """Whether a portable model's outputs say that the frame broke a rule of sparse tensors: its guards
+    make every output feature NaN then (docs/portable.md), which a finite frame gives in no other way."""
+    floats = [np.asarray(v) for v in feeds.values() if np.issubdtype(np.asarray(v).dtype, np.floating)]
+    return all(np.isfinite(v).all() for v in floats) and any(
+        np.isnan(o).any() for o in map(np.asarray, outputs) if np.issubdtype(o.dtype, np.floating))
 
 
 def create_session(model, **ort_kwargs) -> ort.InferenceSession:

@@ -333,3 +333,16 @@ def test_the_sparse_unet_on_the_real_frames_matches_the_gpu_target(frame, tmp_pa
     results = compiled(feeds)
     np.testing.assert_array_equal(results[compiled.outputs[1]], want[1])
     assert np.abs(results[compiled.outputs[0]] - want[0]).max() <= 1e-4 * np.abs(want[0]).max()
+
+
+def test_run_frames_names_a_broken_frame_instead_of_writing_nan(tmp_path, sparse_input):
+    """The portable model answers a broken frame with NaN; `run` reports the frame as failed, with the
+    rule it broke, and writes nothing for it."""
+    features, coords = sparse_input
+    good, bad = tmp_path / "good.npz", tmp_path / "bad.npz"
+    np.savez(good, features=features, coords=coords)
+    np.savez(bad, features=features, coords=_broken("duplicate site", features, coords)[1])
+    summary = sparse_lower.run_frames(portable(_subm_then_strided()), [good, bad], tmp_path / "out", progress=False)
+    (failure,) = summary.failures
+    assert failure.frame == str(bad) and "breaks a rule of sparse tensors" in failure.error
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["good.npz"]

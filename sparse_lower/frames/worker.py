@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import SparseLowerError
-from ..runtime import create_session
+from ..runtime import BROKEN_FRAME, broken_frame, create_session, needs_library
 from .files import frame_feeds, model_inputs, read_frame, write_outputs
 
 
@@ -41,7 +41,9 @@ class FrameWorker:
         options.inter_op_num_threads = 1
         options.log_severity_level = 4  # a refused frame is reported in its result; onnxruntime's log would repeat it
         self.session = create_session(model, sess_options=options)
-        self.inputs = model_inputs(onnx.load_from_string(model))
+        proto = onnx.load_from_string(model)
+        self.inputs = model_inputs(proto)
+        self.guarded = not needs_library(proto)  # portable: a broken frame gives NaN rather than an error
         self.outputs = [output.name for output in self.session.get_outputs()]
         self.compress = compress
 
@@ -52,6 +54,8 @@ class FrameWorker:
             start = time.perf_counter()
             values = self.session.run(self.outputs, feeds)
             latency = (time.perf_counter() - start) * 1e3
+            if self.guarded and broken_frame(feeds, values):
+                raise BROKEN_FRAME
             write_outputs(output, dict(zip(self.outputs, values)), self.compress)
         except Exception as error:  # one bad frame must not stop the job: it is reported by name
             reason = str(error) if isinstance(error, SparseLowerError) else f"{type(error).__name__}: {error}"
