@@ -18,20 +18,14 @@ from oracle import IR_VERSION, OPSET_IMPORTS, sparse_node_model
 
 def session(model, threads=1, **settings) -> ort.InferenceSession:
     """A session of a lowered model on `threads` intra-op threads, with any other SessionOptions
-    attributes in `settings`."""
+    attributes in `settings`: with the library, or a plain one (no library) for a portable model."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     for name, value in settings.items():
         setattr(options, name, value)
-    return sparse_lower.create_session(model, sess_options=options)
-
-
-def runtime_session(model) -> ort.InferenceSession:
-    """A session as a user of the lowered form opens it: with the library where the model holds its custom
-    ops, and a plain onnxruntime session, no library registered, for a portable model."""
     if sparse_lower.runtime.needs_library(model):
-        return sparse_lower.create_session(model)
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return sparse_lower.create_session(model, sess_options=options)
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def run_lowered(model, feeds, threads=1, target="gpu", **options) -> dict:

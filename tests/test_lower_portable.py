@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 
 import sparse_lower
-from helpers import chain_model, model_with, runtime_session, to_dense_model
+from helpers import chain_model, model_with, session, to_dense_model
 from oracle import assert_matches_oracle, densify, random_conv_config, random_sparse, sparse_node_model
 from sparse_lower import reference
 from sparse_lower.errors import SparseLowerError
@@ -101,7 +101,7 @@ def test_the_wild_nvidia_file_runs_without_the_library():
     features, coords = random_sparse(rng, 1, 5, (41, 1440, 1440), count=3000)
     feeds = {"0": features, "coords": coords}
     (got,) = plain_run(lowered, feeds, threads=2).values()
-    (want,) = runtime_session(sparse_lower.lower(sparse_lower.import_model(path), target="gpu")).run(None, feeds)
+    (want,) = session(sparse_lower.lower(sparse_lower.import_model(path), target="gpu")).run(None, feeds)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
@@ -321,7 +321,7 @@ def test_the_sparse_unet_on_the_real_frames_matches_the_gpu_target(frame, tmp_pa
     feeds = {"features": data["features"].astype(np.float32), "coords": data["coords"].astype(np.int64)}
     lowered = portable(model)
     got = list(plain_run(lowered, feeds, threads=2).values())
-    want = runtime_session(sparse_lower.lower(model, target="gpu")).run(None, feeds)
+    want = session(sparse_lower.lower(model, target="gpu")).run(None, feeds)
     np.testing.assert_array_equal(got[1], want[1])
     assert np.abs(got[0] - want[0]).max() <= 1e-4 * np.abs(want[0]).max()
     try:

@@ -4,7 +4,7 @@ Each example is a random graph of one to four sparse layers (SubmanifoldConv, Sp
 inverse SparseDeconv onto an earlier layer's coords) in 1, 2 or 3 dimensions, with Relu and residual Add
 between them, optionally behind ToSparse and in front of ToDense, on an input that is empty, one site,
 every site or a random fraction of them, batch 1–3. It is lowered for one target (gpu unfold / rulebook
-/ auto, nna gather / scatter / matmul with and without a capacity or fused taps, hybrid), run in
+/ auto, nna gather / scatter / matmul with and without a capacity or fused taps, hybrid, portable), run in
 onnxruntime, and compared with the NumPy reference: coords exactly, features to float32 rounding.
 
 CI runs the "ci" profile: a fixed (derandomized) few hundred examples. `python tools/fuzz.py` runs the
@@ -220,3 +220,9 @@ def test_nna_target_matches_the_reference(graph, combine, fuse_taps, capacity):
 @given(graph=sparse_graphs(), combine=st.sampled_from(["gather", "scatter"]))
 def test_hybrid_target_matches_the_reference(graph, combine):
     assert_lowered_matches_reference(graph, "hybrid", combine=combine)
+
+
+@given(graph=sparse_graphs())
+def test_portable_target_matches_the_reference(graph):
+    """In a plain onnxruntime session: helpers.session opens one for a model without custom ops."""
+    assert_lowered_matches_reference(graph, "portable")

@@ -21,7 +21,7 @@ from onnx import helper, numpy_helper
 
 import sparse_lower
 from conftest import DATA
-from helpers import runtime_session
+from helpers import session as lowered_session
 from sparse_lower.cli.main import main
 from sparse_lower.importers import SOURCE_FORMAT, detect_format, import_model
 from sparse_lower.importers.spconv_tracer import spconv_inference
@@ -101,7 +101,7 @@ def test_nvidia_centerpoint_converts_and_matches_spconv_on_both_frames(target, t
         imported = sparse_lower.import_model(NVIDIA)
     api = sparse_lower.lower(imported, target=target.split("-")[0], **options)
     for lowered in (onnx.load(out), api):
-        session = runtime_session(lowered)
+        session = lowered_session(lowered, threads=0)
         for name in FRAMES:
             features, coords = frame(name)
             (bev,) = session.run(None, {"0": features, "coords": coords})
@@ -205,7 +205,7 @@ def test_aimet_file_converts_and_matches_the_spconv_network_it_wraps(target, tmp
         api = sparse_lower.lower(import_model(model), target=target.split("-")[0], **options)
     rng = np.random.default_rng(0)
     for lowered in (onnx.load(out), api):
-        session = runtime_session(lowered)
+        session = lowered_session(lowered, threads=0)
         for count in (64, 20, 1):
             features, indices = aimet_inputs(rng, (4, 4, 4), count)
             (dense,) = session.run(None, {"indices": indices, "features": features})
@@ -374,7 +374,7 @@ def test_files_aimet_exports_convert_and_match_its_network(name, bias, tmp_path,
         one_tap = [str(w.message) for w in caught if "a one-tap conv" in str(w.message)]
         assert len(one_tap) == (name == "three-layers-1x1-strided"), one_tap  # only a stride-1 conv of one tap
         for lowered in (onnx.load(out), api):
-            session = runtime_session(lowered)
+            session = lowered_session(lowered, threads=0)
             for (indices, features), want in zip(cases, expected):
                 (dense,) = session.run(None, {"indices": indices.astype(np.int64), "features": features})
                 assert relative_error(dense, want) < 1e-5, (name, target)
@@ -399,7 +399,7 @@ def test_aimet_export_whose_forward_casts_its_inputs(tmp_path, capsys):
     for target in ("gpu", "nna", "portable"):
         out = tmp_path / f"casts.{target}.onnx"
         convert(source, out, target, {}, capsys)
-        (dense,) = runtime_session(onnx.load(out)).run(
+        (dense,) = lowered_session(onnx.load(out), threads=0).run(
             None, {"indices": indices.astype(np.int64), "features": features})
         assert relative_error(dense, want) < 1e-5, target
 
@@ -426,7 +426,7 @@ def test_nvidia_unet_export_with_inverse_transposed_and_leaky_relu(target, tmp_p
     with pytest.warns(sparse_lower.errors.SparseLowerWarning, match="transposed=1: imported as spconv's"):
         api = sparse_lower.lower(import_model(source, leaky_relu_alpha=0.1), target=target)
     for lowered in (onnx.load(out), api):
-        session = runtime_session(lowered)
+        session = lowered_session(lowered, threads=0)
         for batch in ("b1", "b2"):
             features, coords = session.run(None, {"0": data[f"{batch}_features"], "coords": data[f"{batch}_coords"]})
             got, got_coords = rows_by_site(features, coords)
@@ -448,7 +448,7 @@ def test_autoware_export_matches_spconv(target, tmp_path, capsys):
         warnings.simplefilter("error")  # nothing in the file is left open
         api = sparse_lower.lower(import_model(source), target=target)
     for lowered in (onnx.load(out), api):
-        session = runtime_session(lowered)
+        session = lowered_session(lowered, threads=0)
         names = [o.name for o in session.get_outputs()]
         results = dict(zip(names, session.run(None, {"features": data["features"], "indices": data["indices"]})))
         assert relative_error(results["dense"], data["dense"]) < 1e-5, target

@@ -2,7 +2,7 @@
 """The long property-based campaign of tests/test_properties.py (not run in CI).
 
 CI runs a fixed, derandomized few hundred examples; this script runs fresh random ones: EXAMPLES in all,
-split evenly over the property tests (gpu, nna, hybrid targets), two pytest workers, and prints the
+split evenly over the property tests (gpu, nna, hybrid, portable targets), two pytest workers, and prints the
 examples run and the mismatches found per test. Exit status 1 when any example fails; hypothesis then
 prints the shrunk falsifying example.
 
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1] / "tests" / "test_properties.py"
-PROPERTY_TESTS = 3
+PROPERTY_TESTS = 4
 
 
 def main() -> int:
