@@ -44,7 +44,8 @@ def _capacities(max_active) -> int | tuple[int, ...] | None:
 
 
 def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, strategy: str = "auto",
-          combine: str = "gather", max_active: int | Sequence[int] | None = None, fuse_taps: bool = False, layout: str = "image",
+          combine: str = "gather", max_active: int | Sequence[int] | None = None, max_batch: int | None = None,
+          fuse_taps: bool = False, layout: str = "image",
           dump_dir: str | os.PathLike | None = None, check_each_pass: bool = False) -> onnx.ModelProto:
     """Rewrite the sparse-convolution nodes of `model` for `target`; run the result with
     `create_session`.
@@ -82,12 +83,12 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
         warnings.warn(f"max_active={max_active} has no effect on the gpu target, whose custom ops take any row "
                       f"count; it fixes the rows of the nna part (target 'nna' or 'hybrid')", SparseLowerWarning,
                       stacklevel=2)
-    if target == "portable" and max_active is not None:
-        raise SparseLowerError(f"max_active={max_active}: the portable target has no fixed row capacity yet; its "
-                               f"row counts follow the frame", fix="leave max_active out with target 'portable', or use "
-                                                                   "target 'nna' for static shapes")
-    options = Options(strategy=strategy, combine=combine, max_active=max_active, fuse_taps=bool(fuse_taps),
-                      layout=layout)
+    valid_batch = isinstance(max_batch, (int, np.integer)) and not isinstance(max_batch, bool) and max_batch >= 1
+    if max_batch is not None and (target != "portable" or max_active is None or not valid_batch):
+        raise SparseLowerError(f"max_batch={max_batch!r} sizes the portable target's static form",
+                               fix="give an int >= 1 together with target='portable' and max_active, or leave it out")
+    options = Options(strategy=strategy, combine=combine, max_active=max_active,
+                      max_batch=None if max_batch is None else int(max_batch), fuse_taps=bool(fuse_taps), layout=layout)
     model = load(model)
     found = detect_format(model)
     if found != SOURCE_FORMAT:

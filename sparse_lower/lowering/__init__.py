@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import onnx
 import onnx_graphsurgeon as gs
+from onnx import helper
 
 from .compute import Compute
 from .context import LoweringContext, Options
@@ -45,9 +46,16 @@ def compute_policy(target: str, options: Options) -> Callable[[gs.Node, Lowering
     return lambda node, ctx: nna if ctx.after_a_sparse_layer(node.inputs[0]) else gpu
 
 
-def index_tables(target: str, graph: onnx.GraphProto) -> IndexTables:
-    """Where the target's index tables come from: standard ops for portable, the custom ops otherwise."""
-    return StandardOpTables(grid_halos(graph)) if target == "portable" else CustomOpTables()
+def index_tables(target: str, graph: onnx.GraphProto, options: Options) -> IndexTables:
+    """Where the target's index tables come from: standard ops for portable, the custom ops otherwise.
+    With `max_active`, the portable tables have static shapes, their grids sized for `max_batch`
+    batches, by default the model's ToDense batch_size (1 where it has none)."""
+    if target != "portable":
+        return CustomOpTables()
+    capacities = (options.max_active,) if isinstance(options.max_active, int) else options.max_active
+    batches = options.max_batch or max((helper.get_attribute_value(a) for n in graph.node if n.op_type == "ToDense"
+                                        for a in n.attribute if a.name == "batch_size"), default=1)
+    return StandardOpTables(grid_halos(graph), capacities, batches)
 
 
 __all__ = ["COMBINES", "LAYOUTS", "RULES", "STRATEGIES", "TARGETS", "LoweringContext", "Options", "Refusal", "Rule",

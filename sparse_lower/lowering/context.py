@@ -35,11 +35,12 @@ class DenseSource:
 class Options:
     """What the user chose (README: Python): the gpu compute form, and the nna combine method, capacity,
     whether the nna runs one 1×1 conv per tap or one conv with K·Cout outputs, and its layout (the
-    `[1, C, 1, N]` image or `[N, C]` rows)."""
+    `[1, C, 1, N]` image or `[N, C]` rows); the portable static form's batches."""
 
     strategy: str = "auto"
     combine: str = "gather"
     max_active: int | tuple[int, ...] | None = None  # one capacity, or one per level (see LoweringContext.level)
+    max_batch: int | None = None  # the portable static form's batches (None: the model's ToDense batch_size, else 1)
     fuse_taps: bool = False
     layout: str = "image"
 

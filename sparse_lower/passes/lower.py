@@ -62,8 +62,8 @@ class LowerSparse:
         graph = gs.import_onnx(model)
         with deep_graph(graph):
             graph.toposort()
-        ctx = LoweringContext(graph, compute_policy(self.target, self.options), index_tables(self.target, model.graph),
-                              coords_levels(model.graph))
+        ctx = LoweringContext(graph, compute_policy(self.target, self.options),
+                              index_tables(self.target, model.graph, self.options), coords_levels(model.graph))
         for node in list(graph.nodes):
             rule = rule_for(node)
             if rule is not None:

@@ -2,11 +2,13 @@
 
 * ToSparse: a site is active where any channel is non-zero (NaN too: `Not(Equal(x, 0))`); `NonZero`
   of the per-site count lists the active sites in ascending order, which is the sorted order of the
-  coords, and `GatherND` reads their features from the channels-last tensor.
+  coords (in the static form, grid.sorted_cells into the capacity), and `GatherND` reads their
+  features from the channels-last tensor.
 * ToDense: `ScatterElements` of every feature into a flat zero tensor `[batch_size·C·V]` at
   `b·C·V + c·V + site`, then a `Reshape`: one pass over the rows, no transpose of the dense output.
-  A row outside the grid or with a batch outside `[0, batch_size)` is written to element 0 instead,
-  and, as every broken rule of the frame, makes every written feature NaN.
+  A row outside the grid or with a batch outside `[0, batch_size)` is written past the end, to a
+  plane that is cut off, and, as every broken rule of the frame, makes every written feature NaN;
+  so is a padding row of the static form, which breaks no rule.
 """
 
 from __future__ import annotations
@@ -20,27 +22,50 @@ from ...errors import SparseLowerError
 from ...schemas import DenseBoundary
 from ..context import FLOAT
 from .emit import BOOL, Emit
-from .grid import row_major_strides
-from .sites import inside_extent
+from .grid import sorted_cells
+from .sites import decoded_sites
+from .taps import inside_extent, row_major_strides
 
 
-def rows_from_dense(e: Emit, dense: gs.Tensor, features: gs.Variable, coords: gs.Variable) -> None:
-    """Write `features [N, C]` and `coords [N, 1+D]` (sorted) of the active sites of `dense [B, C, *S]`."""
+def rows_from_dense(e: Emit, dense: gs.Tensor, features: gs.Variable, coords: gs.Variable,
+                    capacity: int | None = None) -> gs.Tensor | None:
+    """Write `features [N, C]` and `coords [N, 1+D]` (sorted) of the active sites of `dense [B, C, *S]`.
+    With a `capacity` (the static form), N is the capacity, padding rows after the sites (coords −1,
+    features 0); returns the flag of more active sites than that."""
     if not dense.shape:
         raise SparseLowerError(f"the rank of ToSparse's input '{dense.name}' is not declared", e.base,
                                "declare the input's shape (at least its rank: [B, C, *S]) in the model")
     rank = len(dense.shape)
     nonzero = e.cast(e("Not", e("Equal", dense, e.const(0, FLOAT), dtype=BOOL), dtype=BOOL), FLOAT)
     counts = e("ReduceSum", nonzero, e.const([1]), dtype=FLOAT, keepdims=0)  # float: TensorRT's NonZero takes no ints
-    e.ctx.standard("Transpose", e.base, [e("NonZero", counts, shape=[rank - 1, None])], [coords], {"perm": [1, 0]})
     channels_last = e("Transpose", dense, dtype=FLOAT, perm=[0, *range(2, rank), 1])
-    e.ctx.standard("GatherND", e.base, [channels_last, coords], [features])
+    if capacity is None:
+        e.ctx.standard("Transpose", e.base, [e("NonZero", counts, shape=[rank - 1, None])], [coords], {"perm": [1, 0]})
+        e.ctx.standard("GatherND", e.base, [channels_last, coords], [features])
+        return None
+    extents = [d if isinstance(d, int) else None for d in dense.shape[2:]]
+    if None in extents or not isinstance(dense.shape[0], int):
+        raise SparseLowerError(f"ToSparse's input '{dense.name}' has shape {dense.shape}", e.base,
+                               "declare its batch and spatial extents: the static form (max_active) sizes by them")
+    sites = [dense.shape[0], *extents]
+    flat_counts = e.flat(counts, FLOAT)
+    end = e.const([prod(sites)])
+    keys = e("Range", e.const(0), e.const(prod(sites)), e.const(1), shape=[None], name="sites")
+    keys = e("Where", e("Greater", flat_counts, e.const(0, FLOAT), dtype=BOOL, shape=[None]), keys, end, shape=[None])
+    found, overflow = sorted_cells(e, keys, end, capacity)
+    padded = decoded_sites(e, found, end, extents, True)
+    e.ctx.standard("Identity", e.base, [padded], [coords])
+    real = e("Unsqueeze", e("Less", found, end, dtype=BOOL, shape=[None]), e.const([1]), dtype=BOOL, shape=[None, 1])
+    rows = e("GatherND", channels_last, e("Max", padded, e.const(0), shape=[None, rank - 1]), dtype=FLOAT)
+    e.ctx.standard("Where", e.base, [real, rows, e.const(0, FLOAT)], [features])
+    return overflow
 
 
 def dense_from_rows(e: Emit, features: gs.Tensor, coords: gs.Tensor, boundary: DenseBoundary,
-                    invalid: gs.Tensor | None, output: gs.Variable) -> None:
+                    invalid: gs.Tensor | None, output: gs.Variable, padded: bool = False) -> None:
     """Write the rows into `output [batch_size, C, *spatial_shape]`, zeros elsewhere; every feature NaN
-    where the frame broke a rule (`invalid`, or a row outside this grid)."""
+    where the frame broke a rule (`invalid`, or a row outside this grid). `padded`: the static form,
+    whose padding rows (batch −1) are written nowhere."""
     extents = boundary.spatial_shape
     ndim, volume = len(extents), prod(extents)
     channels = e("Shape", features, shape=[1], name="channels", start=1, end=2)
@@ -48,16 +73,22 @@ def dense_from_rows(e: Emit, features: gs.Tensor, coords: gs.Tensor, boundary: D
     weights = e("Concat", plane, e.const(row_major_strides(extents)), shape=[1 + ndim], axis=0)
     sites = e("ReduceSum", e("Mul", coords, weights, shape=[None, 1 + ndim]), e.const([1]), shape=[None], keepdims=0)
     inside = e.all_of_row(inside_extent(e, coords, [boundary.batch_size, *extents]), shape=[None])
-    sites = e("Where", inside, sites, e.const(0), shape=[None], name="sites")
-    invalid = e.either(invalid, e.any(e("Not", inside, dtype=BOOL, shape=[None])))
+    broken = e("Not", inside, dtype=BOOL, shape=[None])
+    if padded:
+        padding = e("Equal", e.column(coords, 0), e.const(-1), dtype=BOOL, shape=[None], name="padding")
+        broken = e("And", broken, e("Not", padding, dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])
+    total = e("Mul", plane, e.const([boundary.batch_size]), shape=[1])
+    sites = e("Where", inside, sites, total, shape=[None], name="sites")  # past the end: a cell cut off below
+    invalid = e.either(invalid, e.any(broken))
     count = e("Squeeze", channels, e.const([0]), shape=[])
     channel_starts = e("Mul", e("Range", e.const(0), count, e.const(1), shape=[None]), e.const(volume), shape=[None])
     index = e("Add", e("Unsqueeze", sites, e.const([1]), shape=[None, 1]),
               e("Unsqueeze", channel_starts, e.const([0]), shape=[1, None]), shape=[None, None], name="index")
     poison = e("Where", invalid, e.const([np.nan], FLOAT), e.const([0], FLOAT), dtype=FLOAT, shape=[1], name="poison")
     values = e("Add", features, poison, dtype=FLOAT, shape=[None, None])
-    total = e("Mul", plane, e.const([boundary.batch_size]), shape=[1])
-    zeros = e("ConstantOfShape", total, dtype=FLOAT, shape=[None], value=gs.Constant("zero", np.zeros(1, np.float32)))
-    flat = e("ScatterElements", zeros, e.flat(index), e.flat(values, FLOAT), dtype=FLOAT, shape=[None], axis=0)
+    zeros = e("ConstantOfShape", e("Add", total, e("Mul", channels, e.const([volume]), shape=[1]), shape=[1]),
+              dtype=FLOAT, shape=[None], value=gs.Constant("zero", np.zeros(1, np.float32)))
+    written = e("ScatterElements", zeros, e.flat(index), e.flat(values, FLOAT), dtype=FLOAT, shape=[None], axis=0)
+    flat = e("Slice", written, e.const([0]), total, e.const([0]), dtype=FLOAT, shape=[None])
     shape = e("Concat", e.const([boundary.batch_size]), channels, e.const(extents), shape=[2 + ndim], axis=0)
     e.ctx.standard("Reshape", e.base, [flat, shape], [output])

@@ -16,6 +16,7 @@ import onnx_graphsurgeon as gs
 from ..compute import ConvParts
 from ..context import FLOAT, LoweringContext
 from .emit import BOOL, Emit
+from .tables import fix_rows
 
 
 class PortableCompute:
@@ -25,6 +26,11 @@ class PortableCompute:
         e = Emit(ctx, conv.base)
         invalid = ctx.tables.invalid(conv.nbr)
         source = conv.source
+        fixed_in, fixed_out = ctx.tables.fixed(ctx.level(conv.coords)), ctx.tables.fixed(ctx.level(conv.out_coords))
+        if fixed_in:
+            fix_rows(ctx, source, fixed_in.rows)
+        if fixed_out and conv.out_features in ctx.graph.outputs:
+            conv.out_features.shape = [fixed_out.rows, conv.cout]
         if not ctx.after_a_sparse_layer(source):  # the user's feeds: their rows must pair with the coords
             paired = e("Equal", e.rows(source), e.rows(conv.coords), dtype=BOOL, shape=[1], name="paired")
             unpaired = e("Not", paired, dtype=BOOL, shape=[1], name="unpaired")

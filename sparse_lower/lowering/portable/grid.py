@@ -49,11 +49,25 @@ def depth_dimension(padded) -> int:
     return int(np.argmin(padded))
 
 
+def column_volume(extents, low, high) -> int:
+    """The column cells of one batch of a site grid (every dimension grown by its halo, but the depth)."""
+    padded = [s + a + b for s, a, b in zip(extents, low, high)]
+    return prod(padded) // padded[depth_dimension(padded)]
+
+
 def grid_bytes(extents, low, high) -> int:
     """The most bytes one batch of a site grid takes: every column occupied."""
     padded = [s + a + b for s, a, b in zip(extents, low, high)]
-    depth = padded[depth_dimension(padded)]
-    return 4 * (depth + 2) * prod(padded) // depth
+    return 4 * (padded[depth_dimension(padded)] + 2) * column_volume(extents, low, high)
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """The static form's sizes (`max_active`): the rows of the tensor at hand, and the batches every grid
+    holds. Rows whose batch index is −1 are padding: they hold no site, and break no rule."""
+
+    rows: int
+    batches: int
 
 
 @dataclass(frozen=True)
@@ -92,10 +106,12 @@ class SiteGrid:
         return dict(zip(self.column_dims, strides.tolist()))
 
 
-def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inherited: gs.Tensor | None) -> SiteGrid:
+def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inherited: gs.Tensor | None,
+               fixed: Fixed | None = None) -> SiteGrid:
     """The grid of `coords` (int64 [N, 1+D]). `check`: whether the coords come from outside (a graph
     input) and are checked; coords that the lowering made itself (unique sites inside their grid)
-    are not, and carry the `inherited` flag of the coords they were made from."""
+    are not, and carry the `inherited` flag of the coords they were made from. `fixed`: the static
+    form, whose every size is a constant (its padding rows are left out)."""
     shell = SiteGrid(None, None, tuple(extents), tuple(low), tuple(high), None, None, None)
     ndim, depth, size = len(extents), shell.depth, shell.padded[shell.depth]
     strides = shell.column_strides
@@ -105,25 +121,41 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
                     shape=[None], name="column_keys", keepdims=0)
     if offset:
         column_keys = e("Add", column_keys, e.const(offset), shape=[None], name="column_keys")
-    largest = e("ReduceMax", e("Concat", e.column(coords, 0), e.const([-1]), shape=[None], axis=0), shape=[1], keepdims=1)
-    batches = e("Add", largest, e.const([1]), shape=[1], name="batches")
+    batch = e.column(coords, 0)
+    if fixed:
+        batches = e.const([fixed.batches])
+    else:
+        largest = e("ReduceMax", e("Concat", batch, e.const([-1]), shape=[None], axis=0), shape=[1], keepdims=1)
+        batches = e("Add", largest, e.const([1]), shape=[1], name="batches")
     end = e("Mul", batches, e.const([shell.column_volume]), shape=[1], name="end")
     inside, invalid = None, inherited
+    padding = e("Equal", batch, e.const(-1), dtype=BOOL, shape=[None], name="padding") if fixed else None
     if check:
+        bounds = [fixed.batches if fixed else np.iinfo(np.int64).max, *extents]
         above = e("GreaterOrEqual", coords, e.const(np.zeros(1 + ndim)), dtype=BOOL, shape=[None, 1 + ndim])
-        below = e("Less", coords, e.const([np.iinfo(np.int64).max, *extents]), dtype=BOOL, shape=[None, 1 + ndim])
+        below = e("Less", coords, e.const(bounds), dtype=BOOL, shape=[None, 1 + ndim])
         inside = e.all_of_row(e("And", above, below, dtype=BOOL, shape=[None, 1 + ndim]), shape=[None])
+    elif fixed:
+        inside = e("Not", padding, dtype=BOOL, shape=[None], name="inside")
+    if inside is not None:
         column_keys = e("Where", inside, column_keys, end, shape=[None], name="column_keys")
-    occupied = sorted_cells(e, column_keys, end)
-    count = e("Squeeze", e.cast(e.rows(occupied), INT32, shape=[1]), e.const([0]), dtype=INT32, shape=[])
+    occupied, _ = sorted_cells(e, column_keys, end, fixed.rows if fixed else None)  # columns <= rows: no overflow
+    if fixed:
+        count = e.const(fixed.rows, INT32)
+        numbers = e("Where", e("Less", occupied, end, dtype=BOOL, shape=[None]), _numbers(e, count), e.const(0, INT32),
+                    dtype=INT32, shape=[None], name="numbers")  # the empty slots write 0 to the last cell
+    else:
+        count = e("Squeeze", e.cast(e.rows(occupied), INT32, shape=[1]), e.const([0]), dtype=INT32, shape=[])
+        numbers = _numbers(e, count)
     columns = e("ScatterElements", _zeros(e, e("Add", end, e.const([1]), shape=[1]), INT32), occupied,
-                _numbers(e, count), dtype=INT32, shape=[None], name="columns", axis=0)
+                numbers, dtype=INT32, shape=[None], name="columns", axis=0)
     column = e.cast(e.gather_like(columns, column_keys, INT32, shape=[None]), INT64, shape=[None])
     depths = e("Add", e.column(coords, 1 + depth), e.const(low[depth]), shape=[None])
     cells = e("Add", e("Mul", column, e.const(size), shape=[None]), depths, shape=[None], name="cells")
-    slices = e("Add", e.cast(e.rows(occupied), INT64, shape=[1]), e.const([1]), shape=[1])
+    slices = e.const([fixed.rows + 1]) if fixed else e("Add", e.cast(e.rows(occupied), INT64, shape=[1]),
+                                                       e.const([1]), shape=[1])
     last = e("Mul", slices, e.const([size]), shape=[1], name="last")  # the table's last cell
-    if check:
+    if inside is not None:
         cells = e("Where", inside, cells, last, shape=[None], name="cells")
     numbers = _numbers(e, e("Squeeze", e.cast(e.rows(coords), INT32, shape=[1]), e.const([0]), dtype=INT32, shape=[]))
     table = e("ScatterElements", _zeros(e, e("Add", last, e.const([1]), shape=[1]), INT32), cells, numbers,
@@ -131,7 +163,10 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
     if check:
         back = e.gather_like(table, cells, INT32, shape=[None], name="read_back")
         own = e("And", inside, e("Equal", back, numbers, dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])
-        invalid = e.any(e("Not", own, dtype=BOOL, shape=[None]))
+        broken = e("Not", own, dtype=BOOL, shape=[None])
+        if fixed:
+            broken = e("And", broken, e("Not", padding, dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])
+        invalid = e.any(broken)
     return SiteGrid(columns, table, tuple(extents), tuple(low), tuple(high), batches, invalid, inside)
 
 
@@ -146,18 +181,38 @@ def _numbers(e: Emit, count: gs.Tensor) -> gs.Variable:
              dtype=INT32, shape=[None], name="numbers")
 
 
-def sorted_cells(e: Emit, keys: gs.Tensor, end: gs.Tensor) -> gs.Variable:
-    """int64 [C]: the distinct `keys` below `end`, ascending: each marks its cell of a zero grid, and
-    `NonZero` lists the marked cells in order (float marks: TensorRT's NonZero takes no integers)."""
+def sorted_cells(e: Emit, keys: gs.Tensor, end: gs.Tensor, capacity: int | None = None
+                 ) -> tuple[gs.Variable, gs.Tensor | None]:
+    """(int64 cells, overflow): the distinct `keys` below `end`, ascending. Each key marks its cell of a
+    zero grid (float marks: TensorRT's NonZero takes no integers); `NonZero` lists the marked cells in
+    order. With a `capacity` (the static form) they are `capacity` cells, `end` in the slots past the
+    last: a `CumSum` of the marks numbers each marked cell (exact in float32 below 2^24 cells, which
+    the static form checks), and a `ScatterElements` puts it in its slot; `overflow` (bool [1]) says
+    that more cells than that were marked."""
     zeros = _zeros(e, e("Add", end, e.const([1]), shape=[1]), FLOAT)
     ones = e("Expand", e.const([1], FLOAT), e("Shape", keys, shape=[1]), dtype=FLOAT, shape=[None])
     marks = e("ScatterElements", zeros, keys, ones, dtype=FLOAT, shape=[None], name="marks", axis=0)
-    found = e("Squeeze", e("NonZero", marks, shape=[1, None]), e.const([0]), shape=[None], name="marked")
-    # `end` itself is marked where some key lay outside; it is then the last cell found: cut it off there,
-    # not from the marks (which a Slice would copy whole).
-    outside = e.cast(e("Gather", marks, end, dtype=FLOAT, shape=[1], axis=0), INT64, shape=[1])
-    kept = e("Sub", e.rows(found), outside, shape=[1], name="kept")
-    return e("Slice", found, e.const([0]), kept, e.const([0]), shape=[None], name="sorted")
+    if capacity is None:
+        found = e("Squeeze", e("NonZero", marks, shape=[1, None]), e.const([0]), shape=[None], name="marked")
+        # `end` itself is marked where some key lay outside; it is then the last cell found: cut it off there,
+        # not from the marks (which a Slice would copy whole).
+        outside = e.cast(e("Gather", marks, end, dtype=FLOAT, shape=[1], axis=0), INT64, shape=[1])
+        kept = e("Sub", e.rows(found), outside, shape=[1], name="kept")
+        return e("Slice", found, e.const([0]), kept, e.const([0]), shape=[None], name="sorted"), None
+    running = e("CumSum", marks, e.const(0), dtype=FLOAT, shape=[None], name="running")
+    slots = e("Sub", e.cast(running, INT64, shape=[None]), e.const(1), shape=[None], name="slots")
+    cells = e("Range", e.const(0), e("Squeeze", e("Add", end, e.const([1]), shape=[1]), e.const([0]), shape=[]),
+              e.const(1), shape=[None], name="cells")
+    marked = e("And", e("Greater", marks, e.const(0, FLOAT), dtype=BOOL, shape=[None]),
+               e("Less", cells, end, dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])
+    kept = e("And", marked, e("Less", slots, e.const(capacity), dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])
+    targets = e("Where", kept, slots, e.const(capacity), shape=[None], name="targets")
+    empty = e("Expand", end, e.const([capacity + 1]), shape=[capacity + 1], name="empty")
+    placed = e("ScatterElements", empty, targets, cells, shape=[capacity + 1], name="placed", axis=0)
+    found = e("Slice", placed, e.const([0]), e.const([capacity]), e.const([0]), shape=[capacity], name="sorted")
+    count = e.cast(e("Gather", running, e("Sub", end, e.const([1]), shape=[1]), dtype=FLOAT, shape=[1], axis=0),
+                   INT64, shape=[1])
+    return found, e("Greater", count, e.const([capacity]), dtype=BOOL, shape=[1], name="overflow")
 
 
 def lookup(e: Emit, grid: SiteGrid, batch: gs.Tensor, positions: list[gs.Tensor], kernel,

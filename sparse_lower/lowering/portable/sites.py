@@ -18,10 +18,13 @@ _NO_BOUND = np.iinfo(np.int64).max
 
 
 def reached_sites(e: Emit, grid: SiteGrid, coords: gs.Tensor, positions: list[gs.Tensor],
-                  reachable: list[gs.Tensor | None], counts, extents) -> gs.Variable:
-    """The output coords [M, 1+D], sorted, of the candidate sites of the input rows `coords` (same
-    batch): per dimension, `positions[i] [N, counts[i]]`, reachable where `reachable[i]` (None: always).
-    Candidates outside `extents` are dropped."""
+                  reachable: list[gs.Tensor | None], counts, extents, capacity: int | None = None
+                  ) -> tuple[gs.Variable, gs.Tensor | None]:
+    """(out_coords [M, 1+D], overflow): the sorted sites of the candidates of the input rows `coords`
+    (same batch): per dimension, `positions[i] [N, counts[i]]`, reachable where `reachable[i]` (None:
+    always). Candidates outside `extents` are dropped. With a `capacity` (the static form), M is the
+    capacity, the rows past the last site are padding (−1) and `overflow` says that more sites were
+    reached (grid.sorted_cells)."""
     kernel = counts
     volume, strides = prod(extents), row_major_strides(extents)
     valid = [inside_extent(e, p, extent) if r is None else e("And", r, inside_extent(e, p, extent), dtype=BOOL)
@@ -36,8 +39,18 @@ def reached_sites(e: Emit, grid: SiteGrid, coords: gs.Tensor, positions: list[gs
     keys = e("Add", cells, e("Unsqueeze", batch_cells, e.const(spread), shape=[None, *[1] * len(kernel)]))
     end = e("Mul", grid.batches, e.const([volume]), shape=[1], name="end")
     marked_keys = e.flat(e("Where", inside, keys, end))
-    found = sorted_cells(e, marked_keys, end)
-    ndim = len(extents)
-    divided = e("Div", e("Unsqueeze", found, e.const([1]), shape=[None, 1]), e.const([volume, *strides]),
+    found, overflow = sorted_cells(e, marked_keys, end, capacity)
+    return decoded_sites(e, found, end, extents, capacity is not None), overflow
+
+
+def decoded_sites(e: Emit, cells: gs.Tensor, end: gs.Tensor, extents, padded: bool) -> gs.Variable:
+    """The coords [M, 1+D] of linear sites `cells [M]` (b·V + Σ x_i·stride_i); with `padded`, rows
+    holding `end` (the static form's empty slots) become padding rows, all −1."""
+    ndim, volume, strides = len(extents), prod(extents), row_major_strides(extents)
+    divided = e("Div", e("Unsqueeze", cells, e.const([1]), shape=[None, 1]), e.const([volume, *strides]),
                 shape=[None, 1 + ndim])
-    return e("Mod", divided, e.const([_NO_BOUND, *extents]), shape=[None, 1 + ndim], name="out_coords")
+    coords = e("Mod", divided, e.const([_NO_BOUND, *extents]), shape=[None, 1 + ndim], name="out_coords")
+    if not padded:
+        return coords
+    real = e("Unsqueeze", e("Less", cells, end, dtype=BOOL, shape=[None]), e.const([1]), dtype=BOOL, shape=[None, 1])
+    return e("Where", real, coords, e.const(-1), shape=[None, 1 + ndim], name="out_coords")

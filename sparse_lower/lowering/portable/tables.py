@@ -28,7 +28,7 @@ from ...schemas import CONV_OPS, ConvGeometry, conv_geometry
 from ..context import LoweringContext
 from .boundary import dense_from_rows, rows_from_dense
 from .emit import BOOL, Emit
-from .grid import MAX_GRID_BYTES, SiteGrid, build_grid, grid_bytes, lookup
+from .grid import MAX_GRID_BYTES, Fixed, SiteGrid, build_grid, column_volume, grid_bytes, lookup
 from .sites import reached_sites
 from .taps import exact_quotients, per_dimension, reached_by_strided
 
@@ -59,10 +59,15 @@ def grid_halos(graph: onnx.GraphProto) -> dict[tuple, tuple[tuple, tuple]]:
 
 
 class StandardOpTables:
-    """Index tables in standard ops (the module docstring). `halos`: grid_halos of the source model."""
+    """Index tables in standard ops (the module docstring). `halos`: grid_halos of the source model;
+    `capacities` (max_active: one, or one per level, the last serving deeper levels) and `batches`: the
+    static form, whose every tensor has a fixed size (grid.Fixed)."""
 
-    def __init__(self, halos: dict[tuple, tuple[tuple, tuple]]):
+    def __init__(self, halos: dict[tuple, tuple[tuple, tuple]], capacities: tuple[int, ...] | None = None,
+                 batches: int = 1):
         self.halos = halos
+        self.capacities = capacities
+        self.batches = batches
         self._grids: dict[tuple, SiteGrid] = {}
         self._tables: dict[tuple, tuple] = {}
         self._made: dict[str, gs.Tensor | None] = {}  # coords and tables made here -> their flag
@@ -75,6 +80,12 @@ class StandardOpTables:
     def made(self, tensor: gs.Tensor, flag: gs.Tensor | None) -> None:
         """Record coords made by the lowering (unique, inside their grid) with the flag they inherit."""
         self._made[tensor.name] = flag
+
+    def fixed(self, level: int) -> Fixed | None:
+        """The static form's sizes at a level (None: the dynamic form)."""
+        if not self.capacities:
+            return None
+        return Fixed(self.capacities[min(level, len(self.capacities) - 1)], self.batches)
 
     def grid(self, ctx: LoweringContext, base: str, coords: gs.Tensor, extents: tuple,
              low: tuple | None = None, high: tuple | None = None) -> SiteGrid:
@@ -89,8 +100,13 @@ class StandardOpTables:
             _within_limit(base, f"site grid of {list(extents)} (with its halo {list(low)}, {list(high)})",
                           grid_bytes(extents, low, high))
             checked = coords.name not in self._made
+            fixed = self.fixed(ctx.level(coords))
+            if fixed:
+                _within_counting(base, "site grid's columns", fixed.batches * column_volume(extents, low, high))
+                if checked:
+                    fix_rows(ctx, coords, fixed.rows)
             self._grids[key] = build_grid(Emit(ctx, f"{coords.name}/grid"), coords, extents, low, high, checked,
-                                          self._made.get(coords.name))
+                                          self._made.get(coords.name), fixed)
         return self._grids[key]
 
     def _shared(self, key: tuple, build):
@@ -103,12 +119,23 @@ class StandardOpTables:
         low, high = _halo(geometry)
         return Emit(ctx, base), self.grid(ctx, base, coords, geometry.spatial_shape, low, high)
 
-    def _output_sites(self, e, grid, geometry, coords, positions, reachable, counts):
-        """The sorted output coords of a strided or transposed conv (sites.reached_sites), made here."""
+    def _output_sites(self, e, grid, geometry, coords, positions, reachable, counts, level: int):
+        """The sorted output coords of a strided or transposed conv (sites.reached_sites), made here, at
+        `level` (their capacity in the static form)."""
         _within_limit(e.base, f"output marks of {list(geometry.output_shape)}", marks_bytes(geometry))
-        out_coords = reached_sites(e, grid, coords, positions, reachable, counts, geometry.output_shape)
-        self.made(out_coords, grid.invalid)
+        fixed = self.fixed(level)
+        if fixed:
+            _within_counting(e.base, "output marks", fixed.batches * prod(geometry.output_shape))
+        out_coords, overflow = reached_sites(e, grid, coords, positions, reachable, counts, geometry.output_shape,
+                                             fixed.rows if fixed else None)
+        self.made(out_coords, e.either(grid.invalid, overflow))
         return out_coords
+
+    def _real_rows(self, e, out_coords) -> gs.Tensor | None:
+        """The rows of new coords that are not padding (the static form's), None where all are."""
+        if not self.capacities:
+            return None
+        return e("GreaterOrEqual", e.column(out_coords, 0), e.const(0), dtype=BOOL, shape=[None], name="real")
 
     def submanifold_map(self, ctx, base, geometry, coords, source):
         def build():
@@ -128,11 +155,12 @@ class StandardOpTables:
                           for dim, ((size, stride, dilation, pad), extent) in enumerate(zip(dims, geometry.output_shape))]
             counts = [(size - 1) * dilation // stride + 1 for size, stride, dilation, _ in dims]
             out_coords = self._output_sites(e, grid, geometry, coords, [p for p, _ in candidates],
-                                            [r for _, r in candidates], counts)
+                                            [r for _, r in candidates], counts, ctx.level(coords) + 1)
             neighbours = [per_dimension(e, out_coords, dim, stride, np.arange(size) * dilation - pad)
                           for dim, (size, stride, dilation, pad) in enumerate(dims)]  # o·s − pb + k·d, in the halo
-            nbr = lookup(e, grid, e.column(out_coords, 0), neighbours, geometry.kernel_shape)
-            self.made(nbr, grid.invalid)
+            nbr = lookup(e, grid, e.column(out_coords, 0), neighbours, geometry.kernel_shape,
+                         self._real_rows(e, out_coords))
+            self.made(nbr, self.invalid(out_coords))
             return out_coords, nbr
         return self._shared((coords.name, geometry), build)
 
@@ -143,10 +171,10 @@ class StandardOpTables:
                          for dim, (size, stride, dilation, pad) in enumerate(zip(
                              geometry.kernel_shape, geometry.strides, geometry.dilations, geometry.pads))]
             out_coords = self._output_sites(e, grid, geometry, coords, positions, [None] * geometry.ndim,
-                                            geometry.kernel_shape)
+                                            geometry.kernel_shape, max(ctx.level(coords) - 1, 0))
             nbr = lookup(e, grid, e.column(out_coords, 0), _divided_positions(e, geometry, out_coords),
-                         geometry.kernel_shape)
-            self.made(nbr, grid.invalid)
+                         geometry.kernel_shape, self._real_rows(e, out_coords))
+            self.made(nbr, self.invalid(out_coords))
             return out_coords, nbr
         return self._shared((coords.name, geometry), build)
 
@@ -164,13 +192,16 @@ class StandardOpTables:
         return self._shared((coords.name, targets.name, geometry), build)
 
     def to_sparse(self, ctx, base, dense, features, coords):
-        rows_from_dense(Emit(ctx, base), dense, features, coords)
-        self.made(coords, None)
+        fixed = self.fixed(0)
+        if fixed and dense.shape:
+            _within_counting(base, "ToSparse's marks", prod(d if isinstance(d, int) else 0 for d in dense.shape))
+        overflow = rows_from_dense(Emit(ctx, base), dense, features, coords, fixed.rows if fixed else None)
+        self.made(coords, overflow)
 
     def to_dense(self, ctx, base, features, coords, boundary, output):
         flag = self.invalid(coords) if coords.name in self._made else \
             self.grid(ctx, base, coords, boundary.spatial_shape).invalid  # the user's coords: checked
-        dense_from_rows(Emit(ctx, base), features, coords, boundary, flag, output)
+        dense_from_rows(Emit(ctx, base), features, coords, boundary, flag, output, padded=bool(self.capacities))
 
 
 def _within_limit(base: str, what: str, size: int) -> None:
@@ -180,6 +211,25 @@ def _within_limit(base: str, what: str, size: int) -> None:
                                f"the limit of {MAX_GRID_BYTES / 2**30:.0f} GiB", base,
                                "lower for the gpu or nna target, whose index tables grow with the active sites and "
                                "not with the grid, or crop the grid")
+
+
+COUNTING_LIMIT = 2**24  # float32 counts every integer up to here: the static form's CumSum of marks
+
+
+def _within_counting(base: str, what: str, cells: int) -> None:
+    """Refuse (naming the node `base`) the static form where marks that a float32 CumSum numbers would have
+    more cells than it counts exactly."""
+    if cells >= COUNTING_LIMIT:
+        raise SparseLowerError(f"the static form's {what} have {cells:,} cells, more than the 2^24 its float32 "
+                               f"count numbers exactly", base,
+                               "leave out max_active (row counts then follow the frame), or crop the grid")
+
+
+def fix_rows(ctx: LoweringContext, tensor: gs.Tensor, rows: int) -> None:
+    """Declare a graph input's row count as the static form's capacity: the model then takes frames of
+    exactly that many rows, the last ones padding (coords −1)."""
+    if tensor in ctx.graph.inputs and tensor.shape:
+        tensor.shape = [rows, *tensor.shape[1:]]
 
 
 def marks_bytes(geometry: ConvGeometry) -> int:
