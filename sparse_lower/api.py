@@ -15,7 +15,7 @@ from .errors import SparseLowerError, SparseLowerWarning
 from .importers import SOURCE_FORMAT, detect_format, format_title, nothing_to_lower
 from .layer_costs import method_report
 from .model_io import load, recorded_options
-from .lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS, Options
+from .lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS, Options, default_batches
 from .partition import DEFAULT_DEVICES, Partition, Predicate
 from .partition import partition as partition_graph
 from .passes.check import CheckModel, check_model
@@ -67,9 +67,13 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
       non-finite value into NaN in every output of the layer (0·NaN = NaN).
     * target "hybrid": the first sparse layer of each branch on the gpu path, the rest on the nna path.
     * target "portable": standard ONNX ops only, no library: the index tables are built inside the graph
-      from a site grid per coords tensor (4 bytes per cell and batch, refused over
+      from a two-level site grid per coords tensor (refused where one batch of it could take more than
       `lowering.portable.MAX_GRID_BYTES`), each conv is Gather → MatMul → Add. Any ONNX runtime runs
-      it (docs/portable.md). A frame that breaks the rules of sparse tensors gives NaN features.
+      it (docs/portable.md). A frame that breaks the rules of sparse tensors gives NaN features. With
+      `max_active` (one, or one per level, as for nna) every shape is static: the inputs take exactly
+      that many rows, padding rows having coords −1 (`runtime.pad_rows` pads a frame,
+      `runtime.drop_padding` drops them from the outputs), and the grids hold `max_batch` batches
+      (default: the model's ToDense batch_size, else 1).
 
     `dump_dir` receives the model after every pass; `check_each_pass` runs the ONNX checker and shape
     inference after every pass (the tests do).
@@ -87,9 +91,11 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     if max_batch is not None and (target != "portable" or max_active is None or not valid_batch):
         raise SparseLowerError(f"max_batch={max_batch!r} sizes the portable target's static form",
                                fix="give an int >= 1 together with target='portable' and max_active, or leave it out")
-    options = Options(strategy=strategy, combine=combine, max_active=max_active,
-                      max_batch=None if max_batch is None else int(max_batch), fuse_taps=bool(fuse_taps), layout=layout)
     model = load(model)
+    if target == "portable" and max_active is not None:
+        max_batch = default_batches(model.graph) if max_batch is None else int(max_batch)
+    options = Options(strategy=strategy, combine=combine, max_active=max_active, max_batch=max_batch,
+                      fuse_taps=bool(fuse_taps), layout=layout)
     found = detect_format(model)
     if found != SOURCE_FORMAT:
         raise SparseLowerError(f"the model is an export in the {format_title(found)} format",

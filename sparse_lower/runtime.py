@@ -18,6 +18,7 @@ import onnxruntime as ort
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
 from .errors import SparseLowerError
+from .model_io import recorded_options
 from .onnx_conventions import CUSTOM_DOMAIN, DEFAULT_DOMAIN_ALIAS, SOURCE_DOMAIN, STANDARD_DOMAINS
 
 LIBRARY_ENV = "SPARSE_LOWER_LIBRARY"
@@ -101,6 +102,42 @@ def broken_frame(feeds: dict, outputs: list) -> bool:
     floats = [np.asarray(v) for v in feeds.values() if np.issubdtype(np.asarray(v).dtype, np.floating)]
     return all(np.isfinite(v).all() for v in floats) and any(
         np.isnan(o).any() for o in map(np.asarray, outputs) if np.issubdtype(o.dtype, np.floating))
+
+
+def fixed_rows(model: onnx.ModelProto) -> bool:
+    """Whether a model is the portable target's static form: inputs of fixed rows, padding rows −1."""
+    options = recorded_options(model)
+    return options.get("target") == "portable" and options.get("max_active") is not None
+
+
+def pad_rows(model: onnx.ModelProto, feeds: dict) -> dict:
+    """A frame's feeds as a model of the portable target's static form takes them: every 2-D input of a
+    fixed row count padded to it, coords with rows of −1 (padding rows, which hold no site) and features
+    with zeros. The feeds of any other model are returned as they are."""
+    if not fixed_rows(model):
+        return feeds
+    padded = dict(feeds)
+    for value in model.graph.input:
+        dims = value.type.tensor_type.shape.dim
+        given = feeds.get(value.name)
+        if given is None or len(dims) != 2 or not dims[0].HasField("dim_value") or np.ndim(given) != 2:
+            continue
+        rows, given = dims[0].dim_value, np.asarray(given)
+        if len(given) > rows:
+            raise SparseLowerError(f"'{value.name}' has {len(given):,} rows, more than the {rows:,} the model was "
+                                   f"lowered for (max_active)", fix="lower the model with a larger max_active")
+        fill = -1 if np.issubdtype(given.dtype, np.integer) else 0
+        padded[value.name] = np.concatenate([given, np.full((rows - len(given), given.shape[1]), fill, given.dtype)])
+    return padded
+
+
+def drop_padding(outputs: dict) -> dict:
+    """Outputs of the portable target's static form without their padding rows: the rows of every 2-D
+    int64 output (coords) whose batch is −1, and the same rows of the float outputs of as many rows."""
+    real = {len(v): np.asarray(v)[:, 0] != -1 for v in outputs.values()
+            if np.asarray(v).dtype == np.int64 and np.ndim(v) == 2}
+    return {name: np.asarray(v)[real[len(v)]] if np.ndim(v) == 2 and len(v) in real else v
+            for name, v in outputs.items()}
 
 
 def create_session(model, **ort_kwargs) -> ort.InferenceSession:

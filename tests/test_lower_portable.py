@@ -181,9 +181,11 @@ def test_a_grid_over_the_limit_is_refused_naming_the_node():
         sparse_lower.lower(model, target="portable")
 
 
-def test_max_active_is_refused_with_the_fix():
-    with pytest.raises(SparseLowerError, match="no fixed row capacity"):
-        sparse_lower.lower(model_with(), target="portable", max_active=100)
+def test_a_static_grid_past_float32_counting_is_refused():
+    """The static form numbers marked cells with a float32 CumSum: past 2^24 cells it would miscount."""
+    model = model_with("SparseConv", {"kernel_shape": [1, 1], "spatial_shape": [5000, 5000]})  # 25 M output sites
+    with pytest.raises(SparseLowerError, match=r"node 'bad_node'.*more than the 2\^24 its float32 count numbers"):
+        sparse_lower.lower(model, target="portable", max_active=100)
 
 
 # -- TensorRT's ONNX parser: every op and type of the portable models is in its published list ------------
@@ -346,3 +348,100 @@ def test_run_frames_names_a_broken_frame_instead_of_writing_nan(tmp_path, sparse
     (failure,) = summary.failures
     assert failure.frame == str(bad) and "breaks a rule of sparse tensors" in failure.error
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["good.npz"]
+
+
+# -- the static form: max_active ---------------------------------------------------------------------------
+
+def static_shapes(model: onnx.ModelProto) -> list[str]:
+    """The tensors whose shape shape inference (with data propagation) cannot give as numbers."""
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    return [v.name for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)
+            if not v.type.tensor_type.HasField("shape")
+            or any(not d.HasField("dim_value") for d in v.type.tensor_type.shape.dim)]
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_static_form_random_config_matches_dense_oracle(seed):
+    """Inputs of exactly max_active rows, padding rows with coords −1; the outputs as many, their padding
+    rows −1, and the real rows the oracle's."""
+    from sparse_lower.runtime import drop_padding, pad_rows
+    rng = np.random.default_rng(seed)
+    config = random_conv_config(rng)
+    model, (W, B) = sparse_node_model(config.op_type, config.attrs, config.cin, config.cout, config.ndim,
+                                      config.with_bias, config.target_coords is not None, rng)
+    expected = reference.run(model, config.feeds)
+    rows = max(len(config.coords), len(expected["out_coords"]), 1) + int(rng.integers(0, 5))
+    lowered = sparse_lower.lower(model, target="portable", max_active=rows, max_batch=config.batch,
+                                 check_each_pass=True)
+    assert {n.domain for n in lowered.graph.node} <= {""} and not static_shapes(lowered)
+    got = plain_run(lowered, pad_rows(lowered, config.feeds))
+    assert got["out_features"].shape[0] == got["out_coords"].shape[0] == rows
+    got = drop_padding(got)
+    assert_matches_oracle(config, W, B, got["out_features"], got["out_coords"])
+
+
+def test_static_form_per_level_on_a_stack_and_the_dense_boundaries(rng):
+    from sparse_lower.runtime import drop_padding, pad_rows
+    model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    features, coords = random_sparse(rng, 2, 5, (10, 40, 40), count=800)
+    feeds = {"features": features, "coords": coords}
+    expected = reference.run(model, feeds)
+    lowered = sparse_lower.lower(model, target="portable", max_active=[900, 2000], max_batch=2, check_each_pass=True)
+    assert not static_shapes(lowered)
+    assert [d.dim_value for d in lowered.graph.input[0].type.tensor_type.shape.dim] == [900, 5]
+    got = list(drop_padding(plain_run(lowered, pad_rows(lowered, feeds), threads=2)).values())
+    np.testing.assert_array_equal(got[1], expected["sparseconv4.coords"])
+    np.testing.assert_allclose(got[0], expected["sparseconv4.features"], rtol=1e-4, atol=1e-5)
+    chain = chain_model()  # ToSparse → … → ToDense, batch 2 (its ToDense batch_size: the grids' batches)
+    X = densify(*random_sparse(rng, 2, 2, (6, 8), density=0.3), 2, (6, 8))
+    got = plain_run(sparse_lower.lower(chain, target="portable", max_active=48, check_each_pass=True), {"X": X})["Y"]
+    np.testing.assert_allclose(got, reference.run(chain, {"X": X})["Y"], rtol=1e-4, atol=1e-5)
+
+
+def test_static_form_overflow_gives_nan_and_too_many_rows_are_refused(rng):
+    from sparse_lower.runtime import pad_rows
+    model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    features, coords = random_sparse(rng, 1, 5, (10, 40, 40), count=800)
+    lowered = sparse_lower.lower(model, target="portable", max_active=[800, 100])  # the strided conv's 100 overflow
+    got = plain_run(lowered, pad_rows(lowered, {"features": features, "coords": coords}))
+    assert np.isnan(got["sparseconv4.features"]).all()
+    with pytest.raises(SparseLowerError, match="801 rows, more than the 800 the model was lowered for"):
+        pad_rows(lowered, {"features": np.zeros((801, 5), np.float32), "coords": np.zeros((801, 4), np.int64)})
+    with pytest.raises(SparseLowerError, match="max_batch=2 sizes the portable target's static form"):
+        sparse_lower.lower(model, target="portable", max_batch=2)
+
+
+@pytest.mark.parametrize("runtime", ["tvm", "openvino"])
+def test_the_static_form_runs_in_tvm_and_openvino_on_the_real_frame(runtime, tmp_path):
+    """TVM (Relax, llvm) builds only static shapes; OpenVINO takes both forms."""
+    pytest.importorskip(runtime, reason=f"{runtime} is not installed: pip install '.[{runtime}]'")
+    from conftest import DATA
+    from sparse_lower.runtime import drop_padding, pad_rows
+    path = DATA / "nuscenes_centerpoint_voxels.npz"
+    if not path.is_file():
+        pytest.skip(f"no {path}")
+    data = np.load(path)
+    model = centerpoint_head_stack()
+    lowered = sparse_lower.lower(model, target="portable", max_active=[80000, 70000])
+    feeds = pad_rows(lowered, {"features": data["features"].astype(np.float32), "coords": data["coords"].astype(np.int64)})
+    want = plain_run(lowered, feeds, threads=2)
+    if runtime == "tvm":
+        import tvm
+        from tvm import relax
+        from tvm.relax.frontend.onnx import from_onnx
+        module = relax.transform.LegalizeOps()(relax.transform.DecomposeOpsForInference()(
+            from_onnx(lowered, keep_params_in_input=False)))
+        machine = relax.VirtualMachine(relax.build(module, target=tvm.target.Target("llvm")), tvm.cpu())
+        outputs = machine["main"](*[tvm.runtime.tensor(feeds[v.name]) for v in lowered.graph.input])
+        got = dict(zip(want, (o.numpy() for o in outputs)))
+    else:
+        import openvino as ov
+        onnx.save(lowered, tmp_path / "static.onnx")
+        compiled = ov.Core().compile_model(str(tmp_path / "static.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        results = compiled(feeds)
+        got = {name: results[compiled.outputs[index]] for index, name in enumerate(want)}
+    got, want = drop_padding(got), drop_padding(want)
+    np.testing.assert_array_equal(got["sparseconv4.coords"], want["sparseconv4.coords"])
+    assert len(want["sparseconv4.coords"]) == 69276
+    scale = np.abs(want["sparseconv4.features"]).max()
+    assert np.abs(got["sparseconv4.features"] - want["sparseconv4.features"]).max() <= 1e-5 * scale

@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import SparseLowerError
-from ..runtime import BROKEN_FRAME, broken_frame, create_session, needs_library
+from ..runtime import BROKEN_FRAME, broken_frame, create_session, drop_padding, fixed_rows, needs_library, pad_rows
 from .files import frame_feeds, model_inputs, read_frame, write_outputs
 
 
@@ -44,6 +44,7 @@ class FrameWorker:
         proto = onnx.load_from_string(model)
         self.inputs = model_inputs(proto)
         self.guarded = not needs_library(proto)  # portable: a broken frame gives NaN rather than an error
+        self.proto = proto if fixed_rows(proto) else None  # the static form: frames padded, outputs unpadded
         self.outputs = [output.name for output in self.session.get_outputs()]
         self.compress = compress
 
@@ -51,12 +52,15 @@ class FrameWorker:
         """Run one frame and write its outputs to `output`; a failure is returned, not raised."""
         try:
             feeds = frame_feeds(read_frame(frame), self.inputs)
+            if self.proto is not None:
+                feeds = pad_rows(self.proto, feeds)
             start = time.perf_counter()
             values = self.session.run(self.outputs, feeds)
             latency = (time.perf_counter() - start) * 1e3
             if self.guarded and broken_frame(feeds, values):
                 raise BROKEN_FRAME
-            write_outputs(output, dict(zip(self.outputs, values)), self.compress)
+            results = dict(zip(self.outputs, values))
+            write_outputs(output, drop_padding(results) if self.proto is not None else results, self.compress)
         except Exception as error:  # one bad frame must not stop the job: it is reported by name
             reason = str(error) if isinstance(error, SparseLowerError) else f"{type(error).__name__}: {error}"
             return FrameResult(str(frame), error=reason)

@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import onnx
 import onnx_graphsurgeon as gs
-from onnx import helper
 
 from .compute import Compute
 from .context import LoweringContext, Options
@@ -48,15 +47,18 @@ def compute_policy(target: str, options: Options) -> Callable[[gs.Node, Lowering
 
 def index_tables(target: str, graph: onnx.GraphProto, options: Options) -> IndexTables:
     """Where the target's index tables come from: standard ops for portable, the custom ops otherwise.
-    With `max_active`, the portable tables have static shapes, their grids sized for `max_batch`
-    batches, by default the model's ToDense batch_size (1 where it has none)."""
+    With `max_active`, the portable tables have static shapes, their grids sized for `max_batch` batches."""
     if target != "portable":
         return CustomOpTables()
     capacities = (options.max_active,) if isinstance(options.max_active, int) else options.max_active
-    batches = options.max_batch or max((helper.get_attribute_value(a) for n in graph.node if n.op_type == "ToDense"
-                                        for a in n.attribute if a.name == "batch_size"), default=1)
-    return StandardOpTables(grid_halos(graph), capacities, batches)
+    return StandardOpTables(grid_halos(graph), capacities, options.max_batch or 1)
+
+
+def default_batches(graph: onnx.GraphProto) -> int:
+    """The batches the portable static form holds unless told: the model's ToDense batch_size, else 1."""
+    return max((a.i for n in graph.node if n.op_type == "ToDense" for a in n.attribute
+                if a.name == "batch_size" and a.type == onnx.AttributeProto.INT and a.i >= 1), default=1)
 
 
 __all__ = ["COMBINES", "LAYOUTS", "RULES", "STRATEGIES", "TARGETS", "LoweringContext", "Options", "Refusal", "Rule",
-           "compute_policy", "index_tables", "rule_for"]
+           "compute_policy", "default_batches", "index_tables", "rule_for"]

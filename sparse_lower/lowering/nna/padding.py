@@ -20,7 +20,7 @@ from ..context import FLOAT, INT64, LoweringContext
 from ..graph import constant_value
 
 # Element-wise float ops that act row by row, so they commute with padding rows at the end.
-_ROWWISE = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Identity", "Add", "Sub", "Mul", "Div", "Neg"}
+ROWWISE = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Identity", "Add", "Sub", "Mul", "Div", "Neg"}
 
 
 def _broadcasts_over_rows(value: np.ndarray) -> bool:
@@ -33,7 +33,7 @@ def _propagated(ctx: LoweringContext, rows: gs.Tensor, capacity: int) -> gs.Tens
     if rows.name in ctx.padded:
         return ctx.padded[rows.name]
     producer = rows.inputs[0] if len(rows.inputs) == 1 else None
-    if producer is None or not is_standard(producer.domain) or producer.op not in _ROWWISE:
+    if producer is None or not is_standard(producer.domain) or producer.op not in ROWWISE:
         return None
     inputs = []
     for tensor in producer.inputs:

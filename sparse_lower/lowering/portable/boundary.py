@@ -19,6 +19,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from ...errors import SparseLowerError
+from ..nna.padding import ROWWISE as _ROWWISE
 from ...schemas import DenseBoundary
 from ..context import FLOAT
 from .emit import BOOL, Emit
@@ -61,34 +62,51 @@ def rows_from_dense(e: Emit, dense: gs.Tensor, features: gs.Variable, coords: gs
     return overflow
 
 
+def _channels(features: gs.Tensor, depth: int = 8) -> int | None:
+    """The channels of feature rows where the graph says them: declared, or declared on the input of the
+    element-wise ops (Relu, a residual Add, …) that made them."""
+    if features.shape and len(features.shape) == 2 and isinstance(features.shape[1], int):
+        return features.shape[1]
+    if depth == 0 or len(features.inputs) != 1 or features.inputs[0].op not in _ROWWISE:
+        return None
+    return next((c for c in (_channels(t, depth - 1) for t in features.inputs[0].inputs) if c is not None), None)
+
+
 def dense_from_rows(e: Emit, features: gs.Tensor, coords: gs.Tensor, boundary: DenseBoundary,
                     invalid: gs.Tensor | None, output: gs.Variable, padded: bool = False) -> None:
     """Write the rows into `output [batch_size, C, *spatial_shape]`, zeros elsewhere; every feature NaN
     where the frame broke a rule (`invalid`, or a row outside this grid). `padded`: the static form,
     whose padding rows (batch −1) are written nowhere."""
     extents = boundary.spatial_shape
-    ndim, volume = len(extents), prod(extents)
-    channels = e("Shape", features, shape=[1], name="channels", start=1, end=2)
-    plane = e("Mul", channels, e.const([volume]), shape=[1], name="plane")  # C·V: one batch
-    weights = e("Concat", plane, e.const(row_major_strides(extents)), shape=[1 + ndim], axis=0)
+    ndim, volume, batches = len(extents), prod(extents), boundary.batch_size
+    strides = row_major_strides(extents)
+    known = _channels(features)
+    if known is not None:  # every size a constant, as TVM's importer wants them (and shape inference)
+        plane, shape = e.const([known * volume]), e.const([batches, known, *extents])
+        weights, starts = e.const([known * volume, *strides]), e.const(np.arange(known) * volume)
+        total, size = e.const([known * volume * batches]), e.const([known * volume * (batches + 1)])
+    else:
+        channels = e("Shape", features, shape=[1], name="channels", start=1, end=2)
+        plane = e("Mul", channels, e.const([volume]), shape=[1], name="plane")  # C·V: one batch
+        shape = e("Concat", e.const([batches]), channels, e.const(extents), shape=[2 + ndim], axis=0)
+        weights = e("Concat", plane, e.const(strides), shape=[1 + ndim], axis=0)
+        count = e("Squeeze", channels, e.const([0]), shape=[])
+        starts = e("Mul", e("Range", e.const(0), count, e.const(1), shape=[None]), e.const(volume), shape=[None])
+        total = e("Mul", plane, e.const([batches]), shape=[1])
+        size = e("Add", total, plane, shape=[1])  # a plane more, for the rows that go nowhere
     sites = e("ReduceSum", e("Mul", coords, weights, shape=[None, 1 + ndim]), e.const([1]), shape=[None], keepdims=0)
-    inside = e.all_of_row(inside_extent(e, coords, [boundary.batch_size, *extents]), shape=[None])
+    inside = e.all_of_row(inside_extent(e, coords, [batches, *extents]), shape=[None])
     broken = e("Not", inside, dtype=BOOL, shape=[None])
     if padded:
         padding = e("Equal", e.column(coords, 0), e.const(-1), dtype=BOOL, shape=[None], name="padding")
         broken = e("And", broken, e("Not", padding, dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])
-    total = e("Mul", plane, e.const([boundary.batch_size]), shape=[1])
-    sites = e("Where", inside, sites, total, shape=[None], name="sites")  # past the end: a cell cut off below
+    sites = e("Where", inside, sites, total, shape=[None], name="sites")  # past the end: a plane cut off below
     invalid = e.either(invalid, e.any(broken))
-    count = e("Squeeze", channels, e.const([0]), shape=[])
-    channel_starts = e("Mul", e("Range", e.const(0), count, e.const(1), shape=[None]), e.const(volume), shape=[None])
     index = e("Add", e("Unsqueeze", sites, e.const([1]), shape=[None, 1]),
-              e("Unsqueeze", channel_starts, e.const([0]), shape=[1, None]), shape=[None, None], name="index")
+              e("Unsqueeze", starts, e.const([0]), shape=[1, None]), shape=[None, None], name="index")
     poison = e("Where", invalid, e.const([np.nan], FLOAT), e.const([0], FLOAT), dtype=FLOAT, shape=[1], name="poison")
     values = e("Add", features, poison, dtype=FLOAT, shape=[None, None])
-    zeros = e("ConstantOfShape", e("Add", total, e("Mul", channels, e.const([volume]), shape=[1]), shape=[1]),
-              dtype=FLOAT, shape=[None], value=gs.Constant("zero", np.zeros(1, np.float32)))
+    zeros = e("ConstantOfShape", size, dtype=FLOAT, shape=[None], value=gs.Constant("zero", np.zeros(1, np.float32)))
     written = e("ScatterElements", zeros, e.flat(index), e.flat(values, FLOAT), dtype=FLOAT, shape=[None], axis=0)
     flat = e("Slice", written, e.const([0]), total, e.const([0]), dtype=FLOAT, shape=[None])
-    shape = e("Concat", e.const([boundary.batch_size]), channels, e.const(extents), shape=[2 + ndim], axis=0)
     e.ctx.standard("Reshape", e.base, [flat, shape], [output])

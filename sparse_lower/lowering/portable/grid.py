@@ -122,12 +122,12 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
     if offset:
         column_keys = e("Add", column_keys, e.const(offset), shape=[None], name="column_keys")
     batch = e.column(coords, 0)
-    if fixed:
-        batches = e.const([fixed.batches])
+    if fixed:  # every size a constant, so that shape inference finds every shape
+        batches, end = e.const([fixed.batches]), e.const([fixed.batches * shell.column_volume])
     else:
         largest = e("ReduceMax", e("Concat", batch, e.const([-1]), shape=[None], axis=0), shape=[1], keepdims=1)
         batches = e("Add", largest, e.const([1]), shape=[1], name="batches")
-    end = e("Mul", batches, e.const([shell.column_volume]), shape=[1], name="end")
+        end = e("Mul", batches, e.const([shell.column_volume]), shape=[1], name="end")
     inside, invalid = None, inherited
     padding = e("Equal", batch, e.const(-1), dtype=BOOL, shape=[None], name="padding") if fixed else None
     if check:
@@ -147,18 +147,22 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
     else:
         count = e("Squeeze", e.cast(e.rows(occupied), INT32, shape=[1]), e.const([0]), dtype=INT32, shape=[])
         numbers = _numbers(e, count)
-    columns = e("ScatterElements", _zeros(e, e("Add", end, e.const([1]), shape=[1]), INT32), occupied,
+    columns = e("ScatterElements", _zeros(e, _plus_one(e, end), INT32), occupied,
                 numbers, dtype=INT32, shape=[None], name="columns", axis=0)
     column = e.cast(e.gather_like(columns, column_keys, INT32, shape=[None]), INT64, shape=[None])
     depths = e("Add", e.column(coords, 1 + depth), e.const(low[depth]), shape=[None])
     cells = e("Add", e("Mul", column, e.const(size), shape=[None]), depths, shape=[None], name="cells")
-    slices = e.const([fixed.rows + 1]) if fixed else e("Add", e.cast(e.rows(occupied), INT64, shape=[1]),
-                                                       e.const([1]), shape=[1])
-    last = e("Mul", slices, e.const([size]), shape=[1], name="last")  # the table's last cell
+    if fixed:
+        last = e.const([(fixed.rows + 1) * size])  # the table's last cell
+    else:
+        slices = e("Add", e.cast(e.rows(occupied), INT64, shape=[1]), e.const([1]), shape=[1])
+        last = e("Mul", slices, e.const([size]), shape=[1], name="last")
     if inside is not None:
         cells = e("Where", inside, cells, last, shape=[None], name="cells")
-    numbers = _numbers(e, e("Squeeze", e.cast(e.rows(coords), INT32, shape=[1]), e.const([0]), dtype=INT32, shape=[]))
-    table = e("ScatterElements", _zeros(e, e("Add", last, e.const([1]), shape=[1]), INT32), cells, numbers,
+    rows = e.const(fixed.rows, INT32) if fixed else \
+        e("Squeeze", e.cast(e.rows(coords), INT32, shape=[1]), e.const([0]), dtype=INT32, shape=[])
+    numbers = _numbers(e, rows)
+    table = e("ScatterElements", _zeros(e, _plus_one(e, last), INT32), cells, numbers,
               dtype=INT32, shape=[None], name="table", axis=0)
     if check:
         back = e.gather_like(table, cells, INT32, shape=[None], name="read_back")
@@ -170,15 +174,23 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
     return SiteGrid(columns, table, tuple(extents), tuple(low), tuple(high), batches, invalid, inside)
 
 
+def _plus_one(e: Emit, size: gs.Tensor) -> gs.Tensor:
+    """size + 1, a constant where size is one (the static form keeps every shape inferable)."""
+    if isinstance(size, gs.Constant):
+        return e.const(np.asarray(size.values) + 1)
+    return e("Add", size, e.const([1]), shape=[1])
+
+
 def _zeros(e: Emit, size: gs.Tensor, dtype) -> gs.Variable:
     zero = gs.Constant(f"zero_{np.dtype(dtype).name}", np.zeros(1, dtype))
     return e("ConstantOfShape", size, dtype=dtype, shape=[None], name="zeros", value=zero)
 
 
 def _numbers(e: Emit, count: gs.Tensor) -> gs.Variable:
-    """int32 1, 2, …, count."""
-    return e("Range", e.const(1, INT32), e("Add", count, e.const(1, INT32), dtype=INT32, shape=[]), e.const(1, INT32),
-             dtype=INT32, shape=[None], name="numbers")
+    """int32 1, 2, …, count (a constant count: a constant limit, which shape inference reads)."""
+    limit = e.const(int(count.values) + 1, INT32) if isinstance(count, gs.Constant) else \
+        e("Add", count, e.const(1, INT32), dtype=INT32, shape=[])
+    return e("Range", e.const(1, INT32), limit, e.const(1, INT32), dtype=INT32, shape=[None], name="numbers")
 
 
 def sorted_cells(e: Emit, keys: gs.Tensor, end: gs.Tensor, capacity: int | None = None
@@ -189,7 +201,7 @@ def sorted_cells(e: Emit, keys: gs.Tensor, end: gs.Tensor, capacity: int | None 
     last: a `CumSum` of the marks numbers each marked cell (exact in float32 below 2^24 cells, which
     the static form checks), and a `ScatterElements` puts it in its slot; `overflow` (bool [1]) says
     that more cells than that were marked."""
-    zeros = _zeros(e, e("Add", end, e.const([1]), shape=[1]), FLOAT)
+    zeros = _zeros(e, _plus_one(e, end), FLOAT)
     ones = e("Expand", e.const([1], FLOAT), e("Shape", keys, shape=[1]), dtype=FLOAT, shape=[None])
     marks = e("ScatterElements", zeros, keys, ones, dtype=FLOAT, shape=[None], name="marks", axis=0)
     if capacity is None:
@@ -201,8 +213,9 @@ def sorted_cells(e: Emit, keys: gs.Tensor, end: gs.Tensor, capacity: int | None 
         return e("Slice", found, e.const([0]), kept, e.const([0]), shape=[None], name="sorted"), None
     running = e("CumSum", marks, e.const(0), dtype=FLOAT, shape=[None], name="running")
     slots = e("Sub", e.cast(running, INT64, shape=[None]), e.const(1), shape=[None], name="slots")
-    cells = e("Range", e.const(0), e("Squeeze", e("Add", end, e.const([1]), shape=[1]), e.const([0]), shape=[]),
-              e.const(1), shape=[None], name="cells")
+    limit = e.const(int(end.values[0]) + 1) if isinstance(end, gs.Constant) else \
+        e("Squeeze", _plus_one(e, end), e.const([0]), shape=[])
+    cells = e("Range", e.const(0), limit, e.const(1), shape=[None], name="cells")
     marked = e("And", e("Greater", marks, e.const(0, FLOAT), dtype=BOOL, shape=[None]),
                e("Less", cells, end, dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])
     kept = e("And", marked, e("Less", slots, e.const(capacity), dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])

@@ -37,7 +37,10 @@ def reached_sites(e: Emit, grid: SiteGrid, coords: gs.Tensor, positions: list[gs
     batch_cells = e("Mul", e.column(coords, 0), e.const(volume), shape=[None])
     spread = list(range(1, 1 + len(kernel)))
     keys = e("Add", cells, e("Unsqueeze", batch_cells, e.const(spread), shape=[None, *[1] * len(kernel)]))
-    end = e("Mul", grid.batches, e.const([volume]), shape=[1], name="end")
+    if isinstance(grid.batches, gs.Constant):  # the static form: a constant, so that every shape is inferable
+        end = e.const(np.asarray(grid.batches.values) * volume)
+    else:
+        end = e("Mul", grid.batches, e.const([volume]), shape=[1], name="end")
     marked_keys = e.flat(e("Where", inside, keys, end))
     found, overflow = sorted_cells(e, marked_keys, end, capacity)
     return decoded_sites(e, found, end, extents, capacity is not None), overflow
