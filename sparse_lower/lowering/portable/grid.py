@@ -22,6 +22,10 @@ its depth. One batch costs 8 bytes per column cell plus 4·P per occupied column
 CenterPoint frame; at worst (every column occupied) 4·(P + 2) per column cell (`grid_bytes`), which
 the portable target refuses over `MAX_GRID_BYTES`.
 
+In the static form (`Fixed`: `max_active`) every size is a constant: the grid holds `batches` batches,
+the table as many columns as the tensor has rows, and `sorted_cells` numbers the occupied columns
+with a `CumSum` rather than `NonZero`. Padding rows (batch −1) are left out.
+
 Rows that break the rules of a sparse tensor (a coordinate outside the grid, a negative batch, two
 rows on one site) cannot raise an error in a standard graph. The grid finds them: the rows outside
 are written to the last cell instead, and a row that does not read its own number back from its

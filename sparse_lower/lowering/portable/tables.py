@@ -2,13 +2,15 @@
 and row order as the library's custom ops (docs/custom_ops.md), and neighbour tables holding 1 + the
 row where the custom ops hold the row, 0 where they hold −1 (the compute puts a zero row first).
 
-* SubmanifoldConv and SparseConv: a neighbour sits at an affine function of the output site and the
-  tap, `o·s − pb + k·d`, so its grid cell is the output's own cell plus a constant per tap: one `Add`
-  of `[M, 1]` and `[1, K]` and one `Gather` from the input's site grid (grid.py), whose halo covers
-  every offset.
+* SubmanifoldConv and SparseConv: a neighbour sits at `o·s − pb + k·d` in each dimension (s = 1 and
+  centred taps for SubmanifoldConv), inside the halo of the input's site grid (grid.py), which
+  `grid.lookup` reads per tap.
 * SparseDeconv: the neighbour `(o + pb − k·d) / s` exists only where the division is exact; the
   quotients are computed per dimension and clamped into the halo.
-* Output sites of SparseConv and SparseDeconv: sites.reached_sites.
+* Output sites of SparseConv (the candidates per dimension of taps.reached_by_strided) and SparseDeconv:
+  sites.reached_sites.
+* With `capacities` (max_active), the static form: every size a constant, padding rows (coords −1) in
+  every sparse tensor after the real ones (grid.Fixed).
 
 Every table and output coords tensor made here carries the flag of the coords it was made from
 (`invalid`), which the compute form (compute.py) turns into NaN outputs.
