@@ -75,7 +75,10 @@ class LoweringContext:
         return any(self.after_a_sparse_layer(t, seen) for t in tensor.inputs[0].inputs)
 
     def level(self, coords: gs.Tensor) -> int:
-        """The level of a sparse tensor's sites (schemas.coords_levels), for a capacity per level."""
+        """The level of a sparse tensor's sites (schemas.coords_levels), for a capacity per level; coords
+        passed through a Cast or an Identity (as importers leave them) are those of their input."""
+        while coords.name not in self.levels and len(coords.inputs) == 1 and coords.inputs[0].op in ("Cast", "Identity"):
+            coords = coords.inputs[0].inputs[0]
         return self.levels.get(coords.name, 0)
 
     def fresh(self, base: str) -> str:

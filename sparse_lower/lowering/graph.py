@@ -91,7 +91,8 @@ def model_like(graph: gs.Graph, like: onnx.ModelProto, drop_domains=(), add_doma
 
     The IR version is kept rather than re-stamped, and capped at 10: onnx stamps newer ones than
     onnxruntime reads (1.21, the oldest runtime supported, reads up to 10). Graph outputs the model
-    declared without a shape get the one shape inference finds.
+    declared without a shape, or with an empty one (as torch.onnx writes an output of unknown rank),
+    get the one shape inference finds.
     """
     model = gs.export_onnx(graph, do_type_check=False)
     model.ir_version = min(like.ir_version, IR_VERSION)
@@ -103,6 +104,9 @@ def model_like(graph: gs.Graph, like: onnx.ModelProto, drop_domains=(), add_doma
     imports.update(dict(add_domains))
     del model.opset_import[:]
     model.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(imports.items()))
+    for output in model.graph.output:
+        if not output.type.tensor_type.shape.dim:  # unknown, or empty: inference says which
+            output.type.tensor_type.ClearField("shape")
     inferred = onnx.shape_inference.infer_shapes(model).graph.output
     for output, found in zip(model.graph.output, inferred):
         if not output.type.tensor_type.HasField("shape"):

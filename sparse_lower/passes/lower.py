@@ -13,6 +13,7 @@ from ..errors import SparseLowerError
 from ..layer_costs import layer_costs, record
 from ..lowering import LoweringContext, Options, compute_policy, index_tables, rule_for
 from ..lowering.graph import deep_graph, model_like
+from ..lowering.portable import padding_reader
 from ..onnx_conventions import CUSTOM_DOMAIN, OPSET, OPTIONS_KEY, RUNTIME_KEY, SOURCE_DOMAIN, VERSION_KEY
 from ..schemas import coords_levels
 from ..version import VERSION
@@ -37,8 +38,9 @@ def run_hint(model: str = "model", target: str = "gpu") -> str:
 
 class LowerSparse:
     """requires: source nodes every rule's check accepts (ValidateSourceOps); a default-domain opset the emitted ops exist in and onnx knows
-    (a model importing none gets opset 17). ensures: no `sparse` node is left; the model imports the
-    `sparse_lower` domain."""
+    (a model importing none gets opset 17); for the portable static form, no op but a source op or a
+    row-wise one reading sparse rows (which carry padding there). ensures: no `sparse` node is left; the
+    model imports the `sparse_lower` domain (but a portable one, which imports no custom domain)."""
 
     def __init__(self, target: str, options: Options):
         self.target = target
@@ -57,6 +59,14 @@ class LowerSparse:
             raise SparseLowerError(f"the model imports ONNX opset {opset}, newer than the newest that onnx "
                                    f"{onnx.__version__} knows ({newest})",
                                    fix=f"export the model at opset {newest} or older")
+        if self.target == "portable" and self.options.max_active is not None:
+            found = padding_reader(model.graph)
+            if found is not None:
+                node, tensor = found
+                raise SparseLowerError(
+                    f"the portable static form (max_active) pads every sparse tensor with rows of coords -1, and "
+                    f"the {node.op_type} node reads the rows of '{tensor}' as they are", node.name or node.op_type,
+                    "densify with the source op ToDense (it leaves the padding out), or lower without max_active")
 
     def call(self, model: onnx.ModelProto) -> onnx.ModelProto:
         graph = gs.import_onnx(model)

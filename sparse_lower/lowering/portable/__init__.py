@@ -4,6 +4,6 @@ sites.py, tables.py, boundary.py); the compute is the indexed unfold as Gather â
 
 from .compute import PortableCompute
 from .grid import MAX_GRID_BYTES
-from .tables import StandardOpTables, grid_halos, index_memory
+from .tables import StandardOpTables, grid_halos, index_memory, padding_reader
 
-__all__ = ["MAX_GRID_BYTES", "PortableCompute", "StandardOpTables", "grid_halos", "index_memory"]
+__all__ = ["MAX_GRID_BYTES", "PortableCompute", "StandardOpTables", "grid_halos", "index_memory", "padding_reader"]

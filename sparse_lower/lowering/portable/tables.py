@@ -28,6 +28,7 @@ from ...errors import SparseLowerError
 from ...onnx_conventions import SOURCE_DOMAIN
 from ...schemas import CONV_OPS, ConvGeometry, conv_geometry
 from ..context import LoweringContext
+from ..nna.padding import ROWWISE
 from .boundary import dense_from_rows, rows_from_dense
 from .emit import BOOL, Emit
 from .grid import MAX_GRID_BYTES, Fixed, SiteGrid, build_grid, column_volume, grid_bytes, lookup
@@ -229,9 +230,37 @@ def _within_counting(base: str, what: str, cells: int) -> None:
 
 def fix_rows(ctx: LoweringContext, tensor: gs.Tensor, rows: int) -> None:
     """Declare a graph input's row count as the static form's capacity: the model then takes frames of
-    exactly that many rows, the last ones padding (coords −1)."""
+    exactly that many rows, the last ones padding (coords −1). A Cast or Identity between the input and
+    the sparse layer (as importers leave them) is looked through."""
+    while tensor not in ctx.graph.inputs and len(tensor.inputs) == 1 and tensor.inputs[0].op in ("Cast", "Identity"):
+        tensor = tensor.inputs[0].inputs[0]
     if tensor in ctx.graph.inputs and tensor.shape:
         tensor.shape = [rows, *tensor.shape[1:]]
+
+
+def padding_reader(graph: onnx.GraphProto) -> tuple[onnx.NodeProto, str] | None:
+    """(node, tensor): the first node other than a source op or a row-wise op that reads the rows of a
+    sparse layer's output: in the static form it would take the padding rows (coords −1) for sites.
+    Casts and Identities are looked through; graph outputs are the user's, who drops the padding."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    pending = [(name, is_coords) for n in graph.node if n.domain == SOURCE_DOMAIN and n.op_type in CONV_OPS
+               for name, is_coords in zip(n.output, (False, True))]  # (features, coords) of every conv
+    seen = set()
+    while pending:
+        name, is_coords = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in readers.get(name, []):
+            if node.domain == SOURCE_DOMAIN:
+                continue
+            if node.op_type not in ("Cast", "Identity") and (is_coords or node.op_type not in ROWWISE):
+                return node, name
+            pending.extend((out, is_coords) for out in node.output)
+    return None
 
 
 def marks_bytes(geometry: ConvGeometry) -> int:
