@@ -1,7 +1,7 @@
 """Lowering: one rule per source op (rules/, written as match / check / rewrite), the compute form
 each target gives a conv (gpu/, nna/, portable/, behind compute.py's interface) and where its index
 tables come from (index_tables.py: the library's custom ops, or portable/'s standard ops).
-`compute_policy(target, options)` says which form each conv gets, `index_tables(target, graph)` which
+`compute_policy(target, options)` says which form each conv gets, `index_tables(target, graph, options)` which
 tables; the pass (passes/lower.py) applies the rules with them."""
 
 from __future__ import annotations

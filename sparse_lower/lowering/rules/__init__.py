@@ -1,15 +1,17 @@
 """The lowering rules, one module per source op, each a `Rule` (rule.py): match / check / rewrite.
 
     ToSparse         to_sparse.py         ActiveSites → IndexedUnfold
-    SubmanifoldConv  submanifold_conv.py  SubmanifoldMap → compute (gpu/ or nna/)
+    SubmanifoldConv  submanifold_conv.py  SubmanifoldMap → compute (gpu/, nna/ or portable/)
     SparseConv       sparse_conv.py       StridedMap → compute
     SparseDeconv     sparse_deconv.py     TransposedMap or TargetMap → compute
     ToDense          to_dense.py          SiteIndex → IndexedFold
 
-The three convs share conv_rule.py; checks.py holds the refusals several rules share. The rules are
-the same for every target: which compute form a conv gets is the target's policy
-(LoweringContext.compute_for). The boundary ops always take the custom ops: an accelerator cannot
-look coordinates up.
+(the custom ops named are the index tables of gpu, nna and hybrid; the portable target builds the same
+tables from standard ops: lowering/index_tables.py, portable/). The three convs share conv_rule.py;
+checks.py holds the refusals several rules share. The rules are the same for every target: which
+compute form a conv gets is the target's policy (LoweringContext.compute_for), where its tables come
+from the target's `LoweringContext.tables`. On nna the boundary ops take the custom ops: an
+accelerator cannot look coordinates up.
 """
 
 from __future__ import annotations
