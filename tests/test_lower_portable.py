@@ -13,12 +13,16 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from onnx import helper
+
 import sparse_lower
-from helpers import chain_model, model_with, session, to_dense_model
+from conftest import DATA
+from helpers import STRIDED, SUBM, chain_model, model_with, session, sparse_lower_cli, to_dense_model
 from oracle import assert_matches_oracle, densify, random_conv_config, random_sparse, sparse_node_model
 from sparse_lower import reference
 from sparse_lower.errors import SparseLowerError
 from sparse_lower.models import centerpoint_head_stack
+from sparse_lower.runtime import drop_padding, pad_rows
 
 
 def portable(model) -> onnx.ModelProto:
@@ -78,7 +82,7 @@ def test_dense_boundaries_match_the_reference(rng):
 def dense_output_model(batch_size: int) -> onnx.ModelProto:
     """helpers.to_dense_model on a [5, 7] grid, with its output's shape declared (the checker wants one)."""
     model = to_dense_model(spatial_shape=[5, 7], batch_size=batch_size)
-    model.graph.output[0].CopyFrom(onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [batch_size, 2, 5, 7]))
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [batch_size, 2, 5, 7]))
     return model
 
 
@@ -91,7 +95,6 @@ def test_to_dense_of_the_models_own_inputs(rng):
 def test_the_wild_nvidia_file_runs_without_the_library():
     """A real export (NVIDIA's exptool): imported, lowered, run by a session that never saw the library;
     its outputs are the gpu target's (test_wild compares both with spconv on the real frames)."""
-    from conftest import DATA
     path = DATA / "wild" / "nvidia_exptool" / "centerpoint.scn.onnx"
     if not path.is_file():
         pytest.skip(f"no {path}")
@@ -109,8 +112,6 @@ def test_the_wild_nvidia_file_runs_without_the_library():
 
 def _subm_then_strided():
     """features [N, 3] / coords [N, 3] on an 8×8 grid → SubM 3×3 → SparseConv 2×2 s2."""
-    from helpers import STRIDED, SUBM
-    from onnx import helper
     model = model_with("SubmanifoldConv", SUBM)
     strided = model_with("SparseConv", STRIDED, cin=4, cout=2)
     for init in strided.graph.initializer:
@@ -243,7 +244,6 @@ def test_every_op_and_type_is_in_tensorrts_onnx_operator_list(name, model):
 
 def test_the_tensorrt_check_finds_what_the_table_refuses():
     """The check itself: an int32 MatMul and an int64 NonZero are not in TensorRT's table."""
-    from onnx import helper
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["a", "a"], ["b"]), helper.make_node("NonZero", ["b"], ["c"])], "g",
         [helper.make_tensor_value_info("a", onnx.TensorProto.INT32, [2, 2])],
@@ -266,8 +266,6 @@ def test_partition_keeps_a_portable_model_in_one_segment(rng):
 
 
 def test_run_frames_and_the_demo_take_the_target(tmp_path):
-    from conftest import DATA
-    from helpers import sparse_lower_cli
     frame = DATA / "nuscenes_bevfusion_voxels.npz"
     if not frame.is_file():
         pytest.skip(f"no {frame}")
@@ -289,7 +287,6 @@ def test_run_frames_and_the_demo_take_the_target(tmp_path):
 @pytest.mark.parametrize("name", ["centerpoint head stack", "wild NVIDIA CenterPoint backbone"])
 def test_openvino_runs_the_whole_portable_model_on_the_real_frame(name, tmp_path):
     ov = pytest.importorskip("openvino", reason="OpenVINO is not installed: pip install '.[openvino]'")
-    from conftest import DATA
     frame = DATA / "nuscenes_centerpoint_voxels.npz"
     wild = DATA / "wild" / "nvidia_exptool" / "centerpoint.scn.onnx"
     if not frame.is_file() or not wild.is_file():
@@ -314,7 +311,6 @@ def test_openvino_runs_the_whole_portable_model_on_the_real_frame(name, tmp_path
 def test_the_sparse_unet_on_the_real_frames_matches_the_gpu_target(frame, tmp_path):
     """Strided convs down and inverse convs (TargetMap) back up, skip adds, a head, on the real frames:
     portable in plain onnxruntime and in OpenVINO, against the gpu target."""
-    from conftest import DATA
     path = DATA / frame
     if not path.is_file():
         pytest.skip(f"no {path}")
@@ -364,7 +360,6 @@ def static_shapes(model: onnx.ModelProto) -> list[str]:
 def test_static_form_random_config_matches_dense_oracle(seed):
     """Inputs of exactly max_active rows, padding rows with coords −1; the outputs as many, their padding
     rows −1, and the real rows the oracle's."""
-    from sparse_lower.runtime import drop_padding, pad_rows
     rng = np.random.default_rng(seed)
     config = random_conv_config(rng)
     model, (W, B) = sparse_node_model(config.op_type, config.attrs, config.cin, config.cout, config.ndim,
@@ -381,7 +376,6 @@ def test_static_form_random_config_matches_dense_oracle(seed):
 
 
 def test_static_form_per_level_on_a_stack_and_the_dense_boundaries(rng):
-    from sparse_lower.runtime import drop_padding, pad_rows
     model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
     features, coords = random_sparse(rng, 2, 5, (10, 40, 40), count=800)
     feeds = {"features": features, "coords": coords}
@@ -399,7 +393,6 @@ def test_static_form_per_level_on_a_stack_and_the_dense_boundaries(rng):
 
 
 def test_static_form_overflow_gives_nan_and_too_many_rows_are_refused(rng):
-    from sparse_lower.runtime import pad_rows
     model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
     features, coords = random_sparse(rng, 1, 5, (10, 40, 40), count=800)
     lowered = sparse_lower.lower(model, target="portable", max_active=[800, 100])  # the strided conv's 100 overflow
@@ -415,8 +408,6 @@ def test_static_form_overflow_gives_nan_and_too_many_rows_are_refused(rng):
 def test_the_static_form_runs_in_tvm_and_openvino_on_the_real_frame(runtime, tmp_path):
     """TVM (Relax, llvm) builds only static shapes; OpenVINO takes both forms."""
     pytest.importorskip(runtime, reason=f"{runtime} is not installed: pip install '.[{runtime}]'")
-    from conftest import DATA
-    from sparse_lower.runtime import drop_padding, pad_rows
     path = DATA / "nuscenes_centerpoint_voxels.npz"
     if not path.is_file():
         pytest.skip(f"no {path}")
