@@ -30,14 +30,16 @@ def _choice(name: str, value, allowed) -> None:
         raise SparseLowerError(f"unknown {name} '{value}'", fix=f"use one of {', '.join(allowed)}")
 
 
+def _positive(value) -> bool:
+    """Whether `value` is an int >= 1 (not a bool)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1
+
+
 def _capacities(max_active) -> int | tuple[int, ...] | None:
     """`max_active` checked: None, one capacity, or a non-empty sequence of them (one per level), as a tuple."""
-    def positive(value) -> bool:
-        return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1
-
-    if max_active is None or positive(max_active):
+    if max_active is None or _positive(max_active):
         return None if max_active is None else int(max_active)
-    if isinstance(max_active, (list, tuple)) and max_active and all(positive(v) for v in max_active):
+    if isinstance(max_active, (list, tuple)) and max_active and all(_positive(v) for v in max_active):
         return tuple(int(v) for v in max_active)
     raise SparseLowerError(f"max_active={max_active!r} is neither a positive int nor a sequence of them",
                            fix="give None, an int >= 1, or one int >= 1 per level, e.g. [80000, 60000, 30000, 15000]")
@@ -87,8 +89,7 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
         warnings.warn(f"max_active={max_active} has no effect on the gpu target, whose custom ops take any row "
                       f"count; it fixes the rows of the nna part (target 'nna' or 'hybrid')", SparseLowerWarning,
                       stacklevel=2)
-    valid_batch = isinstance(max_batch, (int, np.integer)) and not isinstance(max_batch, bool) and max_batch >= 1
-    if max_batch is not None and (target != "portable" or max_active is None or not valid_batch):
+    if max_batch is not None and (target != "portable" or max_active is None or not _positive(max_batch)):
         raise SparseLowerError(f"max_batch={max_batch!r} sizes the portable target's static form",
                                fix="give an int >= 1 together with target='portable' and max_active, or leave it out")
     model = load(model)

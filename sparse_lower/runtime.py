@@ -104,6 +104,15 @@ def broken_frame(feeds: dict, outputs: list) -> bool:
         np.isnan(o).any() for o in map(np.asarray, outputs) if np.issubdtype(o.dtype, np.floating))
 
 
+def session_for(model: onnx.ModelProto, **ort_kwargs) -> ort.InferenceSession:
+    """A session as the model needs it: with the library where it holds the custom ops (create_session),
+    a plain onnxruntime session, no library registered, for a portable model."""
+    if needs_library(model):
+        return create_session(model, **ort_kwargs)
+    ort_kwargs.setdefault("providers", ["CPUExecutionProvider"])
+    return ort.InferenceSession(model.SerializeToString(), **ort_kwargs)
+
+
 def fixed_rows(model: onnx.ModelProto) -> bool:
     """Whether a model is the portable target's static form: inputs of fixed rows, padding rows −1."""
     options = recorded_options(model)

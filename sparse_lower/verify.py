@@ -8,13 +8,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 from . import reference
 from .assumed_active import DEFAULT_ACTIVE
 from .errors import SparseLowerError
 from .model_io import fed_inputs
-from .runtime import create_session, drop_padding, fixed_rows, needs_library, pad_rows
+from .runtime import drop_padding, fixed_rows, pad_rows, session_for
 from .onnx_conventions import IMPORT_KEY, SOURCE_DOMAIN
 from .schemas import CONV_OPS, conv_geometry, to_dense_attributes
 
@@ -180,8 +179,7 @@ def compare(model: onnx.ModelProto, lowered: onnx.ModelProto, feeds: dict, **ses
     imports no custom domain (the portable target) runs in a plain onnxruntime session, without the
     library: that is how its users run it."""
     expected = reference.run(model, feeds)
-    session = create_session(lowered, **session_kwargs) if needs_library(lowered) else \
-        ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"], **session_kwargs)
+    session = session_for(lowered, **session_kwargs)
     names = [o.name for o in session.get_outputs()]
     got = dict(zip(names, session.run(names, pad_rows(lowered, feeds))))
     if fixed_rows(lowered):

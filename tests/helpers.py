@@ -23,9 +23,7 @@ def session(model, threads=1, **settings) -> ort.InferenceSession:
     options.intra_op_num_threads = threads
     for name, value in settings.items():
         setattr(options, name, value)
-    if sparse_lower.runtime.needs_library(model):
-        return sparse_lower.create_session(model, sess_options=options)
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return sparse_lower.runtime.session_for(model, sess_options=options)
 
 
 def run_lowered(model, feeds, threads=1, target="gpu", **options) -> dict:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 from onnx import helper
@@ -35,12 +34,12 @@ def portable(model) -> onnx.ModelProto:
 
 
 def plain_run(model, feeds, threads=1) -> dict:
-    """The outputs by name of a plain onnxruntime session: no library registered."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds)))
+    """The outputs by name of a plain onnxruntime session: no library registered (helpers.session opens
+    one for a model without custom ops)."""
+    assert not sparse_lower.runtime.needs_library(model)
+    run = session(model, threads)
+    names = [o.name for o in run.get_outputs()]
+    return dict(zip(names, run.run(names, feeds)))
 
 
 @pytest.mark.parametrize("seed", range(160))

@@ -178,11 +178,11 @@ class ConvertCommand:
 
     @staticmethod
     def _differences(args, source, lowered):
-        batch = recorded_options(lowered).get("max_batch") or 2  # the static form holds only its batches
         """Compare on the given inputs, or on random ones. Random inputs that overflow --max-active
         somewhere in the network (a strided or transposed conv can have more output than input rows)
         are drawn again with half the sites, so that the default check fits any capacity; sizes the user
         chose (--active, --inputs) are kept and the refusal is theirs to see."""
+        batch = recorded_options(lowered).get("max_batch") or 2  # the static form holds only its batches
         if args.inputs:
             return compare(source, lowered, given_inputs(source, dict(np.load(args.inputs)), args.inputs))
         first = args.max_active[0] if isinstance(args.max_active, tuple) else args.max_active  # the inputs' level

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 from ..api import lower
 from ..errors import SparseLowerError
 from ..frames.sample import data_places, find_data, load_voxels, synthetic_voxels
 from ..importers import import_model
 from ..report import render
-from ..runtime import create_session
+from ..runtime import session_for
 
 
 class Stopwatch:
@@ -103,11 +102,8 @@ class DemoCommand:
             onnx.save(exported, source)
             imported = clock.time("import (NVIDIA format -> source ops)", lambda: import_model(source))
         lowered = clock.time(f"lower ({args.target} target)", lambda: lower(imported, target=args.target))
-        if args.target == "portable":
-            session = clock.time("create a plain onnxruntime session (no library)", lambda: ort.InferenceSession(
-                lowered.SerializeToString(), providers=["CPUExecutionProvider"]))
-        else:
-            session = clock.time("create the onnxruntime session", lambda: create_session(lowered))
+        opened = "a plain onnxruntime session (no library)" if args.target == "portable" else "the onnxruntime session"
+        session = clock.time(f"create {opened}", lambda: session_for(lowered))
         feeds = {imported.graph.input[0].name: features, "coords": coords}
         (dense,) = clock.time("first run", lambda: session.run(None, feeds))
         runs = [clock.time(f"run {i + 1}", lambda: session.run(None, feeds))[0] for i in range(args.repeat)]

@@ -50,8 +50,7 @@ def index_tables(target: str, graph: onnx.GraphProto, options: Options) -> Index
     With `max_active`, the portable tables have static shapes, their grids sized for `max_batch` batches."""
     if target != "portable":
         return CustomOpTables()
-    capacities = (options.max_active,) if isinstance(options.max_active, int) else options.max_active
-    return StandardOpTables(grid_halos(graph), capacities, options.max_batch or 1)
+    return StandardOpTables(grid_halos(graph), options.max_active, options.max_batch or 1)
 
 
 def default_batches(graph: onnx.GraphProto) -> int:

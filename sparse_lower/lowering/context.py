@@ -17,6 +17,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from ..names import UniqueNames
+from .graph import through_casts
 from ..onnx_conventions import CUSTOM_DOMAIN
 
 INT64 = np.int64
@@ -29,6 +30,15 @@ class DenseSource:
 
     dense: gs.Tensor
     coords: gs.Tensor
+
+
+def level_capacity(max_active: int | tuple[int, ...] | None, level: int) -> int | None:
+    """The row capacity of a level under `max_active`: the one capacity, or the level's own, the last
+    serving deeper levels (None: no capacity)."""
+    if not max_active:
+        return None
+    capacities = (max_active,) if isinstance(max_active, int) else max_active
+    return capacities[min(level, len(capacities) - 1)]
 
 
 @dataclass(frozen=True)
@@ -77,9 +87,7 @@ class LoweringContext:
     def level(self, coords: gs.Tensor) -> int:
         """The level of a sparse tensor's sites (schemas.coords_levels), for a capacity per level; coords
         passed through a Cast or an Identity (as importers leave them) are those of their input."""
-        while coords.name not in self.levels and len(coords.inputs) == 1 and coords.inputs[0].op in ("Cast", "Identity"):
-            coords = coords.inputs[0].inputs[0]
-        return self.levels.get(coords.name, 0)
+        return self.levels.get(through_casts(coords, lambda t: t.name in self.levels).name, 0)
 
     def fresh(self, base: str) -> str:
         """A tensor or node name not used anywhere in the graph yet."""

@@ -37,6 +37,14 @@ def constant_value(tensor: gs.Tensor | None) -> np.ndarray | None:
     return None
 
 
+def through_casts(tensor: gs.Tensor, found) -> gs.Tensor:
+    """The first tensor, walking back from `tensor` through Cast and Identity nodes (as importers leave
+    them between a graph input and a sparse layer), for which `found(tensor)` holds; else the last one."""
+    while not found(tensor) and len(tensor.inputs) == 1 and tensor.inputs[0].op in ("Cast", "Identity"):
+        tensor = tensor.inputs[0].inputs[0]
+    return tensor
+
+
 def optional_input(node: gs.Node, index: int) -> gs.Tensor | None:
     """Input `index` of the node, or None where it is absent or the empty name."""
     if index < len(node.inputs) and node.inputs[index].name:

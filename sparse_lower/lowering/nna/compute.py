@@ -17,7 +17,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from ..compute import ConvParts
-from ..context import FLOAT, LoweringContext
+from ..context import FLOAT, LoweringContext, level_capacity
 from .gather_combine import GatherCombine
 from .layout import layout
 from .matmul_combine import MatmulCombine
@@ -34,16 +34,14 @@ class NnaCompute:
 
     def __init__(self, combine: str, max_active: int | tuple[int, ...] | None, fuse_taps: bool,
                  layout_name: str = "image"):
-        self.capacities = (max_active,) if isinstance(max_active, int) else max_active
+        self.max_active = max_active
         self.fuse_taps = fuse_taps
         self.layout = layout(layout_name)
         self.combine = _COMBINES[combine](self.layout)
 
     def capacity(self, ctx: LoweringContext, coords: gs.Tensor) -> int | None:
         """The row capacity of a sparse tensor: the one of its level, or of the deepest level given."""
-        if not self.capacities:
-            return None
-        return self.capacities[min(ctx.level(coords), len(self.capacities) - 1)]
+        return level_capacity(self.max_active, ctx.level(coords))
 
     def emit(self, ctx: LoweringContext, conv: ConvParts) -> None:
         inputs, outputs = self.capacity(ctx, conv.coords), self.capacity(ctx, conv.out_coords)

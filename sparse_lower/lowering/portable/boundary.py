@@ -104,9 +104,7 @@ def dense_from_rows(e: Emit, features: gs.Tensor, coords: gs.Tensor, boundary: D
     invalid = e.either(invalid, e.any(broken))
     index = e("Add", e("Unsqueeze", sites, e.const([1]), shape=[None, 1]),
               e("Unsqueeze", starts, e.const([0]), shape=[1, None]), shape=[None, None], name="index")
-    poison = e("Where", invalid, e.const([np.nan], FLOAT), e.const([0], FLOAT), dtype=FLOAT, shape=[1], name="poison")
-    values = e("Add", features, poison, dtype=FLOAT, shape=[None, None])
-    zeros = e("ConstantOfShape", size, dtype=FLOAT, shape=[None], value=gs.Constant("zero", np.zeros(1, np.float32)))
-    written = e("ScatterElements", zeros, e.flat(index), e.flat(values, FLOAT), dtype=FLOAT, shape=[None], axis=0)
+    values = e("Add", features, e.poison(invalid), dtype=FLOAT, shape=[None, None])
+    written = e("ScatterElements", e.zeros(size, FLOAT), e.flat(index), e.flat(values, FLOAT), dtype=FLOAT, shape=[None], axis=0)
     flat = e("Slice", written, e.const([0]), total, e.const([0]), dtype=FLOAT, shape=[None])
     e.ctx.standard("Reshape", e.base, [flat, shape], [output])

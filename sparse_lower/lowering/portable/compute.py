@@ -42,9 +42,7 @@ class PortableCompute:
         added = ctx.constant(f"{conv.base}/B", bias.astype(np.float32))
         weights = ctx.constant(f"{conv.base}/W", conv.matrix)
         if invalid is not None:
-            poison = e("Where", invalid, e.const([np.nan], FLOAT), e.const([0], FLOAT), dtype=FLOAT, shape=[1],
-                       name="poison")
-            added = e("Add", added, poison, dtype=FLOAT, shape=[conv.cout], name="bias")
+            added = e("Add", added, e.poison(invalid), dtype=FLOAT, shape=[conv.cout], name="bias")
         elif conv.bias is None:
             ctx.standard("MatMul", conv.base, [unfolded, weights], [conv.out_features])
             return

@@ -10,6 +10,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from ..context import INT64, LoweringContext
+from ..nna.sites import row_count
 
 INT32 = np.int32
 BOOL = np.bool_
@@ -40,11 +41,20 @@ class Emit:
     def cast(self, tensor: gs.Tensor, dtype, shape: list | None = None) -> gs.Variable:
         return self("Cast", tensor, dtype=dtype, shape=shape, to=int(_ONNX_TYPES[dtype]))
 
-    def rows(self, tensor: gs.Tensor) -> gs.Variable:
+    def rows(self, tensor: gs.Tensor) -> gs.Tensor:
         """The row count of `tensor` as int64 [1] (one Shape node per tensor, however many ask)."""
-        (count,) = self.ctx.shared_node("Shape", tensor.name, [tensor], [("count", INT64, [1])], {"start": 0, "end": 1},
-                                        domain="")
-        return count
+        return row_count(self.ctx, tensor)
+
+    def zeros(self, size: gs.Tensor, dtype) -> gs.Variable:
+        """A 1-D tensor of `size` zeros."""
+        zero = gs.Constant(f"zero_{np.dtype(dtype).name}", np.zeros(1, dtype))
+        return self("ConstantOfShape", size, dtype=dtype, shape=[None], name="zeros", value=zero)
+
+    def poison(self, invalid: gs.Tensor) -> gs.Variable:
+        """float [1]: NaN where `invalid` (a frame broke a rule of sparse tensors), else 0: added to
+        features, it makes a broken frame's outputs NaN in any runtime."""
+        return self("Where", invalid, self.const([np.nan], np.float32), self.const([0], np.float32), dtype=np.float32,
+                    shape=[1], name="poison")
 
     def flat(self, tensor: gs.Tensor, dtype=INT64) -> gs.Variable:
         """`tensor` as one axis, written without a −1 in a Reshape (which TVM's importer refuses where it

@@ -127,11 +127,11 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
         column_keys = e("Add", column_keys, e.const(offset), shape=[None], name="column_keys")
     batch = e.column(coords, 0)
     if fixed:  # every size a constant, so that shape inference finds every shape
-        batches, end = e.const([fixed.batches]), e.const([fixed.batches * shell.column_volume])
+        batches = e.const([fixed.batches])
     else:
         largest = e("ReduceMax", e("Concat", batch, e.const([-1]), shape=[None], axis=0), shape=[1], keepdims=1)
         batches = e("Add", largest, e.const([1]), shape=[1], name="batches")
-        end = e("Mul", batches, e.const([shell.column_volume]), shape=[1], name="end")
+    end = cells_end(e, batches, shell.column_volume)
     inside, invalid = None, inherited
     padding = e("Equal", batch, e.const(-1), dtype=BOOL, shape=[None], name="padding") if fixed else None
     if check:
@@ -151,7 +151,7 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
     else:
         count = e("Squeeze", e.cast(e.rows(occupied), INT32, shape=[1]), e.const([0]), dtype=INT32, shape=[])
         numbers = _numbers(e, count)
-    columns = e("ScatterElements", _zeros(e, _plus_one(e, end), INT32), occupied,
+    columns = e("ScatterElements", e.zeros(_plus_one(e, end), INT32), occupied,
                 numbers, dtype=INT32, shape=[None], name="columns", axis=0)
     column = e.cast(e.gather_like(columns, column_keys, INT32, shape=[None]), INT64, shape=[None])
     depths = e("Add", e.column(coords, 1 + depth), e.const(low[depth]), shape=[None])
@@ -166,7 +166,7 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
     rows = e.const(fixed.rows, INT32) if fixed else \
         e("Squeeze", e.cast(e.rows(coords), INT32, shape=[1]), e.const([0]), dtype=INT32, shape=[])
     numbers = _numbers(e, rows)
-    table = e("ScatterElements", _zeros(e, _plus_one(e, last), INT32), cells, numbers,
+    table = e("ScatterElements", e.zeros(_plus_one(e, last), INT32), cells, numbers,
               dtype=INT32, shape=[None], name="table", axis=0)
     if check:
         back = e.gather_like(table, cells, INT32, shape=[None], name="read_back")
@@ -178,16 +178,19 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
     return SiteGrid(columns, table, tuple(extents), tuple(low), tuple(high), batches, invalid, inside)
 
 
+def cells_end(e: Emit, batches: gs.Tensor, volume: int) -> gs.Tensor:
+    """int64 [1]: batches·volume, the first cell past every batch's `volume` cells; a constant where
+    `batches` is one (the static form keeps every shape inferable)."""
+    if isinstance(batches, gs.Constant):
+        return e.const(np.asarray(batches.values) * volume)
+    return e("Mul", batches, e.const([volume]), shape=[1], name="end")
+
+
 def _plus_one(e: Emit, size: gs.Tensor) -> gs.Tensor:
     """size + 1, a constant where size is one (the static form keeps every shape inferable)."""
     if isinstance(size, gs.Constant):
         return e.const(np.asarray(size.values) + 1)
     return e("Add", size, e.const([1]), shape=[1])
-
-
-def _zeros(e: Emit, size: gs.Tensor, dtype) -> gs.Variable:
-    zero = gs.Constant(f"zero_{np.dtype(dtype).name}", np.zeros(1, dtype))
-    return e("ConstantOfShape", size, dtype=dtype, shape=[None], name="zeros", value=zero)
 
 
 def _numbers(e: Emit, count: gs.Tensor) -> gs.Variable:
@@ -205,7 +208,7 @@ def sorted_cells(e: Emit, keys: gs.Tensor, end: gs.Tensor, capacity: int | None 
     last: a `CumSum` of the marks numbers each marked cell (exact in float32 below 2^24 cells, which
     the static form checks), and a `ScatterElements` puts it in its slot; `overflow` (bool [1]) says
     that more cells than that were marked."""
-    zeros = _zeros(e, _plus_one(e, end), FLOAT)
+    zeros = e.zeros(_plus_one(e, end), FLOAT)
     ones = e("Expand", e.const([1], FLOAT), e("Shape", keys, shape=[1]), dtype=FLOAT, shape=[None])
     marks = e("ScatterElements", zeros, keys, ones, dtype=FLOAT, shape=[None], name="marks", axis=0)
     if capacity is None:
@@ -251,7 +254,7 @@ def lookup(e: Emit, grid: SiteGrid, batch: gs.Tensor, positions: list[gs.Tensor]
     depths = e("Unsqueeze", depths, e.const(depth_axes), name="depths") if depth_axes else depths
     if known is not None:  # the others: the empty column's first cell, whatever their positions
         known = e("Unsqueeze", known, e.const(list(range(1, 1 + len(kernel)))), dtype=BOOL)
-        end = e("Mul", grid.batches, e.const([grid.column_volume]), shape=[1], name="end")
+        end = cells_end(e, grid.batches, grid.column_volume)
         cells = e("Where", known, cells, end, name="column_cells")
         depths = e("Where", known, depths, e.const(0), name="depths")
     column = e.cast(e.gather_like(grid.columns, cells, INT32), INT64)

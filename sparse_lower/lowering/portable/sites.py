@@ -11,7 +11,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from .emit import BOOL, Emit
-from .grid import SiteGrid, sorted_cells
+from .grid import SiteGrid, cells_end, sorted_cells
 from .taps import inside_extent, over_taps, row_major_strides
 
 _NO_BOUND = np.iinfo(np.int64).max
@@ -37,10 +37,7 @@ def reached_sites(e: Emit, grid: SiteGrid, coords: gs.Tensor, positions: list[gs
     batch_cells = e("Mul", e.column(coords, 0), e.const(volume), shape=[None])
     spread = list(range(1, 1 + len(kernel)))
     keys = e("Add", cells, e("Unsqueeze", batch_cells, e.const(spread), shape=[None, *[1] * len(kernel)]))
-    if isinstance(grid.batches, gs.Constant):  # the static form: a constant, so that every shape is inferable
-        end = e.const(np.asarray(grid.batches.values) * volume)
-    else:
-        end = e("Mul", grid.batches, e.const([volume]), shape=[1], name="end")
+    end = cells_end(e, grid.batches, volume)
     marked_keys = e.flat(e("Where", inside, keys, end))
     found, overflow = sorted_cells(e, marked_keys, end, capacity)
     return decoded_sites(e, found, end, extents, capacity is not None), overflow

@@ -9,7 +9,7 @@ row where the custom ops hold the row, 0 where they hold −1 (the compute puts 
   quotients are computed per dimension and clamped into the halo.
 * Output sites of SparseConv (the candidates per dimension of taps.reached_by_strided) and SparseDeconv:
   sites.reached_sites.
-* With `capacities` (max_active), the static form: every size a constant, padding rows (coords −1) in
+* With `max_active`, the static form: every size a constant, padding rows (coords −1) in
   every sparse tensor after the real ones (grid.Fixed).
 
 Every table and output coords tensor made here carries the flag of the coords it was made from
@@ -27,7 +27,8 @@ import onnx_graphsurgeon as gs
 from ...errors import SparseLowerError
 from ...onnx_conventions import SOURCE_DOMAIN
 from ...schemas import CONV_OPS, ConvGeometry, conv_geometry
-from ..context import LoweringContext
+from ..context import LoweringContext, level_capacity
+from ..graph import through_casts
 from ..nna.padding import ROWWISE
 from .boundary import dense_from_rows, rows_from_dense
 from .emit import BOOL, Emit
@@ -63,13 +64,13 @@ def grid_halos(graph: onnx.GraphProto) -> dict[tuple, tuple[tuple, tuple]]:
 
 class StandardOpTables:
     """Index tables in standard ops (the module docstring). `halos`: grid_halos of the source model;
-    `capacities` (max_active: one, or one per level, the last serving deeper levels) and `batches`: the
-    static form, whose every tensor has a fixed size (grid.Fixed)."""
+    `max_active` (one capacity, or one per level) and `batches`: the static form, whose every tensor has a
+    fixed size (grid.Fixed)."""
 
-    def __init__(self, halos: dict[tuple, tuple[tuple, tuple]], capacities: tuple[int, ...] | None = None,
+    def __init__(self, halos: dict[tuple, tuple[tuple, tuple]], max_active: int | tuple[int, ...] | None = None,
                  batches: int = 1):
         self.halos = halos
-        self.capacities = capacities
+        self.max_active = max_active
         self.batches = batches
         self._grids: dict[tuple, SiteGrid] = {}
         self._tables: dict[tuple, tuple] = {}
@@ -86,9 +87,8 @@ class StandardOpTables:
 
     def fixed(self, level: int) -> Fixed | None:
         """The static form's sizes at a level (None: the dynamic form)."""
-        if not self.capacities:
-            return None
-        return Fixed(self.capacities[min(level, len(self.capacities) - 1)], self.batches)
+        rows = level_capacity(self.max_active, level)
+        return None if rows is None else Fixed(rows, self.batches)
 
     def grid(self, ctx: LoweringContext, base: str, coords: gs.Tensor, extents: tuple,
              low: tuple | None = None, high: tuple | None = None) -> SiteGrid:
@@ -136,7 +136,7 @@ class StandardOpTables:
 
     def _real_rows(self, e, out_coords) -> gs.Tensor | None:
         """The rows of new coords that are not padding (the static form's), None where all are."""
-        if not self.capacities:
+        if not self.max_active:
             return None
         return e("GreaterOrEqual", e.column(out_coords, 0), e.const(0), dtype=BOOL, shape=[None], name="real")
 
@@ -204,7 +204,7 @@ class StandardOpTables:
     def to_dense(self, ctx, base, features, coords, boundary, output):
         flag = self.invalid(coords) if coords.name in self._made else \
             self.grid(ctx, base, coords, boundary.spatial_shape).invalid  # the user's coords: checked
-        dense_from_rows(Emit(ctx, base), features, coords, boundary, flag, output, padded=bool(self.capacities))
+        dense_from_rows(Emit(ctx, base), features, coords, boundary, flag, output, padded=bool(self.max_active))
 
 
 def _within_limit(base: str, what: str, size: int) -> None:
@@ -232,8 +232,7 @@ def fix_rows(ctx: LoweringContext, tensor: gs.Tensor, rows: int) -> None:
     """Declare a graph input's row count as the static form's capacity: the model then takes frames of
     exactly that many rows, the last ones padding (coords −1). A Cast or Identity between the input and
     the sparse layer (as importers leave them) is looked through."""
-    while tensor not in ctx.graph.inputs and len(tensor.inputs) == 1 and tensor.inputs[0].op in ("Cast", "Identity"):
-        tensor = tensor.inputs[0].inputs[0]
+    tensor = through_casts(tensor, lambda t: t in ctx.graph.inputs)
     if tensor in ctx.graph.inputs and tensor.shape:
         tensor.shape = [rows, *tensor.shape[1:]]
 
