@@ -435,3 +435,14 @@ def test_the_static_form_runs_in_tvm_and_openvino_on_the_real_frame(runtime, tmp
     assert len(want["sparseconv4.coords"]) == 69276
     scale = np.abs(want["sparseconv4.features"]).max()
     assert np.abs(got["sparseconv4.features"] - want["sparseconv4.features"]).max() <= 1e-5 * scale
+
+
+def test_convert_draws_fewer_sites_where_random_inputs_overflow_the_static_form(tmp_path):
+    """The static form answers an overflow with NaN, not an error: convert's verification sees it and draws
+    half the sites, as it does for the nna target's refusal."""
+    model = Path(__file__).resolve().parents[1] / "models" / "centerpoint_head.onnx"
+    run = sparse_lower_cli("convert", str(model), "-o", "head.static.onnx", "--target", "portable",
+                           "--max-active", "400,100", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "the random inputs overflow --max-active 400,100; drawing 200 sites" in run.stdout
+    assert "verify: ok (plain onnxruntime, no library)" in run.stdout
