@@ -15,13 +15,14 @@ from .errors import SparseLowerError, SparseLowerWarning
 from .importers import SOURCE_FORMAT, detect_format, format_title, nothing_to_lower
 from .layer_costs import method_report
 from .model_io import load, recorded_options
-from .lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS, Options, default_batches
+from .lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS, Options
 from .partition import DEFAULT_DEVICES, Partition, Predicate
 from .partition import partition as partition_graph
 from .passes.check import CheckModel, check_model
 from .passes.fuse_epilogues import FuseEpilogues
 from .passes.lower import LowerSparse
 from .passes.manager import PassManager
+from .passes.scatter_to_dense import ScatterToDense
 from .passes.validate import ValidateSourceOps
 
 
@@ -93,8 +94,7 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
         raise SparseLowerError(f"max_batch={max_batch!r} sizes the portable target's static form",
                                fix="give an int >= 1 together with target='portable' and max_active, or leave it out")
     model = load(model)
-    if target == "portable" and max_active is not None:
-        max_batch = default_batches(model.graph) if max_batch is None else int(max_batch)
+    max_batch = None if max_batch is None else int(max_batch)  # None: the lowering reads the ToDense batch_size
     options = Options(strategy=strategy, combine=combine, max_active=max_active, max_batch=max_batch,
                       fuse_taps=bool(fuse_taps), layout=layout)
     found = detect_format(model)
@@ -102,7 +102,7 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
         raise SparseLowerError(f"the model is an export in the {format_title(found)} format",
                                fix="import it first: sparse_lower.lower(sparse_lower.import_model(model), ...) "
                                    "(sparse-lower convert imports by itself)")
-    passes = [ValidateSourceOps(), LowerSparse(target, options), FuseEpilogues(), CheckModel()]
+    passes = [ValidateSourceOps(), ScatterToDense(), LowerSparse(target, options), FuseEpilogues(), CheckModel()]
     manager = PassManager(passes, verify=check_model if check_each_pass else None, dump_dir=dump_dir)
     lowered = manager.run(model)
     # Checked after the passes, so that a malformed model gets validation's more precise message.

@@ -142,9 +142,10 @@ def pad_rows(model: onnx.ModelProto, feeds: dict) -> dict:
 
 def drop_padding(outputs: dict) -> dict:
     """Outputs of the portable target's static form without their padding rows: the rows of every 2-D
-    int64 output (coords) whose batch is −1, and the same rows of the float outputs of as many rows."""
+    integer output (coords: int64, or int32 as Autoware's files give them) whose batch is −1, and the
+    same rows of the float outputs of as many rows."""
     real = {len(v): np.asarray(v)[:, 0] != -1 for v in outputs.values()
-            if np.asarray(v).dtype == np.int64 and np.ndim(v) == 2}
+            if np.issubdtype(np.asarray(v).dtype, np.integer) and np.ndim(v) == 2}
     return {name: np.asarray(v)[real[len(v)]] if np.ndim(v) == 2 and len(v) in real else v
             for name, v in outputs.items()}
 

@@ -143,9 +143,10 @@ def test_float16_features_are_computed_in_float32(rng):
 def test_dump_dir_holds_the_model_after_every_pass(tmp_path, rng):
     model, _ = sparse_node_model("SparseConv", {"kernel_shape": [3], "spatial_shape": [9]}, 2, 2, 1, True, False, rng)
     sparse_lower.lower(model, dump_dir=tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["00_input.onnx", "01_validate.onnx", "02_lower-gpu.onnx",
-                                                          "03_fuse-epilogues.onnx", "04_check.onnx"]
-    onnx.checker.check_model(onnx.load(tmp_path / "04_check.onnx"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["00_input.onnx", "01_validate.onnx",
+                                                          "02_scatter-to-dense.onnx", "03_lower-gpu.onnx",
+                                                          "04_fuse-epilogues.onnx", "05_check.onnx"]
+    onnx.checker.check_model(onnx.load(tmp_path / "05_check.onnx"))
 
 
 @pytest.mark.skipif(not (DATA / "nuscenes_centerpoint_voxels.npz").exists(), reason="shared data absent")

@@ -25,7 +25,7 @@ from helpers import session as lowered_session
 from sparse_lower.cli.main import main
 from sparse_lower.importers import SOURCE_FORMAT, detect_format, import_model
 from sparse_lower.importers.spconv_tracer import spconv_inference
-from sparse_lower.runtime import pad_rows
+from sparse_lower.runtime import drop_padding, pad_rows
 from sparse_lower.models import AimetEmitter, NvidiaEmitter, sp_middle_resnet_fhd
 
 WILD = DATA / "wild"
@@ -439,22 +439,27 @@ def test_nvidia_unet_export_with_inverse_transposed_and_leaky_relu(target, tmp_p
             assert relative_error(got, want) < 1e-5, (target, batch)
 
 
-@pytest.mark.parametrize("target", ["gpu", "nna", "hybrid", "portable"])
-def test_autoware_export_matches_spconv(target, tmp_path, capsys):
+@pytest.mark.parametrize("target, options", [("gpu", {}), ("nna", {}), ("hybrid", {}), ("portable", {}),
+                                              ("portable", {"max_active": (8000, 1000)})])
+def test_autoware_export_matches_spconv(target, options, tmp_path, capsys):
     """The Autoware writers' encoder (a pair op shared by two SubMs, a strided and a transposed conv,
-    `.dense()` in standard ops): convert's defaults verify it (the coordinates come straight from a
-    graph input), and the dense output, the output rows and their coordinates are spconv's."""
+    `.dense()` in standard ops, as torch.onnx spells it): convert's defaults verify it (the coordinates
+    come straight from a graph input), and the dense output, the output rows and their coordinates are
+    spconv's. The `.dense()` is read as ToDense, so that no ScatterND is left and the portable static
+    form (the transposed conv's 6,824 sites back on level 0, two batches: the ToDense's) takes it."""
     source = MODELS / "autoware_encoder.onnx"
     data = np.load(EXPORTS / "autoware_encoder.expected.npz")
     out = tmp_path / f"autoware.{target}.onnx"
-    convert(source, out, target, {}, capsys)
+    convert(source, out, target, options, capsys)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing in the file is left open
-        api = sparse_lower.lower(import_model(source), target=target)
+        api = sparse_lower.lower(import_model(source), target=target, **options)
     for lowered in (onnx.load(out), api):
+        assert "ScatterND" not in {n.op_type for n in lowered.graph.node}
         session = lowered_session(lowered, threads=0)
         names = [o.name for o in session.get_outputs()]
-        results = dict(zip(names, session.run(None, {"features": data["features"], "indices": data["indices"]})))
+        feeds = pad_rows(lowered, {"features": data["features"], "indices": data["indices"]})
+        results = drop_padding(dict(zip(names, session.run(None, feeds))))
         assert relative_error(results["dense"], data["dense"]) < 1e-5, target
         got, got_coords = rows_by_site(results["out_features"], results["out_indices"])
         want, want_coords = rows_by_site(data["out_features"], data["out_indices"])

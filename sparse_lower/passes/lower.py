@@ -4,14 +4,14 @@ like)."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import onnx
 import onnx_graphsurgeon as gs
 
 from ..errors import SparseLowerError
 from ..layer_costs import layer_costs, record
-from ..lowering import LoweringContext, Options, compute_policy, index_tables, rule_for
+from ..lowering import LoweringContext, Options, compute_policy, default_batches, index_tables, rule_for
 from ..lowering.graph import deep_graph, model_like
 from ..lowering.portable import padding_reader
 from ..onnx_conventions import CUSTOM_DOMAIN, OPSET, OPTIONS_KEY, RUNTIME_KEY, SOURCE_DOMAIN, VERSION_KEY
@@ -69,11 +69,15 @@ class LowerSparse:
                     "densify with the source op ToDense (it leaves the padding out), or lower without max_active")
 
     def call(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        options = self.options
+        if self.target == "portable" and options.max_active is not None and options.max_batch is None:
+            # read here, after the passes before this one made a `.dense()` in standard ops a ToDense
+            options = replace(options, max_batch=default_batches(model.graph))
         graph = gs.import_onnx(model)
         with deep_graph(graph):
             graph.toposort()
-        ctx = LoweringContext(graph, compute_policy(self.target, self.options),
-                              index_tables(self.target, model.graph, self.options), coords_levels(model.graph))
+        ctx = LoweringContext(graph, compute_policy(self.target, options),
+                              index_tables(self.target, model.graph, options), coords_levels(model.graph))
         for node in list(graph.nodes):
             rule = rule_for(node)
             if rule is not None:
@@ -84,16 +88,16 @@ class LowerSparse:
         if not any(o.domain == "" for o in model.opset_import):
             imports.append(("", OPSET))
         lowered = model_like(graph, model, drop_domains=(SOURCE_DOMAIN,), add_domains=imports)
-        self._stamp(lowered, model)
+        self._stamp(lowered, model, options)
         return lowered
 
-    def _stamp(self, lowered: onnx.ModelProto, source: onnx.ModelProto) -> None:
+    def _stamp(self, lowered: onnx.ModelProto, source: onnx.ModelProto, options: Options) -> None:
         """Record what produced the model, how to run it (onnxruntime alone only says its custom ops are
         not registered functions), and its sparse layers for the cost report."""
-        options = {"target": self.target, **asdict(self.options)}
+        recorded = {"target": self.target, **asdict(options)}
         onnx.helper.set_model_props(lowered, {**{p.key: p.value for p in lowered.metadata_props},
                                               VERSION_KEY: VERSION,
-                                              OPTIONS_KEY: json.dumps(options),
+                                              OPTIONS_KEY: json.dumps(recorded),
                                               RUNTIME_KEY: run_hint(target=self.target)})
         record(lowered, layer_costs(source))
 
