@@ -405,7 +405,8 @@ def test_static_form_overflow_gives_nan_and_too_many_rows_are_refused(rng):
 
 @pytest.mark.parametrize("runtime", ["tvm", "openvino"])
 def test_the_static_form_runs_in_tvm_and_openvino_on_the_real_frame(runtime, tmp_path):
-    """TVM (Relax, llvm) builds only static shapes; OpenVINO takes both forms."""
+    """The static form of the head stack on the real frame (the dynamic form in TVM and OpenVINO:
+    test_portable_runtimes)."""
     pytest.importorskip(runtime, reason=f"{runtime} is not installed: pip install '.[{runtime}]'")
     path = DATA / "nuscenes_centerpoint_voxels.npz"
     if not path.is_file():

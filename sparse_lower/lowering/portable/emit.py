@@ -42,13 +42,20 @@ class Emit:
         return self("Cast", tensor, dtype=dtype, shape=shape, to=int(_ONNX_TYPES[dtype]))
 
     def rows(self, tensor: gs.Tensor) -> gs.Tensor:
-        """The row count of `tensor` as int64 [1] (one Shape node per tensor, however many ask)."""
-        return row_count(self.ctx, tensor)
+        """The row count of `tensor` as int64 [1] (one Shape node per tensor, however many ask), through
+        a Cast and a Reshape to [1]: TVM's importer reads a `Shape` as a shape, which no arithmetic op
+        takes, a Cast of it as a tensor of unknown length, and the Reshape gives it its length back
+        (onnxruntime drops both)."""
+        (wide,) = self.ctx.shared_node("Cast", self.base, [row_count(self.ctx, tensor)], [("rows", INT64, [1])],
+                                       {"to": int(_ONNX_TYPES[INT64])}, domain="")
+        (count,) = self.ctx.shared_node("Reshape", self.base, [wide, self.const([1])], [("rows", INT64, [1])], {},
+                                        domain="")
+        return count
 
     def zeros(self, size: gs.Tensor, dtype) -> gs.Variable:
-        """A 1-D tensor of `size` zeros."""
-        zero = gs.Constant(f"zero_{np.dtype(dtype).name}", np.zeros(1, dtype))
-        return self("ConstantOfShape", size, dtype=dtype, shape=[None], name="zeros", value=zero)
+        """A 1-D tensor of `size` zeros, as an `Expand` of one zero rather than a `ConstantOfShape`: TVM's
+        importer builds an Expand to a run-time shape, and no ConstantOfShape of one."""
+        return self("Expand", self.const([0], dtype), size, dtype=dtype, shape=[None], name="zeros")
 
     def poison(self, invalid: gs.Tensor) -> gs.Variable:
         """float [1]: NaN where `invalid` (a frame broke a rule of sparse tensors), else 0: added to

@@ -42,6 +42,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from ..context import FLOAT, INT64
+from ..nna.sites import row_count
 from .emit import BOOL, INT32, Emit
 from .taps import over_taps, row_major_strides
 
@@ -149,8 +150,7 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
         numbers = e("Where", e("Less", occupied, end, dtype=BOOL, shape=[None]), _numbers(e, count), e.const(0, INT32),
                     dtype=INT32, shape=[None], name="numbers")  # the empty slots write 0 to the last cell
     else:
-        count = e("Squeeze", e.cast(e.rows(occupied), INT32, shape=[1]), e.const([0]), dtype=INT32, shape=[])
-        numbers = _numbers(e, count)
+        numbers = _numbers_like(e, occupied)
     columns = e("ScatterElements", e.zeros(_plus_one(e, end), INT32), occupied,
                 numbers, dtype=INT32, shape=[None], name="columns", axis=0)
     column = e.cast(e.gather_like(columns, column_keys, INT32, shape=[None]), INT64, shape=[None])
@@ -163,9 +163,7 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
         last = e("Mul", slices, e.const([size]), shape=[1], name="last")
     if inside is not None:
         cells = e("Where", inside, cells, last, shape=[None], name="cells")
-    rows = e.const(fixed.rows, INT32) if fixed else \
-        e("Squeeze", e.cast(e.rows(coords), INT32, shape=[1]), e.const([0]), dtype=INT32, shape=[])
-    numbers = _numbers(e, rows)
+    numbers = _numbers(e, e.const(fixed.rows, INT32)) if fixed else _numbers_like(e, coords)
     table = e("ScatterElements", e.zeros(_plus_one(e, last), INT32), cells, numbers,
               dtype=INT32, shape=[None], name="table", axis=0)
     if check:
@@ -193,38 +191,41 @@ def _plus_one(e: Emit, size: gs.Tensor) -> gs.Tensor:
     return e("Add", size, e.const([1]), shape=[1])
 
 
-def _numbers(e: Emit, count: gs.Tensor) -> gs.Variable:
-    """int32 1, 2, …, count (a constant count: a constant limit, which shape inference reads)."""
-    limit = e.const(int(count.values) + 1, INT32) if isinstance(count, gs.Constant) else \
-        e("Add", count, e.const(1, INT32), dtype=INT32, shape=[])
-    return e("Range", e.const(1, INT32), limit, e.const(1, INT32), dtype=INT32, shape=[None], name="numbers")
+def _numbers(e: Emit, count: gs.Constant) -> gs.Variable:
+    """int32 1, 2, …, count: a Range with constant limits, which shape inference reads (the static form)."""
+    return e("Range", e.const(1, INT32), e.const(int(count.values) + 1, INT32), e.const(1, INT32), dtype=INT32,
+             shape=[int(count.values)], name="numbers")
+
+
+def _numbers_like(e: Emit, tensor: gs.Tensor) -> gs.Variable:
+    """int32 1, 2, …, one per row of `tensor`: a Range to its row count, reshaped to that count (a no-op
+    that tells TVM's importer the Range is as long as the rows it is compared with or written beside)."""
+    count = e("Squeeze", e.cast(e.rows(tensor), INT32, shape=[1]), e.const([0]), dtype=INT32, shape=[])
+    limit = e("Add", count, e.const(1, INT32), dtype=INT32, shape=[])
+    numbers = e("Range", e.const(1, INT32), limit, e.const(1, INT32), dtype=INT32, shape=[None], name="numbers")
+    return e("Reshape", numbers, row_count(e.ctx, tensor), dtype=INT32, shape=[None], name="numbers")
 
 
 def sorted_cells(e: Emit, keys: gs.Tensor, end: gs.Tensor, capacity: int | None = None
                  ) -> tuple[gs.Variable, gs.Tensor | None]:
     """(int64 cells, overflow): the distinct `keys` below `end`, ascending. Each key marks its cell of a
-    zero grid (float marks: TensorRT's NonZero takes no integers); `NonZero` lists the marked cells in
-    order. With a `capacity` (the static form) they are `capacity` cells, `end` in the slots past the
-    last: a `CumSum` of the marks numbers each marked cell (exact in float32 below 2^24 cells, which
-    the static form checks), and a `ScatterElements` puts it in its slot; `overflow` (bool [1]) says
-    that more cells than that were marked."""
+    zero grid of `end` + 1 cells (float marks: TensorRT's NonZero takes no integers) with 1, a key at
+    `end` (a row outside, or padding) with 0, so the last cell stays unmarked and nothing is cut off
+    after; `NonZero` lists the marked cells in order. With a `capacity` (the static form) they are
+    `capacity` cells, `end` in the slots past the last: a `CumSum` of the marks numbers each marked
+    cell (exact in float32 below 2^24 cells, which the static form checks), and a `ScatterElements`
+    puts it in its slot; `overflow` (bool [1]) says that more cells than that were marked."""
     zeros = e.zeros(_plus_one(e, end), FLOAT)
-    ones = e("Expand", e.const([1], FLOAT), e("Shape", keys, shape=[1]), dtype=FLOAT, shape=[None])
-    marks = e("ScatterElements", zeros, keys, ones, dtype=FLOAT, shape=[None], name="marks", axis=0)
+    inside = e.cast(e("Less", keys, end, dtype=BOOL, shape=[None]), FLOAT, shape=[None])
+    marks = e("ScatterElements", zeros, keys, inside, dtype=FLOAT, shape=[None], name="marks", axis=0)
     if capacity is None:
-        found = e("Squeeze", e("NonZero", marks, shape=[1, None]), e.const([0]), shape=[None], name="marked")
-        # `end` itself is marked where some key lay outside; it is then the last cell found: cut it off there,
-        # not from the marks (which a Slice would copy whole).
-        outside = e.cast(e("Gather", marks, end, dtype=FLOAT, shape=[1], axis=0), INT64, shape=[1])
-        kept = e("Sub", e.rows(found), outside, shape=[1], name="kept")
-        return e("Slice", found, e.const([0]), kept, e.const([0]), shape=[None], name="sorted"), None
+        return e("Squeeze", e("NonZero", marks, shape=[1, None]), e.const([0]), shape=[None], name="sorted"), None
     running = e("CumSum", marks, e.const(0), dtype=FLOAT, shape=[None], name="running")
     slots = e("Sub", e.cast(running, INT64, shape=[None]), e.const(1), shape=[None], name="slots")
     limit = e.const(int(end.values[0]) + 1) if isinstance(end, gs.Constant) else \
         e("Squeeze", _plus_one(e, end), e.const([0]), shape=[])
     cells = e("Range", e.const(0), limit, e.const(1), shape=[None], name="cells")
-    marked = e("And", e("Greater", marks, e.const(0, FLOAT), dtype=BOOL, shape=[None]),
-               e("Less", cells, end, dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])
+    marked = e("Greater", marks, e.const(0, FLOAT), dtype=BOOL, shape=[None])
     kept = e("And", marked, e("Less", slots, e.const(capacity), dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])
     targets = e("Where", kept, slots, e.const(capacity), shape=[None], name="targets")
     empty = e("Expand", end, e.const([capacity + 1]), shape=[capacity + 1], name="empty")
