@@ -1,12 +1,14 @@
 // The library's one exported symbol: onnxruntime calls RegisterCustomOps when a session loads the
 // library (SessionOptions.register_custom_ops_library) and passes its API in, so the library links
-// against nothing of onnxruntime.
+// against nothing of onnxruntime. Every library registers the CPU kernels; the CUDA library
+// (libsparse_lower_cuda.so) adds its kernels for onnxruntime's CUDA execution provider (AddProviderOps).
 #include <initializer_list>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/op.h"
+#include "common/provider_ops.h"
 #include "conv/indexed_conv.h"
 #include "conv/indexed_conv_int8.h"
 #include "fold/indexed_fold.h"
@@ -73,6 +75,7 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
              &capacity_pads, &pair_rows}) {
       domain.Add(op);
     }
+    AddProviderOps(domain);
     Ort::UnownedSessionOptions(options).Add(domain);
     Keep(std::move(domain));
   });

@@ -14,8 +14,8 @@ from .importers import import_model
 from .importers.spconv_tracer import export
 from .partition import Partition
 from .quantize import quantize
-from .runtime import create_session, get_library_path
+from .runtime import create_session, cuda_library_path, get_library_path
 from .version import VERSION as __version__
 
-__all__ = ["Partition", "SparseLowerError", "__version__", "create_session", "export", "get_library_path",
+__all__ = ["Partition", "SparseLowerError", "__version__", "create_session", "cuda_library_path", "export", "get_library_path",
            "import_model", "lower", "partition", "quantize", "reference", "run_frames"]

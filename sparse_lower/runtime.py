@@ -23,33 +23,71 @@ from .onnx_conventions import CUSTOM_DOMAIN, DEFAULT_DOMAIN_ALIAS, SOURCE_DOMAIN
 
 LIBRARY_ENV = "SPARSE_LOWER_LIBRARY"
 LIBRARY_NAME = "libsparse_lower_ops.so"
+# Built beside it where nvcc was found: the CPU kernels plus CUDA kernels for onnxruntime's CUDA
+# execution provider, and the C ABI of custom_ops/cuda/abi.h (sparse_lower.cuda_kernels).
+CUDA_LIBRARY_NAME = "libsparse_lower_cuda.so"
+CUDA_LIBRARY_ENV = "SPARSE_LOWER_CUDA_LIBRARY"
+# Always built: the CUDA kernels' bodies run on the host behind the same C ABI (their tests in CI).
+EMULATED_LIBRARY_NAME = "libsparse_lower_emulated.so"
+EMULATED_LIBRARY_ENV = "SPARSE_LOWER_EMULATED_LIBRARY"
+CUDA_PROVIDER = "CUDAExecutionProvider"
 REGISTERED_KEY = "sparse_lower.library"  # a session config entry marking options the library is on
 
 
 def get_library_path() -> str:
     """The path of the custom-op library: ``$SPARSE_LOWER_LIBRARY`` if set, else the one in the package."""
-    override = os.environ.get(LIBRARY_ENV)
-    if override:
-        path = Path(override)
-        if not path.is_file():
-            raise FileNotFoundError(f"{LIBRARY_ENV}={override} is not a file; point it at a built {LIBRARY_NAME}")
-        return str(path.resolve())
-    # Every folder of the package: an editable install keeps the sources and the built library apart.
-    folders = [Path(folder) for folder in sys.modules[__package__].__path__]
-    path = next((folder / LIBRARY_NAME for folder in folders if (folder / LIBRARY_NAME).is_file()), None)
+    path = _override(LIBRARY_ENV, LIBRARY_NAME) or _packaged_path(LIBRARY_NAME)
     if path is None:
-        path = _installed_library()
-    if path is None:
-        raise FileNotFoundError(_not_built(folders))
-    return str(path)
+        raise FileNotFoundError(_not_built(_package_folders()))
+    return path
 
 
-def _installed_library() -> Path | None:
-    """The library of the installed distribution, when the package was imported from elsewhere: Python
-    run from a checkout root imports the source folder (which holds no build) before the package that
-    `pip install .` installed from it, and the user expects what they installed to be used."""
+def cuda_library_path() -> str | None:
+    """The path of the CUDA build of the library (its CPU kernels, CUDA kernels for onnxruntime's CUDA
+    execution provider and the C ABI of sparse_lower.cuda_kernels): ``$SPARSE_LOWER_CUDA_LIBRARY`` if set,
+    else the package's, or None where none was built (the package was installed where no nvcc was found)."""
+    return _override(CUDA_LIBRARY_ENV, CUDA_LIBRARY_NAME) or _packaged_path(CUDA_LIBRARY_NAME)
+
+
+def emulated_library_path() -> str | None:
+    """The path of the emulated library (the CUDA kernels' bodies on the host): ``$SPARSE_LOWER_EMULATED_LIBRARY``
+    if set (tools/sanitize.sh points it at a sanitized build), else the package's, or None."""
+    return _override(EMULATED_LIBRARY_ENV, EMULATED_LIBRARY_NAME) or _packaged_path(EMULATED_LIBRARY_NAME)
+
+
+def _override(variable: str, name: str) -> str | None:
+    """The library an environment variable names, checked; None where it is unset."""
+    override = os.environ.get(variable)
+    if not override:
+        return None
+    if not Path(override).is_file():
+        raise FileNotFoundError(f"{variable}={override} is not a file; point it at a built {name}")
+    return str(Path(override).resolve())
+
+
+def _packaged_path(name: str) -> str | None:
+    path = _packaged(name)
+    return None if path is None else str(path)
+
+
+def _package_folders() -> list[Path]:
+    return [Path(folder) for folder in sys.modules[__package__].__path__]
+
+
+def _packaged(name: str) -> Path | None:
+    """A library built into the package: in a folder of the package (an editable install keeps the
+    sources and the built libraries apart), else in the installed distribution, when the package was
+    imported from elsewhere: Python run from a checkout root imports the source folder (which holds no
+    build) before the package that `pip install .` installed from it, and the user expects what they
+    installed to be used."""
+    path = next((folder / name for folder in _package_folders() if (folder / name).is_file()), None)
+    return path if path is not None else _installed(name)
+
+
+def _installed(name: str) -> Path | None:
+    """Library `name` of the installed distribution, or None."""
     try:
-        path = Path(metadata.distribution("sparse-lower").locate_file(f"sparse_lower/{LIBRARY_NAME}"))
+        path = Path(metadata.distribution("sparse-lower").locate_file(f"sparse_lower/{name}"))
     except metadata.PackageNotFoundError:
         return None
     return path if path.is_file() else None
@@ -70,10 +108,11 @@ def _not_built(folders: list[Path]) -> str:
             f"build/{LIBRARY_NAME}")
 
 
-def register_library(options: ort.SessionOptions) -> ort.SessionOptions:
-    """Register the library on `options` once: registering it twice on the same options makes
-    onnxruntime refuse the next session ("Domain already set in registry"), and users reuse options."""
-    path = get_library_path()
+def register_library(options: ort.SessionOptions, path: str | None = None) -> ort.SessionOptions:
+    """Register the library (`path`, by default get_library_path()) on `options` once: registering it twice
+    on the same options makes onnxruntime refuse the next session ("Domain already set in registry"), and
+    users reuse options."""
+    path = path or get_library_path()
     try:
         registered = options.get_session_config_entry(REGISTERED_KEY)
     except RuntimeError:  # onnxruntime raises for a key that was never set
@@ -154,11 +193,13 @@ def create_session(model, **ort_kwargs) -> ort.InferenceSession:
     """An onnxruntime session of ``model`` (ModelProto, serialized bytes or path) with the library loaded.
 
     ``sess_options`` (registered on in place; a new SessionOptions when absent), ``providers`` (default
-    CPU) and every other keyword go to ``onnxruntime.InferenceSession``.
+    CPU) and every other keyword go to ``onnxruntime.InferenceSession``. With onnxruntime's CUDA execution
+    provider among the providers (onnxruntime-gpu), the CUDA build of the library is loaded, whose CUDA
+    kernels run the ops on the GPU (cuda_library_path()).
     """
     options = ort_kwargs.pop("sess_options", None) or ort.SessionOptions()
-    register_library(options)
     providers = ort_kwargs.pop("providers", None) or ["CPUExecutionProvider"]
+    register_library(options, _library_for(providers))
     if isinstance(model, onnx.ModelProto):
         model = model.SerializeToString()
     elif isinstance(model, os.PathLike):
@@ -171,6 +212,19 @@ def create_session(model, **ort_kwargs) -> ort.InferenceSession:
             raise
         what, fix = unlowered
         raise SparseLowerError(f"{what}: onnxruntime cannot run it ({error})", fix=fix) from error
+
+
+def _library_for(providers: list) -> str:
+    """The CUDA library where onnxruntime's CUDA provider is asked for (a name, or a (name, options) pair),
+    else the CPU one."""
+    if not any((p[0] if isinstance(p, (tuple, list)) else p) == CUDA_PROVIDER for p in providers):
+        return get_library_path()
+    path = cuda_library_path()
+    if path is None:
+        raise FileNotFoundError(f"{CUDA_PROVIDER} was asked for, but the package holds no {CUDA_LIBRARY_NAME}: install "
+                                f"it where CUDA's nvcc is found (pip install .; SPARSE_LOWER_CUDA=ON makes that a "
+                                f"requirement of the build)")
+    return path
 
 
 # The exporters' conv ops (the importers' signatures, spelled out: this module imports nothing of the compiler)

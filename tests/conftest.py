@@ -1,5 +1,6 @@
 """Shared fixtures."""
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -7,7 +8,8 @@ import pytest
 
 from oracle import random_sparse
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+# The real frames: $SPARSE_LOWER_DATA (tools/gpu_check.py sets it on a GPU machine), else ../shared/data.
+DATA = Path(os.environ.get("SPARSE_LOWER_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 @pytest.fixture

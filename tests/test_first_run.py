@@ -46,7 +46,7 @@ def test_a_source_tree_with_nothing_installed_says_which_package_python_reads(tm
     checkout = _source_tree(tmp_path)
     monkeypatch.delenv(runtime.LIBRARY_ENV, raising=False)
     monkeypatch.setattr(sparse_lower, "__path__", [str(checkout / "sparse_lower")])
-    monkeypatch.setattr(runtime, "_installed_library", lambda: None)  # no sparse-lower installed
+    monkeypatch.setattr(runtime, "_installed", lambda name: None)  # no sparse-lower installed
     with pytest.raises(FileNotFoundError) as raised:
         runtime.get_library_path()
     message = str(raised.value)
@@ -57,7 +57,7 @@ def test_a_source_tree_with_nothing_installed_says_which_package_python_reads(tm
 def test_an_installed_package_without_its_library_says_how_to_build_it(tmp_path, monkeypatch):
     monkeypatch.delenv(runtime.LIBRARY_ENV, raising=False)
     monkeypatch.setattr(sparse_lower, "__path__", [str(tmp_path)])
-    monkeypatch.setattr(runtime, "_installed_library", lambda: None)
+    monkeypatch.setattr(runtime, "_installed", lambda name: None)
     with pytest.raises(FileNotFoundError, match="the sparse_lower custom-op library is not built: no "
                                                 "libsparse_lower_ops.so in"):
         runtime.get_library_path()

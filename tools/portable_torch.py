@@ -248,14 +248,17 @@ TORCH_TYPES: dict = {}  # onnx.TensorProto element type -> torch dtype, filled b
 
 
 class TorchGraph:
-    """An ONNX graph of standard ops, run node by node by torch on one device.
+    """An ONNX graph run node by node by torch on one device.
 
-    Every node's op must be in OPS (else the constructor names the node and its op); initializers and
-    `Constant` nodes are moved to the device once."""
+    Every node's op must be in OPS or in `custom` (op type -> f(node, inputs, attrs) -> outputs, for ops
+    of another domain: tools/gpu_check.py runs the gpu target's custom ops through the CUDA library so),
+    else the constructor names the node and its op; initializers and `Constant` nodes are moved to the
+    device once."""
 
-    def __init__(self, model: onnx.ModelProto, device: str):
+    def __init__(self, model: onnx.ModelProto, device: str, custom: dict | None = None):
         import torch
 
+        self.custom = custom or {}
         self.torch, self.device = torch, torch.device(device)
         TORCH_TYPES.update({onnx.TensorProto.FLOAT: torch.float32, onnx.TensorProto.FLOAT16: torch.float16,
                             onnx.TensorProto.DOUBLE: torch.float64, onnx.TensorProto.INT64: torch.int64,
@@ -269,7 +272,8 @@ class TorchGraph:
             if node.op_type == "Constant":
                 self.constants[node.output[0]] = self._tensor(numpy_helper.to_array(attrs["value"]))
                 continue
-            if node.domain not in ("", "ai.onnx") or node.op_type not in OPS and node.op_type != "ConstantOfShape":
+            standard = node.domain in ("", "ai.onnx") and (node.op_type in OPS or node.op_type == "ConstantOfShape")
+            if not standard and node.op_type not in self.custom:
                 raise SystemExit(f"node '{node.name}': op {node.domain or 'ai.onnx'}::{node.op_type} is not "
                                  f"in {Path(__file__).name}'s OPS (fix: add it there, following the ONNX spec)")
             self.nodes.append((node, attrs))
@@ -281,26 +285,39 @@ class TorchGraph:
 
     def _node(self, node, attrs, values):
         inputs = [values[name] if name else None for name in node.input]
+        if node.op_type in self.custom:
+            return self.custom[node.op_type](node, inputs, attrs)
         if node.op_type == "ConstantOfShape":
             return _constant_of_shape(self.torch, inputs, attrs, self.device)
         return OPS[node.op_type](self.torch, inputs, attrs)
 
-    def run(self, feeds: dict, per_op: dict | None = None) -> list:
-        """The graph's outputs for `feeds` (device tensors); with `per_op`, synchronise after every node
-        and add its wall time to per_op[op_type]."""
+    def run(self, feeds: dict, on_node=None) -> list:
+        """The graph's outputs for `feeds` (device tensors). `on_node(node, compute)`, when given, runs
+        each node's `compute()` and returns its outputs: a hook to time the nodes."""
         values = dict(self.constants)
         values.update(feeds)
         for node, attrs in self.nodes:
-            start = time.perf_counter() if per_op is not None else 0.0
+            def compute(node=node, attrs=attrs):
+                return self._node(node, attrs, values)
             try:
-                outputs = self._node(node, attrs, values)
+                outputs = on_node(node, compute) if on_node else compute()
             except Exception as error:  # name the node: a failure here is an op this script gets wrong
                 raise RuntimeError(f"node '{node.name}' ({node.op_type}): {error}") from error
-            if per_op is not None:
-                self.synchronize()
-                per_op[node.op_type] += time.perf_counter() - start
             values.update(zip(node.output, outputs))
         return [values[name] for name in self.outputs]
+
+    def timed_by_op(self, feeds: dict) -> dict:
+        """One run synchronised after every node: the wall time per op type, in seconds."""
+        per_op = defaultdict(float)
+
+        def on_node(node, compute):
+            start = time.perf_counter()
+            outputs = compute()
+            self.synchronize()
+            per_op[node.op_type] += time.perf_counter() - start
+            return outputs
+        self.run(feeds, on_node)
+        return per_op
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":
@@ -370,8 +387,7 @@ def run(folder: Path, device: str, repeat: int, tolerance: float, threads: int) 
                 graph.synchronize()
                 times.append(time.perf_counter() - start)
             peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else float("nan")
-            per_op = defaultdict(float)
-            graph.run(on_device, per_op)
+            per_op = graph.timed_by_op(on_device)
             result = out.float().cpu().numpy()
             ort_times = []
             for _ in range(max(1, repeat // 5)):
@@ -389,7 +405,7 @@ def run(folder: Path, device: str, repeat: int, tolerance: float, threads: int) 
             print(f"{form:8s} {frame:12s} {r['voxels']:6d} voxels  torch {device} {r['torch_ms']:8.2f} ms   "
                   f"onnxruntime CPU {r['ort_cpu_ms']:8.1f} ms   peak {peak:7.0f} MiB   "
                   f"vs spconv {d_spconv:.1e}   vs onnxruntime {d_ort:.1e}", flush=True)
-            print(f"         time per op type (one synchronised run): "
+            print("         time per op type (one synchronised run): "
                   + ", ".join(f"{k} {v:.1f} ms" for k, v in r["per_op_ms"].items()), flush=True)
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "portable_torch.json").write_text(json.dumps(rows, indent=1))

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the custom-op library under AddressSanitizer + UndefinedBehaviorSanitizer. It builds the library with
+# Runs the custom-op library, and the CUDA kernels' bodies in the emulated library, under AddressSanitizer +
+# UndefinedBehaviorSanitizer. It builds the library with
 # -DSPARSE_LOWER_SANITIZE=ON into build/sanitize/ (git-ignored; the installed library is left alone), then
 # runs the tests that execute the ops with SPARSE_LOWER_LIBRARY pointing at it. Any ASan or UBSan report
 # ends the test process with a non-zero status, so the script fails. Why: the kernels index raw buffers
@@ -9,11 +10,12 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 build="$repo/build/sanitize"
-cmake -S "$repo" -B "$build" -DCMAKE_CXX_COMPILER=g++ -DSPARSE_LOWER_SANITIZE=ON >/dev/null
+cmake -S "$repo" -B "$build" -DCMAKE_CXX_COMPILER=g++ -DSPARSE_LOWER_SANITIZE=ON -DSPARSE_LOWER_CUDA=OFF >/dev/null
 cmake --build "$build" -j "$(nproc)"
 
 tests=()
-for name in test_custom_ops test_lower_gpu test_lower_nna test_errors test_hostile test_concurrency test_properties; do
+for name in test_custom_ops test_cuda_bodies test_lower_gpu test_lower_nna test_errors test_hostile test_concurrency \
+            test_properties; do
   tests+=("$repo/tests/$name.py")
 done
 
@@ -47,6 +49,7 @@ cd "$work"
 # reaches the terminal instead of a capture file that dies with the process. libubsan is preloaded too:
 # it brings in libstdc++, without which ASan's __cxa_throw interceptor fails in a Python process.
 SPARSE_LOWER_LIBRARY="$build/libsparse_lower_ops.so" \
+SPARSE_LOWER_EMULATED_LIBRARY="$build/libsparse_lower_emulated.so" \
 LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libubsan.so)" \
 ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:exitcode=86 \
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=86 \

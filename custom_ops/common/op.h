@@ -9,6 +9,10 @@
 //   explicit Kernel(const Ort::ConstKernelInfo&);              reads and checks the attributes
 //   void Compute(const Ort::KernelContext&) const;             the computation
 //   static void InferShapes(const ShapeContext&);              output shapes where they are known
+//   static constexpr const char* kProvider;                    optional: the execution provider whose
+//                                                              memory and stream Compute works on (the
+//                                                              CUDA kernels of cuda/device/ops.cu), by
+//                                                              default onnxruntime's CPU one
 // and may throw OpError anywhere: Op routes every entry point through Guard.
 #pragma once
 
@@ -52,6 +56,15 @@ template <typename Kernel>
 struct VariadicOutputs<Kernel, std::void_t<decltype(Kernel::kVariadicOutputs)>>
     : std::integral_constant<int, Kernel::kVariadicOutputs> {};
 
+template <typename Kernel, typename = void>
+struct ProviderOf {
+  static constexpr const char* value = "CPUExecutionProvider";
+};
+template <typename Kernel>
+struct ProviderOf<Kernel, std::void_t<decltype(Kernel::kProvider)>> {
+  static constexpr const char* value = Kernel::kProvider;
+};
+
 template <typename Kernel>
 struct Op : Ort::CustomOpBase<Op<Kernel>, KernelInstance<Kernel>, /*WithStatus=*/true> {
   Op() {
@@ -67,7 +80,7 @@ struct Op : Ort::CustomOpBase<Op<Kernel>, KernelInstance<Kernel>, /*WithStatus=*
   }
 
   const char* GetName() const { return Kernel::kName; }
-  const char* GetExecutionProviderType() const { return "CPUExecutionProvider"; }
+  const char* GetExecutionProviderType() const { return ProviderOf<Kernel>::value; }
 
   size_t GetInputTypeCount() const { return std::size(Kernel::kInputs); }
   ONNXTensorElementDataType GetInputType(size_t i) const { return Kernel::kInputs[i].type; }

@@ -27,7 +27,7 @@ class IndexedConv {
   void Compute(const Ort::KernelContext& ctx) const;
   static void InferShapes(const ShapeContext& ctx);
 
- private:
+ protected:  // the CUDA kernels (cuda/device/ops.cu) derive from these, sharing their checks
   bool relu_;
 };
 

@@ -15,16 +15,7 @@ namespace {
 // What Y starts from: zeros, input `init` of Y's shape, or `init` [C] on every row (a bias).
 class Start {
  public:
-  Start(const Ort::KernelContext& ctx, const std::vector<int64_t>& y_shape) {
-    if (!HasInput(ctx, 3)) return;
-    const Input<float> init = ReadInput<float>(ctx, 3);
-    const std::vector<int64_t> row{y_shape.back()};
-    if (init.shape != y_shape && init.shape != row) {
-      Fail("init must have the shape of Y ", List(y_shape), " or [C] = ", List(row), ", got ", List(init.shape));
-    }
-    init_ = init.data;
-    per_row_ = init.shape == y_shape;
-  }
+  Start(const float* init, bool per_row) : init_(init), per_row_(per_row) {}
 
   // Rows [begin, end) of Y [targets, C].
   void Fill(float* y, int64_t begin, int64_t end, int64_t channels) const {
@@ -82,35 +73,51 @@ IndexedFold::IndexedFold(const Ort::ConstKernelInfo& info) {
   if (batch_size_ - 1 > grid_->max_batch) Fail("batch_size ", batch_size_, " makes linear sites overflow int64");
 }
 
-void IndexedFold::Compute(const Ort::KernelContext& ctx) const {
-  const Input<float> rows = ReadInput<float>(ctx, 0);
-  const Input<int64_t> idx = ReadInput<int64_t>(ctx, 1);
+IndexedFold::Inputs IndexedFold::Read(const Ort::KernelContext& ctx) const {
+  Inputs in{ReadInput<float>(ctx, 0), ReadInput<int64_t>(ctx, 1)};
+  const Input<float>& rows = in.rows;
+  const Input<int64_t>& idx = in.idx;
   if (rows.Rank() != idx.Rank() + 1 || !std::equal(idx.shape.begin(), idx.shape.end(), rows.shape.begin())) {
     Fail("rows must have shape idx.shape + [C] = ", List(idx.shape), " + [C], got ", List(rows.shape));
   }
-  const int64_t channels = rows.shape.back();
-  std::vector<int64_t> shape;
-  int64_t targets = 0;
+  in.channels = rows.shape.back();
   if (grid_) {
     if (HasInput(ctx, 2) || HasInput(ctx, 3)) Fail("inputs 'like' and 'init' are for mode 'rows'");
-    shape = {batch_size_, channels};
-    shape.insert(shape.end(), grid_->extent.begin(), grid_->extent.end());
-    targets = batch_size_ * grid_->volume;
-  } else {
-    if (!HasInput(ctx, 2)) Fail("mode 'rows' needs input 'like' [M, ...] for the row count of Y");
-    const std::vector<int64_t> like = InputShape(ctx, 2);
-    if (like.empty()) Fail("like must have shape [M, ...], got a scalar");
-    shape = {like[0], channels};
-    targets = like[0];
+    in.y_shape = {batch_size_, in.channels};
+    in.y_shape.insert(in.y_shape.end(), grid_->extent.begin(), grid_->extent.end());
+    in.targets = batch_size_ * grid_->volume;
+    return in;
   }
-  float* y = AllocateOutput<float>(ctx, 0, shape);
+  if (!HasInput(ctx, 2)) Fail("mode 'rows' needs input 'like' [M, ...] for the row count of Y");
+  const std::vector<int64_t> like = InputShape(ctx, 2);
+  if (like.empty()) Fail("like must have shape [M, ...], got a scalar");
+  in.y_shape = {like[0], in.channels};
+  in.targets = like[0];
+  if (HasInput(ctx, 3)) {
+    const Input<float> init = ReadInput<float>(ctx, 3);
+    const std::vector<int64_t> row{in.channels};
+    if (init.shape != in.y_shape && init.shape != row) {
+      Fail("init must have the shape of Y ", List(in.y_shape), " or [C] = ", List(row), ", got ", List(init.shape));
+    }
+    in.init = init.data;
+    in.init_rows = init.shape == in.y_shape;
+  }
+  return in;
+}
+
+void IndexedFold::Compute(const Ort::KernelContext& ctx) const {
+  const Inputs in = Read(ctx);
+  const Input<float>& rows = in.rows;
+  const Input<int64_t>& idx = in.idx;
+  const int64_t channels = in.channels, targets = in.targets;
+  float* y = AllocateOutput<float>(ctx, 0, in.y_shape);
   const int64_t width = idx.Rank() > 0 ? idx.shape.back() : 1;
   const int64_t volume = grid_ ? grid_->volume : 1;
   if (grid_) {
     const int64_t elements = targets * channels;
     ParallelFor(ctx, elements, Grain(1), [&](int64_t begin, int64_t end) { std::fill(y + begin, y + end, 0.0f); });
   } else {
-    const Start start(ctx, shape);
+    const Start start(in.init, in.init_rows);
     if (width > 0) {
       if (const auto lengths = AscendingRows(ctx, idx.data, idx.Size() / width, width, targets)) {
         FoldAscendingRows(ctx, rows.data, idx.data, *lengths, width, channels, targets, start, y);

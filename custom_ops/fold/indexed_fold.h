@@ -5,6 +5,7 @@
 
 #include "common/coords.h"
 #include "common/op.h"
+#include "common/tensor.h"
 
 namespace sparse_lower {
 
@@ -20,7 +21,19 @@ class IndexedFold {
   void Compute(const Ort::KernelContext& ctx) const;
   static void InferShapes(const ShapeContext& ctx);
 
- private:
+ protected:  // the CUDA kernels (cuda/device/ops.cu) derive from these, sharing their checks
+  // The inputs, checked, and what they imply.
+  struct Inputs {
+    Input<float> rows;
+    Input<int64_t> idx;
+    int64_t channels = 0;
+    int64_t targets = 0;             // the rows of Y, or for mode "dense" its sites
+    std::vector<int64_t> y_shape;
+    const float* init = nullptr;     // mode "rows": what Y starts from
+    bool init_rows = false;          // init holds every row of Y, not one [C] for all
+  };
+  Inputs Read(const Ort::KernelContext& ctx) const;
+
   std::optional<Grid> grid_;  // mode "dense" only
   int64_t batch_size_ = 0;
 };

@@ -10,18 +10,23 @@
 
 namespace sparse_lower {
 
-void ActiveSites::Compute(const Ort::KernelContext& ctx) const {
+ActiveSites::DenseInput ActiveSites::Read(const Ort::KernelContext& ctx) {
   const Input<float> x = ReadInput<float>(ctx, 0);
   if (x.Rank() < 3 || x.Rank() > 5) {
     Fail("X must have shape [B, C, *S] with 1 to 3 spatial dimensions, got ", List(x.shape));
   }
-  const Grid grid(std::vector<int64_t>(x.shape.begin() + 2, x.shape.end()), "grid");
-  const int64_t batch = x.shape[0];
-  const int64_t channels = x.shape[1];
-  const int64_t volume = grid.volume;
-  int64_t total = 0;  // B·V sites; may exceed the element count when C = 0
-  if (__builtin_mul_overflow(batch, volume, &total)) Fail("X of shape ", List(x.shape), " has too many sites");
-  if (channels == 0) total = 0;
+  DenseInput in{x, Grid(std::vector<int64_t>(x.shape.begin() + 2, x.shape.end()), "grid"), x.shape[0], x.shape[1], 0};
+  // B·V sites; may exceed the element count when C = 0
+  if (__builtin_mul_overflow(in.batch, in.grid.volume, &in.total)) Fail("X of shape ", List(x.shape), " has too many sites");
+  if (in.channels == 0) in.total = 0;
+  return in;
+}
+
+void ActiveSites::Compute(const Ort::KernelContext& ctx) const {
+  const DenseInput in = Read(ctx);
+  const Input<float>& x = in.x;
+  const Grid& grid = in.grid;
+  const int64_t channels = in.channels, volume = grid.volume, total = in.total;
 
   // Pass 1, per block of sites: the active ones, found channel by channel over contiguous memory.
   const int64_t grain = Grain(channels);

@@ -1,7 +1,9 @@
 // ActiveSites (docs/custom_ops.md, "Index builders"): the sparse coordinates of a dense tensor.
 #pragma once
 
+#include "common/coords.h"
 #include "common/op.h"
+#include "common/tensor.h"
 
 namespace sparse_lower {
 
@@ -14,6 +16,15 @@ struct ActiveSites {
   explicit ActiveSites(const Ort::ConstKernelInfo&) {}
   void Compute(const Ort::KernelContext& ctx) const;
   static void InferShapes(const ShapeContext&) {}  // N is data-dependent
+
+  // X, checked, with its grid, batch, channels and B·V sites (0 when C = 0): what the CPU and CUDA
+  // kernels (cuda/device/ops.cu) share.
+  struct DenseInput {
+    Input<float> x;
+    Grid grid;
+    int64_t batch, channels, total;
+  };
+  static DenseInput Read(const Ort::KernelContext& ctx);
 };
 
 }  // namespace sparse_lower

@@ -71,4 +71,15 @@ MapGeometry::MapGeometry(const Ort::ConstKernelInfo& info, MapKind kind) {
   dense_ = Choice(info, "source", {"rows", "dense"}) == 1;
 }
 
+SlMapShape MapGeometry::Shape() const {
+  SlMapShape shape{};
+  shape.dims = static_cast<int32_t>(axes_.size());
+  for (size_t d = 0; d < axes_.size(); ++d) {
+    const Axis& a = axes_[d];
+    shape.transposed = a.transposed ? 1 : 0;
+    shape.axis[d] = SlAxis{a.kernel, a.stride, a.pad, a.dilation, a.in_extent, a.out_extent};
+  }
+  return shape;
+}
+
 }  // namespace sparse_lower

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/coords.h"
+#include "cuda/shapes.h"
 #include "onnxruntime_cxx_api.h"
 
 namespace sparse_lower {
@@ -46,6 +47,8 @@ class MapGeometry {
   const Grid& Out() const { return out_; }
   // The largest batch for which linear sites of both grids fit in int64.
   int64_t MaxBatch() const { return std::min(in_.max_batch, out_.max_batch); }
+  // The geometry as plain data, as the CUDA kernels take it (cuda/bodies/maps.h).
+  SlMapShape Shape() const;
 
   // Calls f(k, position) for every tap k of the output at spatial coordinate o whose input lies in the
   // input grid; position is that input's linear position within its grid. scratch: reused memory.

@@ -16,10 +16,9 @@ class ReachedMap {
   void Compute(const Ort::KernelContext& ctx) const;
   static void InferShapes(const ShapeContext&) {}  // both outputs have a data-dependent row count
 
- protected:
+ protected:  // the CUDA kernels (cuda/device/ops.cu) derive from these, sharing their checks
   ReachedMap(const Ort::ConstKernelInfo& info, MapKind kind) : geometry_(info, kind) {}
 
- private:
   MapGeometry geometry_;
 };
 

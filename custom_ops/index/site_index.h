@@ -17,7 +17,7 @@ class SiteIndex {
   void Compute(const Ort::KernelContext& ctx) const;
   static void InferShapes(const ShapeContext& ctx);
 
- private:
+ protected:  // the CUDA kernels (cuda/device/ops.cu) derive from these, sharing their checks
   Grid grid_;
   int64_t batch_size_;
 };

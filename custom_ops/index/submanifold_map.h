@@ -18,7 +18,7 @@ class SubmanifoldMap {
   void Compute(const Ort::KernelContext& ctx) const;
   static void InferShapes(const ShapeContext& ctx);
 
- private:
+ protected:  // the CUDA kernels (cuda/device/ops.cu) derive from these, sharing their checks
   MapGeometry geometry_;
 };
 

@@ -39,20 +39,27 @@ int64_t CheckInputs(const Ort::KernelContext& ctx, const Input<float>& x, const 
 
 }  // namespace
 
-void IndexedUnfold::Compute(const Ort::KernelContext& ctx) const {
-  const Input<float> x = ReadInput<float>(ctx, 0);
-  const Input<int64_t> idx = ReadInput<int64_t>(ctx, 1);
-  const int64_t limit = CheckInputs(ctx, x, grid_);
-  if (idx.Rank() < 1) Fail("idx must have shape [..., K], got a scalar");
-  const int64_t taps = idx.shape.back();
-  const int64_t rows = idx.Size() / std::max<int64_t>(taps, 1);
-  const int64_t channels = x.shape[1];
-  std::vector<int64_t> shape = idx.shape;
-  shape.back() = taps * channels;
-  float* y = AllocateOutput<float>(ctx, 0, shape);
+IndexedUnfold::Inputs IndexedUnfold::Read(const Ort::KernelContext& ctx) const {
+  Inputs in{ReadInput<float>(ctx, 0), ReadInput<int64_t>(ctx, 1)};
+  in.limit = CheckInputs(ctx, in.x, grid_);
+  if (in.idx.Rank() < 1) Fail("idx must have shape [..., K], got a scalar");
+  in.taps = in.idx.shape.back();
+  in.rows = in.idx.Size() / std::max<int64_t>(in.taps, 1);
+  in.channels = in.x.shape[1];
+  in.y_shape = in.idx.shape;
+  in.y_shape.back() = in.taps * in.channels;
+  in.dense = in.x.Rank() > 2;
+  in.volume = in.dense ? SpatialVolume(in.x) : 1;
+  return in;
+}
 
-  const bool dense = x.Rank() > 2;
-  const int64_t volume = dense ? SpatialVolume(x) : 1;
+void IndexedUnfold::Compute(const Ort::KernelContext& ctx) const {
+  const Inputs in = Read(ctx);
+  const Input<float>& x = in.x;
+  const Input<int64_t>& idx = in.idx;
+  const int64_t limit = in.limit, taps = in.taps, rows = in.rows, channels = in.channels, volume = in.volume;
+  const bool dense = in.dense;
+  float* y = AllocateOutput<float>(ctx, 0, in.y_shape);
   ParallelFor(ctx, rows, Grain(taps * channels), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       for (int64_t k = 0; k < taps; ++k) {
@@ -66,8 +73,8 @@ void IndexedUnfold::Compute(const Ort::KernelContext& ctx) const {
         } else if (!dense) {
           std::copy_n(x.data + source * channels, channels, out);
         } else {  // channel c of site b·V + position lies at X[b, c, position]
-          const float* in = x.data + (source / volume) * channels * volume + source % volume;
-          for (int64_t c = 0; c < channels; ++c) out[c] = in[c * volume];
+          const float* from = x.data + (source / volume) * channels * volume + source % volume;
+          for (int64_t c = 0; c < channels; ++c) out[c] = from[c * volume];
         }
       }
     }

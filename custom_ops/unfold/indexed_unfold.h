@@ -5,6 +5,7 @@
 
 #include "common/coords.h"
 #include "common/op.h"
+#include "common/tensor.h"
 
 namespace sparse_lower {
 
@@ -22,7 +23,19 @@ class IndexedUnfold {
   void Compute(const Ort::KernelContext& ctx) const;
   static void InferShapes(const ShapeContext& ctx);
 
- private:
+ protected:  // the CUDA kernels (cuda/device/ops.cu) derive from these, sharing their checks
+  // The inputs, checked, and what they imply.
+  struct Inputs {
+    Input<float> x;
+    Input<int64_t> idx;
+    int64_t limit;     // the rows, or for a dense X the sites, that idx may name
+    int64_t taps, rows, channels;
+    int64_t volume;    // sites per batch of a dense X, else 1
+    bool dense;
+    std::vector<int64_t> y_shape;
+  };
+  Inputs Read(const Ort::KernelContext& ctx) const;
+
   std::optional<Grid> grid_;
 };
 

@@ -1,0 +1,367 @@
+// The custom ops of the gpu target as sequences of launches over one backend: CudaBackend
+// (cuda/device/cuda_backend.h: kernels on a stream, device memory) or HostBackend
+// (cuda/emulated/host_backend.h: the same bodies in loops on the host). Written once, compiled for
+// both, so that what CI tests on the host is what the GPU runs.
+//
+// Each function takes its tensors in the backend's memory and checks what docs/custom_ops.md says the
+// op checks: a failing row is found on the backend (the least such row: the same one the CPU library
+// names), then its values are copied back and the message is the CPU library's.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "common/status.h"
+#include "cuda/bodies/conv.h"
+#include "cuda/bodies/maps.h"
+#include "cuda/bodies/movement.h"
+#include "cuda/bodies/sites.h"
+
+namespace sparse_lower {
+namespace kernels {
+
+using bodies::GridShape;
+using bodies::MapShape;
+using bodies::SiteTable;
+
+// A coordinate table [rows, 1 + D] in the backend's memory.
+struct CoordsView {
+  const int64_t* data;
+  int64_t rows;
+  int64_t width;
+};
+
+// The largest batch whose linear sites in `grid` fit in int64.
+inline int64_t MaxBatch(const GridShape& grid) {
+  return (std::numeric_limits<int64_t>::max() - (grid.volume - 1)) / grid.volume;
+}
+
+inline std::vector<int64_t> Extents(const GridShape& grid) { return {grid.extent, grid.extent + grid.dims}; }
+
+// Launches go in free functions: nvcc takes no extended lambda in a constructor.
+template <typename B>
+void Set(typename B::Stream s, int64_t* values, int64_t count, int64_t value) {
+  B::ForEach(s, count, SL_LAMBDA(int64_t i) { values[i] = value; });
+}
+
+// The least row or entry a launch found wrong, kNone when none (bodies::AtomicMin into one slot).
+template <typename B>
+class Fault {
+ public:
+  explicit Fault(typename B::Stream stream) : stream_(stream), slot_(stream, 1) {
+    Set<B>(stream, slot_.data(), 1, bodies::kNone);
+  }
+  int64_t* Slot() { return slot_.data(); }
+  int64_t First() {
+    int64_t first = bodies::kNone;
+    B::ToHost(stream_, &first, slot_.data(), sizeof first);
+    return first;
+  }
+
+ private:
+  typename B::Stream stream_;
+  typename B::template Buffer<int64_t> slot_;
+};
+
+// The sites of every row of `coords` in `grid` (sites: `coords.rows` entries), each coordinate checked
+// (common/coords.cc's LinearSites: batch ≥ 0, below batch_size when it is > 0, at most max_batch, and
+// inside the grid).
+template <typename B>
+void LinearSites(typename B::Stream s, CoordsView coords, const GridShape& grid, int64_t max_batch, int64_t batch_size,
+                 const char* name, const char* grid_name, int64_t* sites) {
+  Fault<B> fault(s);
+  int64_t* first = fault.Slot();
+  B::ForEach(s, coords.rows, SL_LAMBDA(int64_t r) {
+    int64_t site = -1;
+    if (bodies::CheckedSite(coords.data + r * coords.width, grid, max_batch, batch_size, &site) != bodies::kSiteOk) {
+      bodies::AtomicMin(first, r);
+    }
+    sites[r] = site;
+  });
+  const int64_t r = fault.First();
+  if (r == bodies::kNone) return;
+  std::vector<int64_t> c(static_cast<size_t>(coords.width));
+  B::ToHost(s, c.data(), coords.data + r * coords.width, sizeof(int64_t) * c.size());
+  int64_t site = 0;
+  switch (bodies::CheckedSite(c.data(), grid, max_batch, batch_size, &site)) {
+    case bodies::kNegativeBatch:
+      Fail("row ", r, " of ", name, " has a negative batch ", c[0]);
+    case bodies::kBatchNotBelowSize:
+      Fail("row ", r, " of ", name, " has batch ", c[0], ", not below batch_size ", batch_size);
+    case bodies::kBatchTooLarge:
+      Fail("row ", r, " of ", name, " has batch ", c[0], ", too large for linear sites to fit in int64");
+    default:
+      Fail("coordinate ", Tuple(c.data(), c.size()), " of row ", r, " of ", name, " is outside the ", grid_name, " ",
+           List(Extents(grid)));
+  }
+}
+
+// Inserts every row r of `sites` into `table`; returns the least row that repeats an earlier row's site.
+template <typename B>
+int64_t InsertRows(typename B::Stream s, SiteTable table, const int64_t* sites, int64_t rows) {
+  Set<B>(s, table.keys, table.mask + 1, -1);
+  Set<B>(s, table.rows, table.mask + 1, bodies::kNone);
+  B::ForEach(s, rows, SL_LAMBDA(int64_t r) { bodies::Insert(table, sites[r], r); });
+  Fault<B> fault(s);
+  int64_t* repeat = fault.Slot();
+  B::ForEach(s, rows, SL_LAMBDA(int64_t r) {
+    if (bodies::Find(table, sites[r]) != r) bodies::AtomicMin(repeat, r);
+  });
+  return fault.First();
+}
+
+// A site table of the rows of `coords` (their `sites`), refusing two equal rows as the CPU library does:
+// naming the least row that repeats an earlier one, and that one.
+template <typename B>
+class IndexedSites {
+ public:
+  IndexedSites(typename B::Stream s, CoordsView coords, const int64_t* sites, const char* name)
+      : capacity_(bodies::TableCapacity(coords.rows)), keys_(s, capacity_), rows_(s, capacity_) {
+    const int64_t r = InsertRows<B>(s, Table(), sites, coords.rows);
+    if (r == bodies::kNone) return;
+    std::vector<int64_t> all(static_cast<size_t>(coords.rows)), c(static_cast<size_t>(coords.width));
+    B::ToHost(s, all.data(), sites, sizeof(int64_t) * all.size());
+    B::ToHost(s, c.data(), coords.data + r * coords.width, sizeof(int64_t) * c.size());
+    const int64_t earlier = std::find(all.begin(), all.end(), all[static_cast<size_t>(r)]) - all.begin();
+    Fail("rows ", earlier, " and ", r, " of ", name, " are the same coordinate ", Tuple(c.data(), c.size()));
+  }
+
+  SiteTable Table() { return SiteTable{keys_.data(), rows_.data(), capacity_ - 1}; }
+
+ private:
+  int64_t capacity_;
+  typename B::template Buffer<int64_t> keys_;
+  typename B::template Buffer<int64_t> rows_;
+};
+
+// The input coordinates of a map builder, checked (in the input grid, batch ≥ 0, no duplicates) and
+// in a site table (index/neighbours.h's ReadIndexedInput).
+template <typename B>
+class MapInput {
+ public:
+  MapInput(typename B::Stream s, const MapShape& map, CoordsView coords)
+      : coords_(coords), sites_(s, coords.rows), indexed_(s, coords, Sites(s, map, coords, sites_.data()), "coords") {}
+
+  CoordsView Coords() const { return coords_; }
+  SiteTable Table() { return indexed_.Table(); }
+
+  // The largest batch whose sites fit in int64 in both grids of the map.
+  static int64_t MapMaxBatch(const MapShape& map) {
+    return std::min(MaxBatch(bodies::InGrid(map)), MaxBatch(bodies::OutGrid(map)));
+  }
+
+ private:
+  static const int64_t* Sites(typename B::Stream s, const MapShape& map, CoordsView coords, int64_t* sites) {
+    LinearSites<B>(s, coords, bodies::InGrid(map), MapMaxBatch(map), 0, "coords", "grid", sites);
+    return sites;
+  }
+
+  CoordsView coords_;
+  typename B::template Buffer<int64_t> sites_;
+  IndexedSites<B> indexed_;
+};
+
+// nbr [outputs.rows, K] of the outputs at `outputs` (checked already): the row each tap reads (its
+// linear site for a dense source), or −1.
+template <typename B>
+void Neighbours(typename B::Stream s, const MapShape& map, CoordsView outputs, SiteTable inputs, bool dense,
+                int64_t* nbr) {
+  const int64_t taps = bodies::Taps(map);
+  const GridShape in = bodies::InGrid(map);
+  B::ForEach(s, outputs.rows * taps, SL_LAMBDA(int64_t i) {
+    const int64_t m = i / taps;
+    nbr[i] = bodies::Neighbour(map, in, outputs.data + m * outputs.width, i % taps, dense, inputs);
+  });
+}
+
+// SubmanifoldMap: nbr [N, K] of the input rows themselves.
+template <typename B>
+void SubmanifoldMap(typename B::Stream s, const MapShape& map, CoordsView coords, bool dense, int64_t* nbr) {
+  MapInput<B> input(s, map, coords);
+  Neighbours<B>(s, map, coords, input.Table(), dense, nbr);
+}
+
+// sites [rows, K]: the output site each row reaches through each tap, or −1.
+template <typename B>
+int64_t* OutputSites(typename B::Stream s, const MapShape& map, CoordsView coords, int64_t* sites) {
+  const int64_t taps = bodies::Taps(map);
+  const GridShape out = bodies::OutGrid(map);
+  B::ForEach(s, coords.rows * taps, SL_LAMBDA(int64_t i) {
+    sites[i] = bodies::TapSite(map, out, coords.data + (i / taps) * coords.width, i % taps, /*to_input=*/false);
+  });
+  return sites;
+}
+
+// The outputs of StridedMap and TransposedMap: every output site some input reaches through some tap,
+// ascending and distinct. Built in two steps, because the caller allocates the outputs in between.
+template <typename B>
+class ReachedSites {
+ public:
+  ReachedSites(typename B::Stream s, const MapShape& map, CoordsView coords)
+      : map_(map), input_(s, map, coords), sites_(s, coords.rows * bodies::Taps(map)) {
+    const int64_t distinct = B::SortUnique(s, OutputSites<B>(s, map, coords, sites_.data()), coords.rows * bodies::Taps(map));
+    int64_t least = 0;  // −1 (a tap leaving the grid) sorts first
+    if (distinct > 0) B::ToHost(s, &least, sites_.data(), sizeof least);
+    first_ = least < 0 ? 1 : 0;
+    count_ = distinct - first_;
+  }
+
+  int64_t Count() const { return count_; }
+
+  // out_coords [Count(), 1 + D] and nbr [Count(), K], in the backend's memory.
+  void Write(typename B::Stream s, bool dense, int64_t* out_coords, int64_t* nbr) {
+    const GridShape out = bodies::OutGrid(map_);
+    const int64_t width = 1 + map_.dims;
+    const int64_t* sites = sites_.data() + first_;
+    B::ForEach(s, count_, SL_LAMBDA(int64_t m) { bodies::DecodeSite(sites[m], out, out_coords + m * width); });
+    Neighbours<B>(s, map_, CoordsView{out_coords, count_, width}, input_.Table(), dense, nbr);
+  }
+
+ private:
+  MapShape map_;
+  MapInput<B> input_;
+  typename B::template Buffer<int64_t> sites_;
+  int64_t first_ = 0, count_ = 0;
+};
+
+// TargetMap: nbr [M, K] of the given output coordinates (checked in the output grid, no duplicates).
+template <typename B>
+void TargetMap(typename B::Stream s, const MapShape& map, CoordsView coords, CoordsView targets, bool dense,
+               int64_t* nbr) {
+  MapInput<B> input(s, map, coords);
+  typename B::template Buffer<int64_t> sites(s, targets.rows);
+  LinearSites<B>(s, targets, bodies::OutGrid(map), MapInput<B>::MapMaxBatch(map), 0, "target_coords", "output grid",
+                 sites.data());
+  IndexedSites<B> distinct(s, targets, sites.data(), "target_coords");
+  Neighbours<B>(s, map, targets, input.Table(), dense, nbr);
+}
+
+// SiteIndex: the linear sites of coordinates in a dense [batch_size, C, *grid] tensor, checked.
+template <typename B>
+void SiteIndex(typename B::Stream s, const GridShape& grid, int64_t batch_size, CoordsView coords, int64_t* sites) {
+  LinearSites<B>(s, coords, grid, MaxBatch(grid), batch_size, "coords", "grid", sites);
+  IndexedSites<B> distinct(s, coords, sites, "coords");
+}
+
+// flags [sites]: whether any channel of each site of a dense X [B, channels, volume] is non-zero (NaN counts).
+template <typename B>
+const uint8_t* Marked(typename B::Stream s, const float* x, int64_t sites, int64_t channels, int64_t volume,
+                      uint8_t* flags) {
+  B::ForEach(s, sites, SL_LAMBDA(int64_t site) {
+    const float* values = x + (site / volume) * channels * volume + site % volume;
+    uint8_t any = 0;
+    for (int64_t c = 0; c < channels; ++c) any |= values[c * volume] != 0.0f;
+    flags[site] = any;
+  });
+  return flags;
+}
+
+// ActiveSites: the sites of a dense X [batch, channels, *grid] where any channel is non-zero (NaN
+// counts), ascending. Two steps: count, then write coords [Count(), 1 + D] and sites [Count()].
+template <typename B>
+class ActiveSites {
+ public:
+  ActiveSites(typename B::Stream s, const float* x, int64_t batch, int64_t channels, const GridShape& grid)
+      : grid_(grid), found_(s, batch * grid.volume) {
+    const int64_t total = channels > 0 ? batch * grid.volume : 0;
+    typename B::template Buffer<uint8_t> active(s, total);
+    count_ = B::Select(s, Marked<B>(s, x, total, channels, grid.volume, active.data()), total, found_.data());
+  }
+
+  int64_t Count() const { return count_; }
+
+  void Write(typename B::Stream s, int64_t* coords, int64_t* sites) {
+    const GridShape grid = grid_;
+    const int64_t* found = found_.data();
+    const int64_t width = 1 + grid.dims;
+    B::ForEach(s, count_, SL_LAMBDA(int64_t n) {
+      sites[n] = found[n];
+      bodies::DecodeSite(found[n], grid, coords + n * width);
+    });
+  }
+
+ private:
+  GridShape grid_;
+  typename B::template Buffer<int64_t> found_;
+  int64_t count_ = 0;
+};
+
+// The least entry of idx [count] outside [−1, limit), or kNone.
+template <typename B>
+int64_t FirstInvalid(typename B::Stream s, const int64_t* idx, int64_t count, int64_t limit) {
+  Fault<B> fault(s);
+  int64_t* first = fault.Slot();
+  B::ForEach(s, count, SL_LAMBDA(int64_t e) {
+    if (!bodies::ValidIndex(idx[e], limit)) bodies::AtomicMin(first, e);
+  });
+  return fault.First();
+}
+
+template <typename B>
+int64_t ValueAt(typename B::Stream s, const int64_t* idx, int64_t e) {
+  int64_t value = 0;
+  B::ToHost(s, &value, idx + e, sizeof value);
+  return value;
+}
+
+// IndexedUnfold: y [rows, taps, channels] from X rows [limit, channels] or a dense X of `volume` sites
+// per batch (limit = its sites).
+template <typename B>
+void Unfold(typename B::Stream s, const float* x, int64_t limit, int64_t channels, bool dense, int64_t volume,
+            const int64_t* idx, int64_t rows, int64_t taps, float* y) {
+  const int64_t bad = FirstInvalid<B>(s, idx, rows * taps, limit);
+  if (bad != bodies::kNone) {
+    Fail("idx value ", ValueAt<B>(s, idx, bad), " (row ", bad / taps, ", tap ", bad % taps, ") is outside [0, ", limit,
+         "), the ", dense ? "sites" : "rows", " of X; only -1 marks a missing input");
+  }
+  B::ForEach(s, rows * taps * channels, SL_LAMBDA(int64_t i) {
+    y[i] = bodies::UnfoldValue(x, idx[i / channels], i % channels, channels, volume, dense);
+  });
+}
+
+// IndexedFold: y (rows [targets, channels], or dense [B, channels, *grid] of `volume` sites per batch) from
+// zeros, or from `init` (rows only: [targets, channels] when init_rows, else [channels] on every row),
+// plus rows[p] at idx[p] (count entries, −1 skipped) in ascending p.
+template <typename B>
+void Fold(typename B::Stream s, const float* rows, const int64_t* idx, int64_t count, int64_t channels,
+          int64_t targets, bool dense, int64_t volume, const float* init, bool init_rows, float* y) {
+  const int64_t bad = FirstInvalid<B>(s, idx, count, targets);
+  if (bad != bodies::kNone) {
+    Fail("idx value ", ValueAt<B>(s, idx, bad), " (entry ", bad, ") is outside [0, ", targets,
+         "), the rows or sites of Y; only -1 skips");
+  }
+  typename B::template Buffer<int64_t> keys(s, count), entries(s, count);
+  int64_t* key = keys.data();
+  int64_t* entry = entries.data();
+  B::ForEach(s, count, SL_LAMBDA(int64_t p) {
+    key[p] = idx[p];
+    entry[p] = p;
+  });
+  B::StableSortByKey(s, key, entry, count);
+  B::ForEach(s, targets * channels, SL_LAMBDA(int64_t i) {
+    const int64_t t = i / channels, c = i % channels;
+    const int64_t begin = bodies::LowerBound(key, count, t), end = bodies::LowerBound(key, count, t + 1);
+    const float start = init == nullptr ? 0.0f : init[init_rows ? i : c];
+    y[bodies::ChannelOffset(t, c, channels, volume, dense)] = bodies::FoldValue(start, rows, entry, begin, end, c, channels);
+  });
+}
+
+// IndexedConv (float32, or with `half` its products in float16 on tensor cores, summed in float32).
+template <typename B>
+void Conv(typename B::Stream s, const bodies::ConvArgs& args, bool half) {
+  const int64_t bad = FirstInvalid<B>(s, args.idx, args.rows * args.taps, args.inputs);
+  if (bad != bodies::kNone) {
+    Fail("idx value ", ValueAt<B>(s, args.idx, bad), " (row ", bad / args.taps, ", tap ", bad % args.taps,
+         ") is outside [0, ", args.inputs, "), the rows of X; only -1 marks a missing input");
+  }
+  if (half) {
+    B::ConvHalf(s, args);
+  } else {
+    B::ConvFloat(s, args);
+  }
+}
+
+}  // namespace kernels
+}  // namespace sparse_lower

@@ -1,0 +1,188 @@
+// IndexedConv on a GPU, by tiles: Y[m] = act(B + Σ_k X[idx[m, k]] · W[k] + R[m]) (docs/custom_ops.md).
+//
+// A block computes a tile of kTileRows output rows × kTileCols output channels. Tap by tap, it lists
+// the tile's input rows through the tap (skipping a tap that no row of the tile has: a real LiDAR
+// neighbourhood leaves many empty), then walks Cin in slices of kTileDepth: the rows' slice of X is
+// gathered into shared memory (zeros for a missing input), W's slice beside it, and the threads
+// multiply them into their accumulators. Gather, product and the epilogue (bias, residual, ReLU) are
+// one kernel: nothing of size pairs × C goes through memory.
+//
+// The phases below are the kernel's bodies; a launch runs them in order with a barrier between phases
+// (cuda/device/conv.cu on the GPU, cuda/emulated/conv.cc one thread after another on the host). In
+// float32 each thread owns a kMicro × kMicro block of the tile and sums in the CPU kernel's order:
+// the bias, then the taps in ascending k, each over ascending input channels, by fused multiply-adds.
+// In float16 (inputs rounded to half, products summed in float32 on tensor cores) each warp owns a
+// kWarpTile × kWarpTile block of 16 × 16 fragments.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/hd.h"
+
+namespace sparse_lower {
+namespace bodies {
+
+constexpr int kTileRows = 64;
+constexpr int kTileCols = 64;
+constexpr int kTileDepth = 16;
+constexpr int kMicro = 4;                                                        // float32: 4 × 4 per thread
+constexpr int kFloatThreads = (kTileRows / kMicro) * (kTileCols / kMicro);        // 256
+constexpr int kWarpTile = 32;                                                     // float16: 32 × 32 per warp
+constexpr int kHalfWarps = (kTileRows / kWarpTile) * (kTileCols / kWarpTile);     // 4
+constexpr int kHalfThreads = 32 * kHalfWarps;                                     // 128
+
+struct ConvArgs {
+  const float* x;         // [inputs, cin]
+  int64_t inputs, cin;
+  const int64_t* idx;     // [rows, taps], every entry in [−1, inputs) (checked before the launch)
+  int64_t rows, taps;
+  const float* w;         // [taps, cin, cout]
+  int64_t cout;
+  const float* bias;      // [cout] or null
+  const float* residual;  // [rows, cout] or null
+  int32_t relu;
+  float* y;               // [rows, cout]
+};
+
+// The inputs of a tile's rows through one tap, and whether any row has one.
+struct TileSources {
+  int64_t row[kTileRows];
+  int32_t any;
+};
+
+// Phase 1 (thread 0 alone): the tap starts unused.
+SL_HD inline void ClearSources(TileSources& s) { s.any = 0; }
+
+// Phase 2: thread t < kTileRows lists its row's input through tap k (−1 past the last row).
+SL_HD inline void ListSource(const ConvArgs& a, int64_t first_row, int64_t k, int t, TileSources& s) {
+  if (t >= kTileRows) return;
+  const int64_t m = first_row + t;
+  const int64_t source = m < a.rows ? a.idx[m * a.taps + k] : -1;
+  s.row[t] = source;
+  if (source >= 0) s.any = 1;  // every writer writes 1: no order needed
+}
+
+// Channel c0 + cc of the input row of tile row r, 0 for a missing input or past Cin.
+SL_HD inline float GatheredX(const ConvArgs& a, const TileSources& s, int r, int64_t c0, int cc) {
+  const int64_t source = s.row[r];
+  const int64_t c = c0 + cc;
+  return source >= 0 && c < a.cin ? a.x[source * a.cin + c] : 0.0f;
+}
+
+// W[k, c0 + cc, first_col + n], 0 past Cin or Cout.
+SL_HD inline float WeightAt(const ConvArgs& a, int64_t k, int64_t c0, int cc, int64_t first_col, int n) {
+  const int64_t c = c0 + cc;
+  const int64_t o = first_col + n;
+  return c < a.cin && o < a.cout ? a.w[(k * a.cin + c) * a.cout + o] : 0.0f;
+}
+
+// The epilogue of one element: + R, then the ReLU (NaN stays NaN), as the CPU kernel's FinishRows.
+SL_HD inline float Finish(const ConvArgs& a, int64_t m, int64_t o, float value) {
+  if (a.residual != nullptr) value += a.residual[m * a.cout + o];
+  if (a.relu && value < 0.0f) value = 0.0f;
+  return value;
+}
+
+// ---- float32 --------------------------------------------------------------------------------------------
+
+// A slice of the tile in shared memory: X transposed (depth-major), so that a thread reads its rows'
+// values of one channel side by side.
+struct FloatSlice {
+  float x[kTileDepth][kTileRows];
+  float w[kTileDepth][kTileCols];
+};
+
+// The accumulators of one thread: rows (t / 16)·4 + i, columns (t % 16)·4 + j of the tile.
+struct FloatAccumulators {
+  float v[kMicro][kMicro];
+};
+
+SL_HD inline int MicroRow(int t) { return (t / (kTileCols / kMicro)) * kMicro; }
+SL_HD inline int MicroCol(int t) { return (t % (kTileCols / kMicro)) * kMicro; }
+
+// Before the first tap: the bias (0 without one).
+SL_HD inline void StartFloat(const ConvArgs& a, int64_t first_col, int t, FloatAccumulators& acc) {
+  for (int j = 0; j < kMicro; ++j) {
+    const int64_t o = first_col + MicroCol(t) + j;
+    const float start = a.bias != nullptr && o < a.cout ? a.bias[o] : 0.0f;
+    for (int i = 0; i < kMicro; ++i) acc.v[i][j] = start;
+  }
+}
+
+// Phase 3: thread t loads its share of the slice (channels c0 …) of X and W.
+SL_HD inline void LoadFloatSlice(const ConvArgs& a, const TileSources& s, int64_t k, int64_t c0, int64_t first_col,
+                                 int t, FloatSlice& slice) {
+  for (int e = t; e < kTileRows * kTileDepth; e += kFloatThreads) {
+    const int r = e / kTileDepth, cc = e % kTileDepth;
+    slice.x[cc][r] = GatheredX(a, s, r, c0, cc);
+  }
+  for (int e = t; e < kTileDepth * kTileCols; e += kFloatThreads) {
+    const int cc = e / kTileCols, n = e % kTileCols;
+    slice.w[cc][n] = WeightAt(a, k, c0, cc, first_col, n);
+  }
+}
+
+// Phase 4: thread t multiplies the slice into its accumulators, channel by ascending channel.
+SL_HD inline void MultiplyFloatSlice(const FloatSlice& slice, int t, FloatAccumulators& acc) {
+  const int r0 = MicroRow(t), n0 = MicroCol(t);
+  for (int cc = 0; cc < kTileDepth; ++cc) {
+    float x[kMicro], w[kMicro];
+    for (int i = 0; i < kMicro; ++i) x[i] = slice.x[cc][r0 + i];
+    for (int j = 0; j < kMicro; ++j) w[j] = slice.w[cc][n0 + j];
+    for (int i = 0; i < kMicro; ++i) {
+      for (int j = 0; j < kMicro; ++j) acc.v[i][j] = fmaf(x[i], w[j], acc.v[i][j]);
+    }
+  }
+}
+
+// Last: thread t writes its elements of Y, through the epilogue.
+SL_HD inline void StoreFloat(const ConvArgs& a, int64_t first_row, int64_t first_col, int t,
+                             const FloatAccumulators& acc) {
+  for (int i = 0; i < kMicro; ++i) {
+    const int64_t m = first_row + MicroRow(t) + i;
+    if (m >= a.rows) break;
+    for (int j = 0; j < kMicro; ++j) {
+      const int64_t o = first_col + MicroCol(t) + j;
+      if (o < a.cout) a.y[m * a.cout + o] = Finish(a, m, o, acc.v[i][j]);
+    }
+  }
+}
+
+// ---- float16 --------------------------------------------------------------------------------------------
+
+// Leading dimensions of the half slices and of the float tile the fragments are stored to (the tensor
+// core loads want multiples of 8 halves, the stores of 4 floats).
+constexpr int kHalfSliceLead = kTileDepth + 8;
+constexpr int kHalfWeightLead = kTileCols + 8;
+constexpr int kTileLead = kTileCols + 4;
+
+// Phase 3 in float16: thread t loads its share of the slice, rounded to half by `to_half`, X row-major
+// [rows × depth] and W row-major [depth × cols] as the fragments read them.
+template <typename Half, typename ToHalf>
+SL_HD inline void LoadHalfSlice(const ConvArgs& a, const TileSources& s, int64_t k, int64_t c0, int64_t first_col,
+                                int t, Half* x, Half* w, ToHalf to_half) {
+  for (int e = t; e < kTileRows * kTileDepth; e += kHalfThreads) {
+    const int r = e / kTileDepth, cc = e % kTileDepth;
+    x[r * kHalfSliceLead + cc] = to_half(GatheredX(a, s, r, c0, cc));
+  }
+  for (int e = t; e < kTileDepth * kTileCols; e += kHalfThreads) {
+    const int cc = e / kTileCols, n = e % kTileCols;
+    w[cc * kHalfWeightLead + n] = to_half(WeightAt(a, k, c0, cc, first_col, n));
+  }
+}
+
+// Last, in float16: thread t writes its elements of the tile (the sums the fragments stored, plus the
+// bias) to Y through the epilogue.
+SL_HD inline void StoreHalf(const ConvArgs& a, int64_t first_row, int64_t first_col, int t, const float* tile) {
+  for (int e = t; e < kTileRows * kTileCols; e += kHalfThreads) {
+    const int r = e / kTileCols, n = e % kTileCols;
+    const int64_t m = first_row + r, o = first_col + n;
+    if (m >= a.rows || o >= a.cout) continue;
+    const float sum = tile[r * kTileLead + n] + (a.bias != nullptr ? a.bias[o] : 0.0f);
+    a.y[m * a.cout + o] = Finish(a, m, o, sum);
+  }
+}
+
+}  // namespace bodies
+}  // namespace sparse_lower

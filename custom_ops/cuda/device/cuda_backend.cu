@@ -1,0 +1,140 @@
+#include "cuda/device/cuda_backend.h"
+
+#include <cuda_fp16.h>
+#include <mma.h>
+#include <thrust/copy.h>
+#include <thrust/execution_policy.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/sort.h>
+#include <thrust/unique.h>
+
+namespace sparse_lower {
+namespace {
+
+using namespace bodies;
+
+// thrust's algorithms on `stream`, without synchronising after each.
+auto On(cudaStream_t stream) { return thrust::cuda::par_nosync.on(stream); }
+
+// The phases of cuda/bodies/conv.h with a barrier between them; the first two list the tap's inputs.
+// Returns whether some row of the tile has an input through tap k (the same answer in every thread).
+__device__ bool ListTap(const ConvArgs& a, int64_t first_row, int64_t k, TileSources& sources) {
+  if (threadIdx.x == 0) ClearSources(sources);
+  __syncthreads();
+  ListSource(a, first_row, k, threadIdx.x, sources);
+  __syncthreads();
+  return sources.any != 0;
+}
+
+__global__ void __launch_bounds__(kFloatThreads) ConvFloatKernel(ConvArgs a) {
+  __shared__ TileSources sources;
+  __shared__ FloatSlice slice;
+  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  const int64_t first_col = static_cast<int64_t>(blockIdx.y) * kTileCols;
+  const int t = threadIdx.x;
+  FloatAccumulators acc;
+  StartFloat(a, first_col, t, acc);
+  for (int64_t k = 0; k < a.taps; ++k) {
+    if (!ListTap(a, first_row, k, sources)) continue;
+    for (int64_t c0 = 0; c0 < a.cin; c0 += kTileDepth) {
+      LoadFloatSlice(a, sources, k, c0, first_col, t, slice);
+      __syncthreads();
+      MultiplyFloatSlice(slice, t, acc);
+      __syncthreads();
+    }
+  }
+  StoreFloat(a, first_row, first_col, t, acc);
+}
+
+__device__ __half ToHalf(float v) { return __float2half_rn(v); }
+
+__global__ void __launch_bounds__(kHalfThreads) ConvHalfKernel(ConvArgs a) {
+  using namespace nvcuda;
+  __shared__ TileSources sources;
+  __shared__ __align__(32) __half x[kTileRows * kHalfSliceLead];
+  __shared__ __align__(32) __half w[kTileDepth * kHalfWeightLead];
+  __shared__ __align__(32) float tile[kTileRows * kTileLead];
+  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  const int64_t first_col = static_cast<int64_t>(blockIdx.y) * kTileCols;
+  const int t = threadIdx.x, warp = t / 32;
+  const int r0 = (warp / (kTileCols / kWarpTile)) * kWarpTile, n0 = (warp % (kTileCols / kWarpTile)) * kWarpTile;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+  for (auto& row : acc) {
+    for (auto& fragment : row) wmma::fill_fragment(fragment, 0.0f);
+  }
+  for (int64_t k = 0; k < a.taps; ++k) {
+    if (!ListTap(a, first_row, k, sources)) continue;
+    for (int64_t c0 = 0; c0 < a.cin; c0 += kTileDepth) {
+      LoadHalfSlice(a, sources, k, c0, first_col, t, x, w, ToHalf);
+      __syncthreads();
+      for (int i = 0; i < 2; ++i) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> xa;
+        wmma::load_matrix_sync(xa, x + (r0 + 16 * i) * kHalfSliceLead, kHalfSliceLead);
+        for (int j = 0; j < 2; ++j) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> wb;
+          wmma::load_matrix_sync(wb, w + n0 + 16 * j, kHalfWeightLead);
+          wmma::mma_sync(acc[i][j], xa, wb, acc[i][j]);
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      wmma::store_matrix_sync(tile + (r0 + 16 * i) * kTileLead + n0 + 16 * j, acc[i][j], kTileLead, wmma::mem_row_major);
+    }
+  }
+  __syncthreads();
+  StoreHalf(a, first_row, first_col, t, tile);
+}
+
+dim3 TileGrid(const ConvArgs& a) {
+  return dim3(static_cast<unsigned>((a.rows + kTileRows - 1) / kTileRows),
+              static_cast<unsigned>((a.cout + kTileCols - 1) / kTileCols));
+}
+
+}  // namespace
+
+void CheckCuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) Fail("CUDA error in ", what, ": ", cudaGetErrorString(status));
+}
+
+void CudaBackend::ToHost(Stream stream, void* host, const void* from, size_t bytes) {
+  if (bytes) CheckCuda(cudaMemcpyAsync(host, from, bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+  CheckCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+void CudaBackend::FromHost(Stream stream, void* to, const void* host, size_t bytes) {
+  if (bytes) CheckCuda(cudaMemcpyAsync(to, host, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+}
+
+int64_t CudaBackend::SortUnique(Stream stream, int64_t* data, int64_t count) {
+  if (count <= 0) return 0;
+  thrust::sort(On(stream), data, data + count);
+  return thrust::unique(On(stream), data, data + count) - data;
+}
+
+void CudaBackend::StableSortByKey(Stream stream, int64_t* keys, int64_t* values, int64_t count) {
+  if (count > 0) thrust::stable_sort_by_key(On(stream), keys, keys + count, values);
+}
+
+int64_t CudaBackend::Select(Stream stream, const uint8_t* flags, int64_t count, int64_t* out) {
+  if (count <= 0) return 0;
+  const thrust::counting_iterator<int64_t> first(0);
+  return thrust::copy_if(On(stream), first, first + count, flags, out, [] __device__(uint8_t flag) { return flag != 0; }) -
+         out;
+}
+
+void CudaBackend::ConvFloat(Stream stream, const ConvArgs& args) {
+  if (args.rows == 0 || args.cout == 0) return;
+  ConvFloatKernel<<<TileGrid(args), kFloatThreads, 0, stream>>>(args);
+  CheckCuda(cudaGetLastError(), "the IndexedConv kernel (float32)");
+}
+
+void CudaBackend::ConvHalf(Stream stream, const ConvArgs& args) {
+  if (args.rows == 0 || args.cout == 0) return;
+  ConvHalfKernel<<<TileGrid(args), kHalfThreads, 0, stream>>>(args);
+  CheckCuda(cudaGetLastError(), "the IndexedConv kernel (float16)");
+}
+
+}  // namespace sparse_lower

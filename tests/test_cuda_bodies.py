@@ -1,0 +1,350 @@
+"""The CUDA kernels' bodies (custom_ops/cuda/bodies/), run on the host by the emulated library behind the
+same C ABI and launch sequences as the GPU (custom_ops/cuda/algorithms.h), against the CPU library: the
+index arithmetic, the hash table, the tiling of the conv and its epilogue, proven without a GPU.
+
+Index builders, unfold, fold and site index must equal the CPU ops bitwise (the fold adds in the CPU
+kernel's order); the float32 conv within float32 rounding (its sums run in the CPU kernel's order too);
+the float16 conv against a reference of half-rounded inputs. Refused inputs give the CPU library's
+message. tools/gpu_check.py runs the same comparisons with the CUDA library on a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import custom_op_reference as ref
+import sparse_lower
+from conftest import DATA
+from custom_op_runs import (assert_same, coords_for, index_shape, output_extent, random_coords, random_geometry,
+                            random_index, random_shape, run)
+from helpers import chain_model, session
+from oracle import random_sparse
+from sparse_lower.cuda_kernels import Kernels
+from sparse_lower.errors import SparseLowerError
+from sparse_lower.models.samples import centerpoint_head_stack
+
+SEEDS = range(30)
+TOOLS = Path(__file__).resolve().parents[1] / "tools"
+MODELS = Path(__file__).resolve().parents[1] / "models"
+BACKEND_ENV = "SPARSE_LOWER_KERNELS"  # "cuda": these tests on a GPU, through the CUDA library (tools/gpu_check.py)
+
+
+class OnHost:
+    """The CUDA library's kernels, their results copied to the host."""
+
+    def __init__(self, kernels: Kernels):
+        self.kernels, self.backend = kernels, kernels.backend
+
+    def __getattr__(self, name):
+        import cupy
+
+        method = getattr(self.kernels, name)
+
+        def on_host(*args, **kwargs):
+            result = method(*args, **kwargs)
+            return tuple(map(cupy.asnumpy, result)) if isinstance(result, tuple) else cupy.asnumpy(result)
+        return on_host
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    if os.environ.get(BACKEND_ENV) == "cuda":
+        return OnHost(Kernels.cuda())
+    built = Kernels.emulated()
+    assert built.backend == "emulated"
+    return built
+
+
+# ----------------------------------------------------------------------------------------------------
+# Index builders
+
+
+@pytest.mark.parametrize("source", ["rows", "dense"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_submanifold_map(kernels, seed, source):
+    rng = np.random.default_rng(seed)
+    attributes = random_geometry(rng, "submanifold")
+    coords = coords_for(rng, seed, attributes["spatial_shape"])
+    (want,) = run("SubmanifoldMap", {"coords": coords}, 1, source=source, **attributes)
+    assert_same(kernels.submanifold_map(coords, source=source, **attributes), want)
+
+
+@pytest.mark.parametrize("op_type, kind", [("StridedMap", "strided"), ("TransposedMap", "transposed")])
+@pytest.mark.parametrize("source", ["rows", "dense"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_maps_with_output_coords(kernels, seed, source, op_type, kind):
+    rng = np.random.default_rng(seed)
+    attributes = random_geometry(rng, kind)
+    coords = coords_for(rng, seed, attributes["spatial_shape"])
+    want_coords, want_nbr = run(op_type, {"coords": coords}, 2, source=source, **attributes)
+    out_coords, nbr = kernels.reached_map(op_type, coords, source=source, **attributes)
+    assert_same(out_coords, want_coords)
+    assert_same(nbr, want_nbr)
+
+
+@pytest.mark.parametrize("source", ["rows", "dense"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_target_map(kernels, seed, source):
+    rng = np.random.default_rng(seed)
+    attributes = random_geometry(rng, "transposed")
+    batch = int(rng.integers(1, 4))
+    coords = random_coords(rng, attributes["spatial_shape"], batch, 0 if seed % 10 == 0 else None)
+    targets = random_coords(rng, output_extent("transposed", attributes), batch, 0 if seed % 10 == 5 else None)
+    (want,) = run("TargetMap", {"coords": coords, "target_coords": targets}, 1, source=source, **attributes)
+    assert_same(kernels.target_map(coords, targets, source=source, **attributes), want)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_site_index(kernels, seed):
+    rng = np.random.default_rng(seed)
+    spatial_shape = random_geometry(rng, "submanifold")["spatial_shape"]
+    batch_size = int(rng.integers(1, 4))
+    coords = random_coords(rng, spatial_shape, batch_size, 0 if seed % 10 == 0 else None)
+    (want,) = run("SiteIndex", {"coords": coords}, 1, spatial_shape=spatial_shape, batch_size=batch_size)
+    assert_same(kernels.site_index(coords, spatial_shape, batch_size), want)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_active_sites(kernels, seed):
+    rng = np.random.default_rng(seed)
+    spatial_shape = random_geometry(rng, "submanifold")["spatial_shape"]
+    shape = (int(rng.integers(0 if seed % 10 == 0 else 1, 4)), int(rng.integers(0 if seed % 10 == 1 else 1, 5)),
+             *spatial_shape)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[rng.random(shape) < 0.85] = 0.0
+    x[rng.random(shape) < 0.01] = np.nan  # non-zero: active
+    want_coords, want_sites = run("ActiveSites", {"X": x}, 2)
+    coords, sites = kernels.active_sites(x)
+    assert_same(coords, want_coords)
+    assert_same(sites, want_sites)
+
+
+def frame_coords(name: str) -> np.ndarray:
+    path = DATA / f"nuscenes_{name}_voxels.npz"
+    if not path.is_file():
+        pytest.skip(f"no {path}")
+    return np.load(path)["coords"].astype(np.int64)
+
+
+@pytest.mark.parametrize("frame", ["centerpoint", "bevfusion"])
+def test_the_backbones_maps_on_the_real_frames(kernels, frame):
+    """CenterPoint's kernel maps on the real frame (41×1440×1440, coords as read): the submanifold map,
+    the first strided conv and its inverse onto the frame's own sites."""
+    coords = frame_coords(frame)
+    grid = [41, 1440, 1440]
+    subm = {"kernel_shape": [3, 3, 3], "spatial_shape": grid}
+    (want,) = run("SubmanifoldMap", {"coords": coords}, 1, **subm)
+    assert_same(kernels.submanifold_map(coords, **subm), want)
+    strided = {"kernel_shape": [3, 3, 3], "strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1], "dilations": [1, 1, 1],
+               "spatial_shape": grid}
+    want_coords, want_nbr = run("StridedMap", {"coords": coords}, 2, **strided)
+    out_coords, nbr = kernels.reached_map("StridedMap", coords, **strided)
+    assert_same(out_coords, want_coords)
+    assert_same(nbr, want_nbr)
+    inverse = {"kernel_shape": [3, 3, 3], "strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1],
+               "output_padding": [0, 1, 1], "spatial_shape": output_extent("strided", strided)}
+    (want,) = run("TargetMap", {"coords": out_coords, "target_coords": coords}, 1, **inverse)
+    assert_same(kernels.target_map(out_coords, coords, **inverse), want)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Data movement
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_indexed_unfold(kernels, seed):
+    rng = np.random.default_rng(seed)
+    if seed % 2:
+        x = rng.standard_normal((0 if seed % 10 == 3 else int(rng.integers(1, 50)), int(rng.integers(1, 9))))
+        limit = len(x)
+    else:
+        spatial_shape = random_geometry(rng, "submanifold")["spatial_shape"]
+        x = rng.standard_normal((int(rng.integers(1, 4)), int(rng.integers(1, 6)), *spatial_shape))
+        limit = x.shape[0] * ref.volume(spatial_shape)
+    x = x.astype(np.float32)
+    idx = random_index(rng, limit, index_shape(rng, seed))
+    (want,) = run("IndexedUnfold", {"X": x, "idx": idx}, 1)
+    assert_same(kernels.unfold(x, idx), want)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_indexed_fold_rows(kernels, seed):
+    rng = np.random.default_rng(seed)
+    targets, channels = (0 if seed % 10 == 3 else int(rng.integers(1, 30))), int(rng.integers(1, 9))
+    idx = random_index(rng, targets, random_shape(rng, seed, 2))  # repeated targets accumulate
+    rows = rng.standard_normal((*idx.shape, channels)).astype(np.float32)
+    init = None
+    if seed % 3:  # Y starts from a full init or from a bias row
+        init = rng.standard_normal((targets, channels) if seed % 3 == 1 else (channels,)).astype(np.float32)
+    inputs = {"rows": rows, "idx": idx, "like": np.zeros((targets, 2), np.int64), "init": init}
+    (want,) = run("IndexedFold", inputs, 1, mode="rows")
+    assert_same(kernels.fold(rows, idx, like_rows=targets, init=init), want)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_indexed_fold_dense(kernels, seed):
+    rng = np.random.default_rng(seed)
+    spatial_shape = random_geometry(rng, "submanifold")["spatial_shape"]
+    batch_size, channels = int(rng.integers(1, 4)), int(rng.integers(1, 6))
+    idx = random_index(rng, batch_size * ref.volume(spatial_shape), random_shape(rng, seed, 2))
+    rows = rng.standard_normal((*idx.shape, channels)).astype(np.float32)
+    (want,) = run("IndexedFold", {"rows": rows, "idx": idx}, 1, mode="dense", batch_size=batch_size,
+                  spatial_shape=spatial_shape)
+    assert_same(kernels.fold(rows, idx, spatial_shape=spatial_shape, batch_size=batch_size), want)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The fused conv
+
+
+def conv_inputs(rng, seed) -> dict:
+    """IndexedConv's inputs: up to 300 output rows (several row tiles), channel counts around the 16-wide
+    slices and the 64-wide column tiles, taps of uneven fill (a tap no row of a tile has is skipped)."""
+    n = 0 if seed % 10 == 3 else int(rng.integers(1, 200))
+    m = 0 if seed % 10 == 7 else int(rng.integers(1, 300))
+    taps, cin, cout = int(rng.integers(1, 28)), int(rng.integers(0, 40)), int(rng.integers(0, 140))
+    idx = random_index(rng, n, (m, taps))
+    idx[:, rng.random(taps) < 0.3] = -1
+    inputs = {"X": rng.standard_normal((n, cin)).astype(np.float32), "idx": idx,
+              "W": rng.standard_normal((taps, cin, cout)).astype(np.float32), "B": None, "coords": None, "R": None}
+    if seed % 2:
+        inputs["B"] = rng.standard_normal(cout).astype(np.float32)
+    if seed % 3 == 0:
+        inputs["R"] = rng.standard_normal((m, cout)).astype(np.float32)
+    return inputs
+
+
+def emulated_conv(kernels, inputs, activation, half=False):
+    return kernels.indexed_conv(inputs["X"], inputs["idx"], inputs["W"], inputs["B"], inputs["R"], activation, half)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_indexed_conv_float32(kernels, seed):
+    rng = np.random.default_rng(seed)
+    inputs = conv_inputs(rng, seed)
+    activation = "relu" if seed % 4 == 0 else "none"
+    (want,) = run("IndexedConv", inputs, 1, activation=activation)
+    got = emulated_conv(kernels, inputs, activation)
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(inputs["X"].shape[1], 1))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_indexed_conv_float16(kernels, seed):
+    """Products of half-rounded inputs summed in float32: as a float64 reference of the rounded inputs to
+    float32 rounding (the tensor cores sum in their own order), and within 1e-2 of the float32 conv
+    (relative to its largest value)."""
+    rng = np.random.default_rng(seed)
+    inputs = conv_inputs(rng, seed)
+    activation = "relu" if seed % 4 == 0 else "none"
+    got = emulated_conv(kernels, inputs, activation, half=True)
+    halved = {**inputs, "X": inputs["X"].astype(np.float16).astype(np.float32),
+              "W": inputs["W"].astype(np.float16).astype(np.float32)}
+    want = ref.indexed_conv(halved["X"], halved["idx"], halved["W"], halved["B"], halved["R"], activation)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(inputs["X"].shape[1], 1))
+    (full,) = run("IndexedConv", inputs, 1, activation=activation)
+    assert np.abs(got - full).max(initial=0) <= 1e-2 * max(np.abs(full).max(initial=0), 1e-6)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Refusals: the CPU library's messages
+
+
+def refusal(call) -> str:
+    with pytest.raises(SparseLowerError) as raised:
+        call()
+    return raised.value.reason
+
+
+def cpu_refusal(*args, **kwargs) -> str:
+    with pytest.raises(Exception) as raised:
+        run(*args, **kwargs)
+    return str(raised.value)
+
+
+SUBM = {"kernel_shape": [3, 3], "spatial_shape": [5, 6]}
+
+
+@pytest.mark.parametrize("coords", [
+    [[0, 1, 1], [0, 2, 2], [0, 1, 1]],     # a duplicated coordinate
+    [[0, 1, 1], [-1, 2, 2]],               # a negative batch
+    [[0, 1, 1], [0, 5, 2]],                # outside the grid
+], ids=["duplicate", "negative batch", "outside"])
+def test_refused_coordinates_get_the_cpu_librarys_message(kernels, coords):
+    coords = np.array(coords, np.int64)
+    message = refusal(lambda: kernels.submanifold_map(coords, **SUBM))
+    assert message in cpu_refusal("SubmanifoldMap", {"coords": coords}, 1, **SUBM), message
+
+
+def test_refused_indices_get_the_cpu_librarys_message(kernels):
+    x = np.ones((4, 2), np.float32)
+    idx = np.array([[0, 1], [3, 4], [5, -1]], np.int64)
+    w = np.ones((2, 2, 3), np.float32)
+    message = refusal(lambda: kernels.indexed_conv(x, idx, w))
+    assert message == "idx value 4 (row 1, tap 1) is outside [0, 4), the rows of X; only -1 marks a missing input"
+    assert message in cpu_refusal("IndexedConv", {"X": x, "idx": idx, "W": w}, 1)
+    assert refusal(lambda: kernels.unfold(x, idx)) in cpu_refusal("IndexedUnfold", {"X": x, "idx": idx}, 1)
+    rows = np.ones((3, 2, 2), np.float32)
+    message = refusal(lambda: kernels.fold(rows, idx, like_rows=4))
+    assert message in cpu_refusal("IndexedFold", {"rows": rows, "idx": idx, "like": np.zeros((4, 1))}, 1), message
+
+
+# ----------------------------------------------------------------------------------------------------
+# Whole models through the C ABI, as tools/gpu_check.py runs the backbone on a GPU
+
+
+@pytest.fixture(scope="module")
+def kernel_model():
+    pytest.importorskip("torch", reason="PyTorch is not installed: pip install '.[spconv]'")
+    spec = importlib.util.spec_from_file_location("gpu_check", TOOLS / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(TOOLS))  # gpu_check imports portable_torch, as a script beside it does
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(TOOLS))
+    return module.KernelModel
+
+
+@pytest.mark.parametrize("name", ["head stack", "dense boundaries", "sparse UNet"])
+def test_gpu_target_models_run_through_the_kernels(kernels, kernel_model, name):
+    """Each custom op of the gpu target's models (maps of every kind, the fused conv with its epilogue,
+    ToSparse's ActiveSites and dense unfold, ToDense's SiteIndex and dense fold) in sequence, as gpu_check
+    runs them, against the CPU library: float32 within 1e-5, float16 within 1e-2."""
+    if isinstance(kernels, OnHost):
+        pytest.skip("tools/gpu_check.py runs the backbone on the GPU itself")
+    rng = np.random.default_rng(4)
+    if name == "head stack":
+        model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+        features, coords = random_sparse(rng, 2, 5, (10, 40, 40), count=900)
+        feeds = {"features": features, "coords": coords}
+    elif name == "dense boundaries":
+        model = chain_model()
+        x = rng.standard_normal((2, 2, 6, 8)).astype(np.float32)
+        x[rng.random(x.shape) < 0.6] = 0
+        feeds = {"X": x}
+    else:
+        model = onnx.load(MODELS / "sparse_unet.onnx")
+        features, coords = random_sparse(rng, 1, 5, (41, 64, 64), count=1500)
+        feeds = {"features": features, "coords": coords}
+    lowered = sparse_lower.lower(model, target="gpu")
+    want = dict(zip([o.name for o in lowered.graph.output], session(lowered).run(None, feeds)))
+    import torch
+
+    inputs = {k: torch.as_tensor(v) for k, v in feeds.items()}
+    for half, tolerance in ((False, 1e-5), (True, 1e-2)):
+        outputs = kernel_model(lowered, kernels, "cpu", half).graph.run(inputs)
+        for (output, value), got in zip(want.items(), outputs):
+            got = got.numpy()
+            assert got.shape == value.shape and got.dtype == value.dtype, output
+            if value.dtype == np.int64:
+                np.testing.assert_array_equal(got, value)
+            else:
+                assert np.abs(got - value).max(initial=0) <= tolerance * max(np.abs(value).max(initial=0), 1), output

@@ -1,0 +1,65 @@
+"""The CUDA build of the library (libsparse_lower_cuda.so), where this machine has CUDA's nvcc (every
+machine of this project has; the build is SPARSE_LOWER_CUDA=AUTO): it is built and installed with the
+package, exports onnxruntime's entry point and the C ABI of custom_ops/cuda/abi.h, and serves the CPU
+kernels where no GPU is (the same outputs as the CPU library). Its CUDA kernels run on a GPU only:
+their bodies are tested on the host by test_cuda_bodies, the kernels by tools/gpu_check.py."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import sparse_lower
+from oracle import random_sparse
+from sparse_lower import runtime
+from sparse_lower.models.samples import centerpoint_head_stack
+
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").is_file() else None)
+
+
+@pytest.fixture(scope="module")
+def cuda_library() -> str:
+    if NVCC is None:
+        pytest.skip("no nvcc on this machine: the package was built without its CUDA library")
+    path = sparse_lower.cuda_library_path()
+    assert path is not None and Path(path).is_file(), "nvcc is here, but the package holds no CUDA library"
+    return path
+
+
+def test_it_exports_the_entry_point_and_the_c_abi(cuda_library):
+    library = ctypes.CDLL(cuda_library)
+    for name in ("RegisterCustomOps", "sl_submanifold_map", "sl_reached_map", "sl_target_map", "sl_site_index",
+                 "sl_active_sites", "sl_unfold", "sl_fold", "sl_indexed_conv"):
+        assert hasattr(library, name), name
+    library.sl_backend.restype = ctypes.c_char_p
+    assert library.sl_backend() == b"cuda"
+
+
+def test_it_serves_the_cpu_kernels_where_no_gpu_is(cuda_library, rng):
+    model = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="gpu")
+    features, coords = random_sparse(rng, 2, 5, (10, 40, 40), count=600)
+    feeds = {"features": features, "coords": coords}
+    want = sparse_lower.create_session(model).run(None, feeds)
+    options = runtime.register_library(ort.SessionOptions(), cuda_library)
+    got = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_create_session_loads_it_for_the_cuda_provider(cuda_library, monkeypatch):
+    """Asked for onnxruntime's CUDA provider, create_session registers the CUDA library (onnxruntime
+    without a GPU build warns and runs the CPU kernels); without a CUDA build, it says how to get one."""
+    model = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="gpu")
+    options = ort.SessionOptions()
+    with pytest.warns(UserWarning, match="CUDAExecutionProvider"):
+        sparse_lower.create_session(model, sess_options=options,
+                                    providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert options.get_session_config_entry(runtime.REGISTERED_KEY) == cuda_library
+    monkeypatch.setattr(runtime, "cuda_library_path", lambda: None)
+    with pytest.raises(FileNotFoundError, match="holds no libsparse_lower_cuda.so"):
+        sparse_lower.create_session(model, providers=[("CUDAExecutionProvider", {}), "CPUExecutionProvider"])
