@@ -2,8 +2,8 @@
 
     python tools/gpu_check.py [--ort-include DIR] [--data DIR] [--repeat 20]
 
-1. Builds the CPU and CUDA libraries with CMake for this machine's GPU (`CMAKE_CUDA_ARCHITECTURES=native`)
-   into build/gpu_check/. The onnxruntime headers come from --ort-include or $ORT_INCLUDE_DIR (a GPU
+1. Builds the CPU and CUDA libraries with CMake for this machine's GPU (`CMAKE_CUDA_ARCHITECTURES=native`,
+   or --arch) into build/gpu_check/. The onnxruntime headers come from --ort-include or $ORT_INCLUDE_DIR (a GPU
    machine may have no network to fetch them).
 2. Runs tests/test_cuda_bodies.py with the CUDA library in place of the emulated one: every kernel
    against the CPU library on the random cases and on both real frames (index tables bitwise, float32
@@ -17,6 +17,18 @@
 
 Prints a table (and writes it with the numbers to $OUT/gpu_check.json when $OUT is set); exits 1 when a
 check fails. libspconv's CenterPoint backbone takes 9.8 ms on an A30 (fp16), the figure to beat.
+
+A machine without network (the GPU machines lent to this project) needs the headers, the frames and
+onnx-graphsurgeon (which its Python lacks) brought along; from the checkout root, on this side:
+
+    mkdir -p .gpu/data .gpu/whl && cp -r ~/.cache/sparse_lower/onnxruntime-1.21-headers .gpu/ort
+    cp ../shared/data/nuscenes_*_voxels.npz .gpu/data/
+    pip download --no-deps --only-binary=:all: --python-version 3.12 -d .gpu/whl onnx-graphsurgeon==0.6.1
+
+and there (with .gpu carried):
+
+    pip install -q --no-deps --target /tmp/site .gpu/whl/*.whl && PYTHONPATH=/tmp/site \
+        python3 tools/gpu_check.py --ort-include .gpu/ort --data .gpu/data
 """
 
 from __future__ import annotations
@@ -38,11 +50,11 @@ ROOT = Path(__file__).resolve().parents[1]
 LIBSPCONV_A30_MS = 9.8
 
 
-def build(ort_include: str | None) -> Path:
+def build(ort_include: str | None, architecture: str) -> Path:
     """The build folder holding libsparse_lower_ops.so and libsparse_lower_cuda.so."""
     folder = ROOT / "build" / "gpu_check"
     configure = ["cmake", "-S", str(ROOT), "-B", str(folder), "-G", "Ninja", "-DSPARSE_LOWER_CUDA=ON",
-                 "-DCMAKE_CUDA_ARCHITECTURES=native"]
+                 f"-DCMAKE_CUDA_ARCHITECTURES={architecture}"]
     if ort_include:
         configure.append(f"-DORT_INCLUDE_DIR={ort_include}")
     started = time.perf_counter()
@@ -241,8 +253,12 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path(os.environ.get("SPARSE_LOWER_DATA", ROOT.parent / "shared" / "data")),
                         help="the folder of the real frames (nuscenes_*_voxels.npz)")
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--arch", default="native", help="CMAKE_CUDA_ARCHITECTURES (default: this machine's GPU)")
+    parser.add_argument("--build-only", action="store_true", help="build the libraries and stop (no GPU needed)")
     args = parser.parse_args()
-    folder = build(args.ort_include)
+    folder = build(args.ort_include, args.arch)
+    if args.build_only:
+        return
     os.environ["SPARSE_LOWER_LIBRARY"] = str(folder / "libsparse_lower_ops.so")
     os.environ["SPARSE_LOWER_CUDA_LIBRARY"] = str(folder / "libsparse_lower_cuda.so")
     sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
