@@ -13,13 +13,22 @@ namespace sparse_lower {
 
 IndexedConv::IndexedConv(const Ort::ConstKernelInfo& info) : relu_(Choice(info, "activation", {"none", "relu"}) == 1) {}
 
+IndexedConv::Inputs IndexedConv::Read(const Ort::KernelContext& ctx) {
+  Inputs in{ReadInput<float>(ctx, 0), ReadInput<float>(ctx, 2), ReadInput<int64_t>(ctx, 1)};
+  in.shapes = CheckConvShapes(ctx, in.x.shape, in.idx.shape, in.w.shape, 3);
+  in.bias = HasInput(ctx, 3) ? ReadInput<float>(ctx, 3).data : nullptr;
+  in.residual = HasInput(ctx, 5) ? ReadInput<float>(ctx, 5).data : nullptr;
+  return in;
+}
+
 void IndexedConv::Compute(const Ort::KernelContext& ctx) const {
-  const Input<float> x = ReadInput<float>(ctx, 0);
-  const Input<int64_t> idx = ReadInput<int64_t>(ctx, 1);
-  const Input<float> w = ReadInput<float>(ctx, 2);
-  const ConvShapes s = CheckConvShapes(ctx, x.shape, idx.shape, w.shape, 3);
-  const float* bias = HasInput(ctx, 3) ? ReadInput<float>(ctx, 3).data : nullptr;
-  const float* residual = HasInput(ctx, 5) ? ReadInput<float>(ctx, 5).data : nullptr;
+  const Inputs in = Read(ctx);
+  const Input<float>& x = in.x;
+  const Input<int64_t>& idx = in.idx;
+  const Input<float>& w = in.w;
+  const ConvShapes& s = in.shapes;
+  const float* bias = in.bias;
+  const float* residual = in.residual;
   float* y = AllocateOutput<float>(ctx, 0, {s.rows, s.cout});
 
   ParallelFor(ctx, s.rows, kConvBlockRows, [&](int64_t begin, int64_t end) {

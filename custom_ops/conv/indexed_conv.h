@@ -3,6 +3,8 @@
 #pragma once
 
 #include "common/op.h"
+#include "common/tensor.h"
+#include "conv/conv_rows.h"
 
 namespace sparse_lower {
 
@@ -28,6 +30,16 @@ class IndexedConv {
   static void InferShapes(const ShapeContext& ctx);
 
  protected:  // the CUDA kernels (cuda/device/ops.cu) derive from these, sharing their checks
+  // The inputs, checked.
+  struct Inputs {
+    Input<float> x, w;
+    Input<int64_t> idx;
+    ConvShapes shapes;
+    const float* bias;      // null without one
+    const float* residual;  // null without one
+  };
+  static Inputs Read(const Ort::KernelContext& ctx);
+
   bool relu_;
 };
 

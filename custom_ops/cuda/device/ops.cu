@@ -131,15 +131,11 @@ struct IndexedConvCuda : IndexedConv {
   using IndexedConv::IndexedConv;
 
   void Compute(const Ort::KernelContext& ctx) const {
-    const Input<float> x = ReadInput<float>(ctx, 0);
-    const Input<int64_t> idx = ReadInput<int64_t>(ctx, 1);
-    const Input<float> w = ReadInput<float>(ctx, 2);
-    const ConvShapes s = CheckConvShapes(ctx, x.shape, idx.shape, w.shape, 3);
-    const float* bias = HasInput(ctx, 3) ? ReadInput<float>(ctx, 3).data : nullptr;
-    const float* residual = HasInput(ctx, 5) ? ReadInput<float>(ctx, 5).data : nullptr;
+    const Inputs in = Read(ctx);
+    const ConvShapes& s = in.shapes;
     float* y = AllocateOutput<float>(ctx, 0, {s.rows, s.cout});
-    const bodies::ConvArgs args{x.data, s.inputs, s.cin, idx.data, s.rows, s.taps, w.data, s.cout,
-                                bias,   residual, relu_ ? 1 : 0, y};
+    const bodies::ConvArgs args{in.x.data, s.inputs, s.cin, in.idx.data, s.rows, s.taps, in.w.data, s.cout,
+                                in.bias,   in.residual, relu_ ? 1 : 0, y};
     kernels::Conv<Backend>(StreamOf(ctx), args, /*half=*/false);
   }
 };
