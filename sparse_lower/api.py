@@ -19,6 +19,7 @@ from .lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS, Options
 from .partition import DEFAULT_DEVICES, Partition, Predicate
 from .partition import partition as partition_graph
 from .passes.check import CheckModel, check_model
+from .passes.float16 import WidenFloat16
 from .passes.fuse_epilogues import FuseEpilogues
 from .passes.lower import LowerSparse
 from .passes.manager import PassManager
@@ -102,7 +103,8 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
         raise SparseLowerError(f"the model is an export in the {format_title(found)} format",
                                fix="import it first: sparse_lower.lower(sparse_lower.import_model(model), ...) "
                                    "(sparse-lower convert imports by itself)")
-    passes = [ValidateSourceOps(), ScatterToDense(), LowerSparse(target, options), FuseEpilogues(), CheckModel()]
+    passes = [ValidateSourceOps(), WidenFloat16(), ScatterToDense(), LowerSparse(target, options), FuseEpilogues(),
+              CheckModel()]
     manager = PassManager(passes, verify=check_model if check_each_pass else None, dump_dir=dump_dir)
     lowered = manager.run(model)
     # Checked after the passes, so that a malformed model gets validation's more precise message.

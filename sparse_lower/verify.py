@@ -26,7 +26,15 @@ def _static_shape(value: onnx.ValueInfoProto) -> list:
 
 
 def _input_roles(model: onnx.ModelProto) -> dict[str, tuple]:
-    """For each graph input read by a source op: (role, spatial shape, partner input)."""
+    """For each graph input read by a source op, directly or through Casts and Identities (a model
+    converted to float16 with keep_io_types casts its inputs first): (role, spatial shape, partner input)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+
+    def source(name: str) -> str:
+        while name in producer and producer[name].op_type in ("Cast", "Identity"):
+            name = producer[name].input[0]
+        return name
+
     roles = {}
     for node in model.graph.node:
         if node.domain != SOURCE_DOMAIN or node.op_type == "ToSparse":
@@ -36,10 +44,11 @@ def _input_roles(model: onnx.ModelProto) -> dict[str, tuple]:
             grid, out_grid = geometry.spatial_shape, geometry.output_shape
         else:
             grid = out_grid = to_dense_attributes(node).spatial_shape
-        roles.setdefault(node.input[1], ("coords", grid, node.input[0]))
-        roles.setdefault(node.input[0], ("features", grid, node.input[1]))
+        features, coords = source(node.input[0]), source(node.input[1])
+        roles.setdefault(coords, ("coords", grid, features))
+        roles.setdefault(features, ("features", grid, coords))
         if node.op_type == "SparseDeconv" and len(node.input) > 4 and node.input[4]:
-            roles.setdefault(node.input[4], ("coords", out_grid, None))
+            roles.setdefault(source(node.input[4]), ("coords", out_grid, None))
     return roles
 
 
@@ -177,11 +186,12 @@ def snr_db(have: np.ndarray, want: np.ndarray) -> float:
 def compare(model: onnx.ModelProto, lowered: onnx.ModelProto, feeds: dict, **session_kwargs) -> list[Difference]:
     """Run the reference on `model` and onnxruntime on `lowered`, output by output. A lowered model that
     imports no custom domain (the portable target) runs in a plain onnxruntime session, without the
-    library: that is how its users run it."""
+    library: that is how its users run it. The feeds are cast to the lowered model's declared types (a
+    model converted to float16 is lowered to take float32)."""
     expected = reference.run(model, feeds)
     session = session_for(lowered, **session_kwargs)
     names = [o.name for o in session.get_outputs()]
-    got = dict(zip(names, session.run(names, pad_rows(lowered, feeds))))
+    got = dict(zip(names, session.run(names, pad_rows(lowered, given_inputs(lowered, feeds, "the inputs")))))
     if fixed_rows(lowered):
         got = drop_padding(got)
     differences = []

@@ -1,6 +1,7 @@
 """Code the test modules share: sessions and lowered runs, small source models, and the command line in
 a process of its own. Test modules import shared code from here (or from oracle.py, custom_op_reference.py,
-custom_op_runs.py, spconv_semantics.py, foreign_graphs.py, autoware_graphs.py), never from one another."""
+custom_op_runs.py, spconv_semantics.py, foreign_graphs.py, autoware_graphs.py, aimet_exports.py), never from
+one another."""
 
 from __future__ import annotations
 

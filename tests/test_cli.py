@@ -33,7 +33,7 @@ def test_convert_verify(model_path, tmp_path, capsys, strategy):
     assert "sparse_lower::IndexedUnfold" in text and "sparse::SubmanifoldConv" in text
     assert "verify: ok" in text
     assert not [n for n in onnx.load(out).graph.node if n.domain == "sparse"]
-    assert (tmp_path / "dump" / "03_lower-gpu.onnx").exists()
+    assert (tmp_path / "dump" / "04_lower-gpu.onnx").exists()
 
 
 def test_convert_verifies_by_default_and_no_verify_skips_it(model_path, tmp_path, capsys):

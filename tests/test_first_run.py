@@ -138,8 +138,8 @@ def test_dump_dir_says_where_it_wrote(head_model, tmp_path):
     run = sparse_lower_cli("convert", str(head_model), "-o", "out.onnx", "--dump-dir", "passes", "--no-verify",
                            cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    assert ("wrote the model after every pass to passes/ (00_input.onnx, 01_validate.onnx, 02_scatter-to-dense.onnx, "
-            "03_lower-gpu.onnx, 04_fuse-epilogues.onnx, 05_check.onnx)") in run.stdout
+    assert ("wrote the model after every pass to passes/ (00_input.onnx, 01_validate.onnx, 02_widen-float16.onnx, "
+            "03_scatter-to-dense.onnx, 04_lower-gpu.onnx, 05_fuse-epilogues.onnx, 06_check.onnx)") in run.stdout
 
 
 def test_max_active_on_the_gpu_target_is_said_to_do_nothing():

@@ -83,6 +83,55 @@ def test_networks_match_spconv(fmt, name_nodes, rng):
         assert_outputs_match(g, imported, *g.random_input(active))
 
 
+def respelled(model: onnx.ModelProto, spelling: str) -> onnx.ModelProto:
+    """Every weight and bias of the sparse convs spelled as exporters and tools write them: through an
+    Identity (torch.onnx's equal initializers stored once), as a Constant node, through a Cast from
+    float64, as a Reshape of a flat initializer, as a Transpose of a transposed one (a tool that did not
+    fold them), or as an initializer also listed as a graph input (files of IR version < 4)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    read = {name for node in graph.node if node.op_type == "SparseConvolution" for name in node.input[-2:]}
+    kept, nodes = [], []
+    for tensor in graph.initializer:
+        value, name = numpy_helper.to_array(tensor), tensor.name
+        if name not in read:
+            kept.append(tensor)
+        elif spelling == "identity":
+            kept.append(numpy_helper.from_array(value, f"{name}.stored"))
+            nodes.append(helper.make_node("Identity", [f"{name}.stored"], [name]))
+        elif spelling == "constant":
+            nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value)))
+        elif spelling == "cast":
+            kept.append(numpy_helper.from_array(value.astype(np.float64), f"{name}.wide"))
+            nodes.append(helper.make_node("Cast", [f"{name}.wide"], [name], to=tensor.data_type))
+        elif spelling == "reshape":
+            kept += [numpy_helper.from_array(value.reshape(-1), f"{name}.flat"),
+                     numpy_helper.from_array(np.array(value.shape, np.int64), f"{name}.shape")]
+            nodes.append(helper.make_node("Reshape", [f"{name}.flat", f"{name}.shape"], [name]))
+        elif spelling == "transpose":
+            perm = list(range(value.ndim))[::-1]
+            kept.append(numpy_helper.from_array(value.transpose(perm), f"{name}.transposed"))
+            nodes.append(helper.make_node("Transpose", [f"{name}.transposed"], [name], perm=perm))
+        else:  # graph input
+            kept.append(tensor)
+            graph.input.append(helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    everything = [*nodes, *graph.node]
+    del graph.node[:]
+    graph.node.extend(everything)
+    return model
+
+
+@pytest.mark.filterwarnings("ignore::sparse_lower.errors.SparseLowerWarning")
+@pytest.mark.parametrize("spelling", ["identity", "constant", "cast", "reshape", "transpose", "graph input"])
+@pytest.mark.parametrize("fmt", NETWORKS)
+def test_weights_read_through_what_exporters_and_tools_put_around_them(fmt, spelling, rng):
+    g = NETWORKS[fmt](rng)
+    imported = import_model(respelled(g.model, spelling))
+    assert_outputs_match(g, imported, *g.random_input(60))
+
+
 @pytest.mark.filterwarnings("ignore::sparse_lower.errors.SparseLowerWarning")
 def test_2d_transposed_conv_and_dense_match_spconv(rng):
     g = decoder_2d(rng)

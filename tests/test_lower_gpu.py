@@ -144,9 +144,10 @@ def test_dump_dir_holds_the_model_after_every_pass(tmp_path, rng):
     model, _ = sparse_node_model("SparseConv", {"kernel_shape": [3], "spatial_shape": [9]}, 2, 2, 1, True, False, rng)
     sparse_lower.lower(model, dump_dir=tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["00_input.onnx", "01_validate.onnx",
-                                                          "02_scatter-to-dense.onnx", "03_lower-gpu.onnx",
-                                                          "04_fuse-epilogues.onnx", "05_check.onnx"]
-    onnx.checker.check_model(onnx.load(tmp_path / "05_check.onnx"))
+                                                          "02_widen-float16.onnx", "03_scatter-to-dense.onnx",
+                                                          "04_lower-gpu.onnx", "05_fuse-epilogues.onnx",
+                                                          "06_check.onnx"]
+    onnx.checker.check_model(onnx.load(tmp_path / "06_check.onnx"))
 
 
 @pytest.mark.skipif(not (DATA / "nuscenes_centerpoint_voxels.npz").exists(), reason="shared data absent")

@@ -165,20 +165,21 @@ def test_without_a_verifier_the_manager_checks_only_the_passes_contracts():
 @pytest.mark.parametrize("build", [chain_model, conv_then_relu], ids=["chain", "conv-relu"])
 def test_lower_checks_and_dumps_the_model_after_every_pass(build, tmp_path):
     lowered = sparse_lower.lower(build(), check_each_pass=True, dump_dir=tmp_path)
-    assert dumps(tmp_path) == ["00_input.onnx", "01_validate.onnx", "02_scatter-to-dense.onnx", "03_lower-gpu.onnx",
-                               "04_fuse-epilogues.onnx", "05_check.onnx"]
+    assert dumps(tmp_path) == ["00_input.onnx", "01_validate.onnx", "02_widen-float16.onnx",
+                               "03_scatter-to-dense.onnx", "04_lower-gpu.onnx", "05_fuse-epilogues.onnx",
+                               "06_check.onnx"]
     models = [onnx.load(tmp_path / name) for name in dumps(tmp_path)]
     assert models[0] == build() and models[1] == models[0]  # validation changes nothing
-    assert models[2] == models[1]  # nor does scatter-to-dense, with no ScatterND to read
-    assert source_ops(models[2]) and not any(source_ops(m) for m in models[3:])
+    assert models[3] == models[2] == models[1]  # nor do the next two, with no float16 and no ScatterND
+    assert source_ops(models[3]) and not any(source_ops(m) for m in models[4:])
     for model in models[1:]:  # check_each_pass's check: the onnx checker, strict shape inference, typed outputs
         check_model(model)
-    assert models[5] == lowered
+    assert models[6] == lowered
 
 
 def test_the_dumps_of_lower_show_each_pass_at_work(tmp_path):
     sparse_lower.lower(conv_then_relu(), check_each_pass=True, dump_dir=tmp_path)
-    lowered, fused = (onnx.load(tmp_path / name) for name in ("03_lower-gpu.onnx", "04_fuse-epilogues.onnx"))
+    lowered, fused = (onnx.load(tmp_path / name) for name in ("04_lower-gpu.onnx", "05_fuse-epilogues.onnx"))
     conv = next(n for n in lowered.graph.node if n.op_type == "IndexedConv")
     assert [n.op_type for n in lowered.graph.node if conv.output[0] in n.input] == ["Relu"]
     fused_conv = next(n for n in fused.graph.node if n.op_type == "IndexedConv")

@@ -43,7 +43,7 @@ from ..schemas import SOURCE_OPS
 from .aimet import AimetFormat
 from .autoware import AutowareFormat
 from .nvidia import NvidiaFormat
-from .precision import to_float32
+from ..float16 import to_float32
 
 FORMATS = (NvidiaFormat(), AimetFormat(), AutowareFormat())
 SOURCE_FORMAT = "source"  # detect_format's answer for a model that needs no import

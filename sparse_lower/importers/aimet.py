@@ -108,7 +108,7 @@ class AimetFormat:
             raise SparseLowerError(f"SparseConvolution takes (indices, features, W, B) or (x, W, B) and one output, "
                                    f"got {len(inputs)} inputs and {len(node.output)} outputs", where,
                                    "export the node as AIMET does")
-        if len(inputs) == 4 or (len(inputs) == 3 and inputs[1] not in t.constants):
+        if len(inputs) == 4 or (len(inputs) == 3 and not t.is_constant(inputs[1])):
             if inputs[1] not in {value.name for value in t.inputs}:
                 raise SparseLowerError(f"it takes indices '{inputs[0]}' with features '{inputs[1]}' that are not a "
                                        f"graph input: AIMET writes (indices, features, W, B) only on the layer that "

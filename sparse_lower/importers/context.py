@@ -21,6 +21,7 @@ from ..errors import SparseLowerError, SparseLowerWarning
 from ..names import UniqueNames
 from ..onnx_conventions import IMPORT_KEY, SOURCE_DOMAIN
 from ..spconv_rules import LEAKY_RELU_ALPHA
+from .probe import folded_constant
 
 
 @dataclass(frozen=True)
@@ -130,14 +131,26 @@ class Translation:
                 raise SparseLowerError(f"reads '{name}' before any node produces it", where,
                                        "sort the graph topologically (every input produced before it is read)")
 
-    def constant(self, name: str, where: str, role: str) -> np.ndarray:
+    def is_constant(self, name: str) -> bool:
+        """Whether `name` is known before run time: an initializer, or what standard ops compute from
+        constants alone (folded once: exporters and tools put Identity, Constant, Cast, Reshape or
+        Transpose nodes around weights)."""
         if name not in self.constants:
-            raise SparseLowerError(f"the {role} '{name}' is not a constant", where,
-                                   f"store the {role} as an initializer")
+            value = folded_constant(self.source, name)
+            if value is None:
+                return False
+            self.constants[name] = value
+        return True
+
+    def constant(self, name: str, where: str, role: str) -> np.ndarray:
+        """A weight or bias (see is_constant)."""
+        if not self.is_constant(name):
+            raise SparseLowerError(f"the {role} '{name}' is not a constant (it is computed at run time)", where,
+                                   f"store the {role} as an initializer, or compute it from constants only")
         return self.constants[name]
 
     def sparse_input(self, name: str, where: str, role: str = "features") -> SparseTensor:
-        if name in self.constants:  # e.g. aimet_torch's dense form SparseConvolution(dense, W, B)
+        if self.is_constant(name):  # e.g. aimet_torch's dense form SparseConvolution(dense, W, B)
             raise SparseLowerError(f"the {role} '{name}' are a constant: the node's inputs are not in the order "
                                    f"its format writes them", where,
                                    "export the sparse form of the layer (features from the sparse input or a "

@@ -1,4 +1,5 @@
-"""Which graph input a format's coordinates come from: found by running the standard ops between them.
+"""What the standard ops of a foreign graph compute before run time, found by running them: which graph
+input a format's coordinates come from, and the value of a weight computed from constants.
 
 Autoware's graphs build the int32 indices of their first kernel-map op from the `coors` input inside
 the graph (AWML flips (z, y, x) to (x, y, z) and prepends a zero batch column; autoware-ml prepends the
@@ -41,6 +42,26 @@ def _probe(value: onnx.ValueInfoProto) -> np.ndarray | None:
     if tensor_type.elem_type in _INTEGERS and len(shape) == 2:
         return (1 + np.arange(int(np.prod(shape)))).reshape(shape).astype(dtype)
     return np.zeros(shape, dtype)
+
+
+def folded_constant(model: onnx.ModelProto, name: str) -> np.ndarray | None:
+    """The value of `name` where standard ops compute it from constants alone (initializers and Constant
+    nodes): a weight or bias that an exporter or a tool passed through Identity, Cast, Reshape,
+    Transpose, DequantizeLinear…, as torch.onnx does with equal initializers it stores once. None where
+    it depends on a graph input, on a node of another domain, or the evaluator cannot run it."""
+    graph = model.graph
+    nodes, outside = _ancestors(graph, name)
+    initializers = {t.name: t for t in graph.initializer}
+    if not nodes or not outside <= set(initializers) or any(n.domain not in ("", "ai.onnx") for n in nodes):
+        return None
+    sub = onnx.helper.make_graph(nodes, "constant", [],
+                                 [onnx.helper.make_tensor_value_info(name, onnx.TensorProto.UNDEFINED, None)],
+                                 [initializers[n] for n in sorted(outside)])
+    try:
+        (value,) = ReferenceEvaluator(onnx.helper.make_model(sub, opset_imports=model.opset_import)).run(None, {})
+    except Exception:  # anything the evaluator cannot run is no constant this import can vouch for
+        return None
+    return np.asarray(value)
 
 
 def coordinate_columns(model: onnx.ModelProto, indices: str) -> tuple[str, list[int]] | None:

@@ -13,6 +13,7 @@ import onnx
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
+from ..float16 import holds_float16, to_float32
 from ..onnx_conventions import SOURCE_DOMAIN
 from ..schemas import attributes
 from . import ops
@@ -60,9 +61,17 @@ SOURCE_OP_RUNS = (SubmanifoldConv, SparseConv, SparseDeconv, ToSparse, ToDense)
 
 
 def run(model: onnx.ModelProto | str | os.PathLike, feeds: dict) -> dict[str, np.ndarray]:
-    """Execute a model holding source ops on `feeds`; return every graph output by name."""
+    """Execute a model holding source ops on `feeds`; return every graph output by name.
+
+    A model converted to float16 (its weights, values or outputs) computes in float32 from its float16
+    values, as docs/source_ops.md defines it (float16 accepted, computed in float32): the model is
+    widened first, and float16 feeds of what are then float32 inputs are widened with it."""
     if not isinstance(model, onnx.ModelProto):
         model = onnx.load(os.fspath(model))
+    if holds_float16(model):
+        model = to_float32(model)[0]
+        floats = {v.name for v in model.graph.input if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+        feeds = {name: np.asarray(value, np.float32) if name in floats else value for name, value in feeds.items()}
     evaluator = ReferenceEvaluator(model, new_ops=list(SOURCE_OP_RUNS))
     outputs = evaluator.run(None, feeds)
     return dict(zip(evaluator.output_names, outputs))
