@@ -57,8 +57,9 @@ def onnxslim_tool(source: Path, out: Path) -> Path:
 
 def polygraphy_tool(source: Path, out: Path) -> Path:
     command = shutil.which("polygraphy", path=str(Path(sys.executable).parent)) or "polygraphy"  # its console script
-    done = subprocess.run([command, "surgeon", "sanitize", str(source), "--fold-constants", "-o", str(out)],
-                          capture_output=True, text=True)
+    # in the output's folder: polygraphy leaves files of external data (<uuid>.data) in its working folder
+    done = subprocess.run([command, "surgeon", "sanitize", str(source.resolve()), "--fold-constants", "-o",
+                           str(out.resolve())], capture_output=True, text=True, cwd=out.parent)
     if done.returncode != 0:
         raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "polygraphy failed")
     return out
