@@ -23,6 +23,10 @@ DEFAULT_DOMAIN_ALIAS = "ai.onnx"
 STANDARD_DOMAINS = ("", DEFAULT_DOMAIN_ALIAS)
 IR_VERSION = 10
 OPSET = 17
+# The most elements one tensor of a model may hold: 2^31, 8 GiB of float32. A declared graph input or output
+# (a traced row count, a dense grid) or a ToDense output past it is refused: every random input drawn for the
+# model, and every run, would allocate it.
+MAX_TENSOR_ELEMENTS = 2 ** 31
 
 VERSION_KEY = "sparse_lower.version"  # the package version that lowered the model
 OPTIONS_KEY = "sparse_lower.options"  # the lowering's target and options (JSON)

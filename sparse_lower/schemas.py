@@ -133,6 +133,9 @@ def conv_geometry(node: onnx.NodeProto) -> ConvGeometry:
     return geometry
 
 
+MAX_ATTRIBUTE = 1 << 30  # the custom-op library's bound on every geometry value (index/geometry.cc)
+
+
 def _check_geometry(node, g: ConvGeometry, group) -> None:
     name = node.name
     if group != 1:
@@ -142,6 +145,9 @@ def _check_geometry(node, g: ConvGeometry, group) -> None:
                               ("pads", g.pads, 0), ("output_padding", g.output_padding, 0)):
         if any(v < low for v in values):
             raise SparseLowerError(f"{attr}={list(values)} has a value below {low}", name, f"use values >= {low}")
+        if any(v >= MAX_ATTRIBUTE for v in values):
+            raise SparseLowerError(f"{attr}={list(values)} has a value of 2^30 or more", name,
+                                   "use values below 2^30 (the custom ops compute coordinates in int64 from them)")
     if g.op_type == "SubmanifoldConv":
         if any(k % 2 == 0 for k in g.kernel_shape):
             raise SparseLowerError(

@@ -85,14 +85,15 @@ def example_inputs(model: onnx.ModelProto, rng: np.random.Generator, active: int
     rows_of: dict[str, int] = {}  # a symbolic dimension -> the rows drawn for it
     pending = fed_inputs(model)
     order = {"coords": 0, "described": 1, "features": 2, "other": 3}
-    role_of = {v.name: roles.get(v.name, ("described" if v.name in described else "other", None, None))
+    role_of = {v.name: ("described", None, None) if v.name in described else roles.get(v.name, ("other", None, None))
                for v in pending}
     for value in sorted(pending, key=lambda v: order[role_of[v.name][0]]):
         role, grid, partner = role_of[value.name]
         dtype = _NP.get(value.type.tensor_type.elem_type, np.float32)
         shape = _static_shape(value)
-        if role == "coords":
-            feeds[value.name] = random_coords(rng, active, batch, grid)
+        if role == "coords":  # int64, or the type it is cast from (through a Cast to the source op)
+            feeds[value.name] = random_coords(rng, active, batch, grid).astype(
+                onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type))
         elif role == "described":
             feeds[value.name] = _described_sites(rng, described[value.name], active, batch).astype(
                 onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type))

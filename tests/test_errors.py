@@ -356,10 +356,15 @@ ATTRIBUTES = {
     "ToDense spatial_shape of four dimensions": (
         lambda: to_dense_model(spatial_shape=[4, 4, 4, 4], batch_size=1),
         "node 'out': spatial_shape=[4, 4, 4, 4] is invalid (fix: give 1 to 3 extents >= 1)" + VALIDATE),
+    "grid extent of 2^30": (
+        lambda: model_with(attrs={**SUBM, "spatial_shape": [2**30, 8]}),
+        "node 'bad_node': spatial_shape=[1073741824, 8] has a value of 2^30 or more (fix: use values below 2^30 "
+        "(the custom ops compute coordinates in int64 from them))" + VALIDATE),
     "grid larger than int64 can number": (
-        lambda: model_with(attrs={**SUBM, "spatial_shape": [2**62, 2**62]}),
-        "node 'bad_node': the spatial_shape [4611686018427387904, 4611686018427387904] has "
-        "21267647932558653966460912964485513216 sites, more than int64 can number (fix: use a grid of at most "
+        lambda: with_attribute(with_attribute(model_with(), "kernel_shape", [3, 3, 3]), "spatial_shape",
+                               [2**29] * 3),
+        "node 'bad_node': the spatial_shape [536870912, 536870912, 536870912] has "
+        "154742504910672534362390528 sites, more than int64 can number (fix: use a grid of at most "
         "2**63 - 1 sites)" + VALIDATE),
 }
 

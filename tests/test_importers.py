@@ -20,6 +20,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import sparse_lower
+import sparse_lower.models
 from foreign_graphs import ForeignGraph, Handle, assert_outputs_match, one_conv, scatter_model
 from sparse_lower import reference
 from sparse_lower.cli.main import main
@@ -577,6 +578,8 @@ def _with_node(op_type, domain="", sparse_input=True, extra_input=None, **attrs)
     g.outputs = ()
     model = g.build()
     model.graph.output.append(helper.make_tensor_value_info("odd", TensorProto.FLOAT16, None))
+    if domain and domain not in {o.domain for o in model.opset_import}:
+        model.opset_import.append(helper.make_opsetid(domain, 1))  # imported, yet unknown to us
     return model, g.nodes[-1].name
 
 

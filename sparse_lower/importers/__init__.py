@@ -44,6 +44,7 @@ from .aimet import AimetFormat
 from .autoware import AutowareFormat
 from .nvidia import NvidiaFormat
 from ..float16 import to_float32
+from ..structure import check_structure
 
 FORMATS = (NvidiaFormat(), AimetFormat(), AutowareFormat())
 SOURCE_FORMAT = "source"  # detect_format's answer for a model that needs no import
@@ -81,6 +82,7 @@ def import_model(model: onnx.ModelProto | str | os.PathLike, leaky_relu_alpha: f
                                              math.isfinite(leaky_relu_alpha)):
         raise SparseLowerError(f"leaky_relu_alpha={leaky_relu_alpha!r} is not a finite number",
                                fix="give the slope the network's LeakyReLU uses, e.g. 0.1")
+    check_structure(model)
     fmt = next(fmt for fmt in FORMATS if fmt.key == key)
     return fmt.translate(*to_float32(model), leaky_relu_alpha)
 

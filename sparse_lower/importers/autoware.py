@@ -92,10 +92,13 @@ class AutowareFormat:
         pairs, convs = _parse(model)
         opset = source_opset(model)
         done: dict[str, str] = {}  # pair node output name -> emitted
+        grids: dict[str, tuple[int, ...]] = {}  # a pair op's out_indices -> the grid of those coordinates
         for index in _order(model, pairs, convs):
             node, where = model.graph.node[index], node_label(model.graph.node[index], index)
             if index in convs:
-                _conv(t, node, where, pairs[convs[index]], done)
+                pair = pairs[convs[index]]
+                _check_grid(pair, grids)
+                grids[pair.node.output[0]] = _conv(t, node, where, pair, done)
                 continue
             t.require_available(node, where)
             check_schema(node, where, opset)
@@ -103,7 +106,9 @@ class AutowareFormat:
             copy.attribute.extend(node.attribute)
             t.append(copy)
         _describe_coordinates(t, model, pairs)
-        return to_target_versions(t.finish((DOMAIN,), opset))
+        imported = to_target_versions(t.finish((DOMAIN,), opset))
+        t.check_standard_ops(imported)
+        return imported
 
 
 def _ints(where: str, values: dict, name: str, ndim: int, default=None) -> tuple[int, ...]:
@@ -145,8 +150,10 @@ def _pair(node: onnx.NodeProto, where: str) -> PairNode:
         raise SparseLowerError(f"attribute 'ksize'={list(kernel)} has a value below 1", where, "use values >= 1")
     kind = "subm" if subm else "deconv" if transposed else "conv"
     batch = values.get("batch_size")
-    return PairNode(node, where, node.input[0], kind, tuple(grid), kernel, **geometry,
-                    batch_size=batch if isinstance(batch, int) and batch >= 1 else None)
+    if batch is not None and not (isinstance(batch, int) and batch >= 1):
+        raise SparseLowerError(f"attribute 'batch_size'={batch!r} is not a batch count", where,
+                               "write the batches the network takes as one int >= 1, or leave it out")
+    return PairNode(node, where, node.input[0], kind, tuple(grid), kernel, **geometry, batch_size=batch)
 
 
 def _parse(model: onnx.ModelProto) -> tuple[dict[str, PairNode], dict[int, str]]:
@@ -225,8 +232,19 @@ def _order(model: onnx.ModelProto, pairs: dict[str, PairNode], convs: dict[int, 
     return list(nx.lexicographical_topological_sort(dependencies))
 
 
-def _conv(t: Translation, node: onnx.NodeProto, where: str, pair: PairNode, done: dict[str, str]) -> None:
-    """The source-op conv of an ImplicitGemm/IndiceConv node, and its pair op's readable outputs."""
+def _check_grid(pair: PairNode, grids: dict[str, tuple[int, ...]]) -> None:
+    """A pair op reading an earlier pair op's out_indices must declare the grid those coordinates lie on
+    (that layer's output grid): the plugins take spatial_shape as it is written, and coordinates outside
+    it would fail only at run time."""
+    if pair.indices in grids and grids[pair.indices] != pair.grid:
+        raise SparseLowerError(f"spatial_shape={list(pair.grid)} contradicts the grid {list(grids[pair.indices])} of "
+                               f"its indices '{pair.indices}'", pair.where,
+                               "write spatial_shape as the output grid of the layer that made its indices")
+
+
+def _conv(t: Translation, node: onnx.NodeProto, where: str, pair: PairNode, done: dict[str, str]) -> tuple[int, ...]:
+    """The source-op conv of an ImplicitGemm/IndiceConv node, and its pair op's readable outputs; returns
+    the conv's output grid."""
     values = attribute_values(node, where)
     unknown = sorted(set(values) - set(_CONV_ATTRIBUTES))
     if unknown:
@@ -255,8 +273,9 @@ def _conv(t: Translation, node: onnx.NodeProto, where: str, pair: PairNode, done
     output = node.output[0]
     linear = t.fresh(f"{output}_linear") if layer.activation else output
     out_coords = t.fresh(f"{where}.coords")
-    conv, _ = source_node(layer, inputs, [linear, out_coords], t.node_name(where), t.note)
+    conv, extent = source_node(layer, inputs, [linear, out_coords], t.node_name(where), t.note)
     t.append(conv)
+    t.rows[linear] = (coords if pair.kind == "subm" else out_coords, layer.out_channels)
     if layer.activation:
         alpha = {}
         if layer.activation == "LeakyRelu":
@@ -264,6 +283,7 @@ def _conv(t: Translation, node: onnx.NodeProto, where: str, pair: PairNode, done
             alpha = {"alpha": float(slope)}
         t.emit(layer.activation, [linear], [output], f"{where}.activation", **alpha)
     _pair_outputs(t, pair, coords if pair.kind == "subm" else out_coords, done)
+    return tuple(extent)
 
 
 def _pair_outputs(t: Translation, pair: PairNode, coords: str, done: dict[str, str]) -> None:
@@ -292,5 +312,10 @@ def _describe_coordinates(t: Translation, model: onnx.ModelProto, pairs: dict[st
         t.note(first.where, f"the graph input its coordinates '{first.indices}' come from could not be traced")
         return
     source, mapping = columns
+    spatial = sorted(axis for axis in mapping if axis >= 0)
+    if spatial != list(range(len(first.grid))):
+        raise SparseLowerError(f"its indices '{first.indices}' (from '{source}') hold {len(spatial)} spatial columns, "
+                               f"but spatial_shape={list(first.grid)} has {len(first.grid)} dimensions", first.where,
+                               f"feed indices [N, {1 + len(first.grid)}]: the batch, then one column per dimension")
     t.describe_coords(source, [f"d{axis}" if axis >= 0 else "batch" for axis in mapping],
                       [first.grid[axis] if axis >= 0 else first.batch_size for axis in mapping])

@@ -10,6 +10,7 @@ sparse tensors can check that their rows line up.
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from dataclasses import dataclass
 
@@ -60,6 +61,9 @@ class Translation:
         self.initializers: dict[str, onnx.TensorProto] = {t.name: t for t in graph.initializer}
         self.constants: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
         self.sparse: dict[str, SparseTensor] = {}
+        # Rows a source op writes that are not registered as a SparseTensor (Autoware's): their coords and
+        # width, for the check of the standard ops around them (check_standard_ops).
+        self.rows: dict[str, tuple[str, int]] = {}
         self.coords_alias: dict[str, str] = {}  # a source indices tensor -> the coords it stands for
         self.available = {v.name for v in graph.input} | set(self.initializers) | {""}
         self._tensor_names = UniqueNames([*self.available, *(o for n in graph.node for o in n.output)])
@@ -239,6 +243,48 @@ class Translation:
         helper.set_model_props(model, {**{p.key: p.value for p in self.source.metadata_props},
                                        IMPORT_KEY: json.dumps(self.report())})
         return model
+
+    def check_standard_ops(self, model: onnx.ModelProto) -> None:
+        """The standard ops kept as the file has them must agree on the types and shapes of their inputs:
+        inferred strictly with every source op's output rows declared ([rows of its coords, width]), so that
+        a bias of the wrong width or type on a conv's rows is refused here, naming its node, rather than by
+        onnxruntime after lowering. What this infers for the source ops' inputs that standard ops compute
+        (Autoware's int64 Cast of its indices) is declared in `model`, where the lowering's checks of the
+        source ops read it (coords of the wrong width or rank, features of the wrong channels)."""
+        rows = {**{name: (x.coords, x.channels) for name, x in self.sparse.items()}, **self.rows}
+        # onnx infers nothing after an op it has no schema for: the source ops are cut out, their outputs
+        # made inputs of the probe, declared as what they are
+        probe = onnx.ModelProto.FromString(model.SerializeToString())
+        graph = probe.graph
+        # exporters' own guesses about the tensors around custom ops are no evidence (onnxruntime ignores them)
+        del graph.value_info[:]
+        for output in graph.output:
+            output.type.tensor_type.ClearField("shape")
+        cut = [node for node in graph.node if node.domain == SOURCE_DOMAIN]
+        kept = [node for node in graph.node if node.domain != SOURCE_DOMAIN]
+        del graph.node[:]
+        graph.node.extend(kept)
+        for node in cut:
+            for index, name in enumerate(node.output):
+                # a conv's or ToSparse's second output is its int64 coords; every other output is float
+                coords = index == 1 and node.op_type != "ToDense"
+                source, width = rows.get(name, (None, None))
+                shape = [f"{source}_rows", width] if width is not None else None
+                graph.input.append(helper.make_tensor_value_info(
+                    name, TensorProto.INT64 if coords else TensorProto.FLOAT, shape))
+        try:
+            inferred = onnx.shape_inference.infer_shapes(probe, check_type=True, strict_mode=True)
+        except onnx.shape_inference.InferenceError as error:
+            # onnx's message: "[ShapeInferenceError] (op_type:Add, node name: add0): B has inconsistent type ..."
+            found = re.search(r"\(op_type:[^,]*, node name: ([^)]*)\): (.*)", str(error))
+            node, message = found.groups() if found else (None, str(error).strip().splitlines()[-1])
+            raise SparseLowerError(f"its inputs disagree in type or shape: {message.strip()}", node,
+                                   "give the node inputs of the types and shapes the network computes (as the "
+                                   "exporter wrote it)") from error
+        computed = {name for node in cut for name in node.input} & {o for node in kept for o in node.output}
+        declared = {v.name for v in model.graph.value_info}
+        model.graph.value_info.extend(v for v in inferred.graph.value_info
+                                      if v.name in computed - declared and v.type.tensor_type.elem_type)
 
     def report(self) -> dict:
         """What the import did, for the imported model's metadata."""

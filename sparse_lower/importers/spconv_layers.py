@@ -32,6 +32,7 @@ transposed conv here: that is what the exported spconv module computes, and it i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -170,9 +171,21 @@ def _kind(where, subm: bool, values, note: Note, engine: str) -> str:
     return "subm" if subm else "deconv" if transposed else "conv"
 
 
+def check_dynamic_range(where: str, name: str, value) -> None:
+    """A calibrated amax of an INT8 export: finite numbers, > 0 for an input's (TensorRT's scale
+    amax / 127 divides by it), ≥ 0 per weight channel (a pruned channel's zero weights give 0)."""
+    numbers = value if isinstance(value, list) else [value]
+    least = 0.0 if name.startswith("weight") else None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               and (v >= least if least is not None else v > 0) for v in numbers):
+        kind = "finite numbers >= 0" if least is not None else "a finite number > 0: its scale amax / 127 divides"
+        raise SparseLowerError(f"attribute '{name}'={value!r} is not a dynamic range ({kind})", where,
+                               f"write {name} as the calibrated amax")
+
+
 def quantization(where: str, values: dict) -> dict:
-    """The INT8 export's attributes of a node, checked: the ranges are non-negative numbers, the
-    precisions one of PRECISIONS."""
+    """The INT8 export's attributes of a node, checked: the ranges are finite amax values (check_dynamic_range),
+    the precisions one of PRECISIONS."""
     found = {}
     for name in QUANTIZATION:
         value = values.get(name)
@@ -183,10 +196,7 @@ def quantization(where: str, values: dict) -> dict:
                 raise SparseLowerError(f"attribute '{name}'={value!r} is not a precision", where,
                                        f"write one of {', '.join(PRECISIONS)}")
         else:
-            numbers = value if isinstance(value, list) else [value]
-            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in numbers):
-                raise SparseLowerError(f"attribute '{name}'={value!r} is not a dynamic range (numbers >= 0)",
-                                       where, f"write {name} as the calibrated amax")
+            check_dynamic_range(where, name, value)
         found[name] = value
     return found
 

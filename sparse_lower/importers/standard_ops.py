@@ -29,7 +29,7 @@ from onnx import helper, numpy_helper
 from ..errors import SparseLowerError
 from ..onnx_conventions import SOURCE_DOMAIN
 from .context import SparseTensor, Translation
-from .spconv_layers import PRECISIONS, attribute_values, quantization
+from .spconv_layers import PRECISIONS, attribute_values, check_dynamic_range, quantization
 
 _UNARY = {"Abs", "BatchNormalization", "Cast", "Ceil", "Celu", "Clip", "Elu", "Erf", "Exp", "Floor", "Gelu",
           "HardSigmoid", "HardSwish", "Identity", "LeakyRelu", "Log", "Mish", "Neg", "Reciprocal", "Relu",
@@ -154,10 +154,8 @@ def _plain_add(t: Translation, node: onnx.NodeProto, where: str) -> onnx.NodePro
             raise SparseLowerError(f"attribute '{name}'={values[name]!r} is not a precision", where,
                                    f"write one of {', '.join(PRECISIONS)}")
     for name in ("input0_dynamic_range", "input1_dynamic_range"):
-        if name in values and (isinstance(values[name], bool) or not isinstance(values[name], (int, float))
-                               or values[name] < 0):
-            raise SparseLowerError(f"attribute '{name}'={values[name]!r} is not a dynamic range (a number >= 0)",
-                                   where, f"write {name} as the calibrated amax")
+        if name in values:
+            check_dynamic_range(where, name, values[name])
     if values:
         t.quantization[where] = values
     if len(node.input) != 2:

@@ -130,7 +130,9 @@ def translate(model: onnx.ModelProto, widened: list[str], fmt: SourceFormat,
         else:
             raise SparseLowerError(f"unknown op '{node.domain}::{node.op_type}' in a {fmt.title} model", where,
                                    "replace it with standard ONNX ops")
-    return to_target_versions(t.finish(fmt.domains, opset))
+    model = to_target_versions(t.finish(fmt.domains, opset))
+    t.check_standard_ops(model)
+    return model
 
 
 def _conv(t: Translation, fmt: SourceFormat, rulebooks: Rulebooks, node: onnx.NodeProto, where: str) -> None:
