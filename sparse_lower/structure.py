@@ -1,11 +1,13 @@
 """The structure of an ONNX graph, checked before anything reads it: every input produced, one producer
-per tensor, unique graph inputs, imported domains, no cycle. Both the import of a foreign file and the
-validation of a source-op model run it first, so that a malformed file is refused naming its node,
-before a walk over the graph would crash on it (networkx's topological sort on a cycle, the translation
-on a dangling input) or merge two producers silently.
+per tensor, unique graph inputs, imported domains, no cycle, declared sizes a run can hold. Both the
+import of a foreign file and the validation of a source-op model run it first, so that a malformed file
+is refused naming its node, before a walk over the graph would crash on it (networkx's topological sort
+on a cycle, the translation on a dangling input) or merge two producers silently.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import networkx as nx
 import onnx
@@ -22,10 +24,11 @@ def check_structure(model: onnx.ModelProto) -> None:
     the model does not import)."""
     graph = model.graph
     imported = {o.domain for o in model.opset_import} | {"", SOURCE_DOMAIN, CUSTOM_DOMAIN}
-    for kind, names in (("graph input", [v.name for v in graph.input]), ("initializer", [t.name for t in graph.initializer])):
-        repeated = sorted({name for name in names if names.count(name) > 1})
+    for kind, values in (("graph input", graph.input), ("initializer", graph.initializer)):
+        counts = Counter(value.name for value in values)
+        repeated = sorted(name for name, count in counts.items() if count > 1)
         if repeated:
-            raise SparseLowerError(f"the {kind} '{repeated[0]}' is declared {names.count(repeated[0])} times",
+            raise SparseLowerError(f"the {kind} '{repeated[0]}' is declared {counts[repeated[0]]} times",
                                    fix=f"declare each {kind} once")
     for value in [*graph.input, *graph.output]:
         _check_declared_size(value)

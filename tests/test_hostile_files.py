@@ -67,9 +67,11 @@ def first_weight(model: onnx.ModelProto) -> onnx.TensorProto:
 
 
 def narrower_weight(model, name):
+    """The first conv's weight with one input channel fewer (or more, where it has one)."""
     weight = first_weight(model)
     value = numpy_helper.to_array(weight)
-    weight.CopyFrom(numpy_helper.from_array(value[..., :-1] if value.shape[-1] > 1 else value.repeat(2, -1), weight.name))
+    narrower = value[..., :-1] if value.shape[-1] > 1 else value.repeat(2, -1)
+    weight.CopyFrom(numpy_helper.from_array(narrower, weight.name))
 
 
 # mutation: (how it is made, what the refusal names: "node" or "input")
@@ -83,8 +85,8 @@ MUTATIONS = {
     "duplicated output": (lambda m, n: m.graph.node[1].output.__setitem__(0, m.graph.node[0].output[0]), "node"),
     "duplicated graph input": (lambda m, n: m.graph.input.append(m.graph.input[0]), "input"),
     "cycle": (lambda m, n: m.graph.node[0].input.__setitem__(0, m.graph.node[-1].output[0]), "node"),
-    "2 GB declared dimension": (lambda m, n: setattr(m.graph.input[0].type.tensor_type.shape.dim[0], "dim_value", 1 << 31),
-                                "input"),
+    "2 GB declared dimension": (lambda m, n: setattr(m.graph.input[0].type.tensor_type.shape.dim[0], "dim_value",
+                                                     1 << 31), "input"),
 }
 INT8_MUTATIONS = {  # NVIDIA's INT8 exports carry their calibrated ranges on the convs
     "int8 input range of 0": (lambda m, n: with_attribute(first(m, FILES[n][1]), "input_dynamic_range", 0.0), "node"),
