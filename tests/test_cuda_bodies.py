@@ -318,8 +318,6 @@ def test_gpu_target_models_run_through_the_kernels(kernels, kernel_model, name):
     """Each custom op of the gpu target's models (maps of every kind, the fused conv with its epilogue,
     ToSparse's ActiveSites and dense unfold, ToDense's SiteIndex and dense fold) in sequence, as gpu_check
     runs them, against the CPU library: float32 within 1e-5, float16 within 1e-2."""
-    if isinstance(kernels, OnHost):
-        pytest.skip("tools/gpu_check.py runs the backbone on the GPU itself")
     rng = np.random.default_rng(4)
     if name == "head stack":
         model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
@@ -338,11 +336,13 @@ def test_gpu_target_models_run_through_the_kernels(kernels, kernel_model, name):
     want = dict(zip([o.name for o in lowered.graph.output], session(lowered).run(None, feeds)))
     import torch
 
-    inputs = {k: torch.as_tensor(v) for k, v in feeds.items()}
+    on_gpu = isinstance(kernels, OnHost)  # the CUDA library: torch tensors on the GPU, CuPy views of them
+    device, device_kernels = ("cuda", kernels.kernels) if on_gpu else ("cpu", kernels)
+    inputs = {k: torch.as_tensor(v, device=device) for k, v in feeds.items()}
     for half, tolerance in ((False, 1e-5), (True, 1e-2)):
-        outputs = kernel_model(lowered, kernels, "cpu", half).graph.run(inputs)
+        outputs = kernel_model(lowered, device_kernels, device, half).graph.run(inputs)
         for (output, value), got in zip(want.items(), outputs):
-            got = got.numpy()
+            got = got.cpu().numpy()
             assert got.shape == value.shape and got.dtype == value.dtype, output
             if value.dtype == np.int64:
                 np.testing.assert_array_equal(got, value)

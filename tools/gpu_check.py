@@ -12,8 +12,9 @@
    target and runs it on the real CenterPoint frame: the custom ops through the CUDA library's C ABI
    (sparse_lower.cuda_kernels, CuPy arrays), the one standard op by PyTorch, kernel maps included, in
    float32 and with the convs in float16. Compares each with the CPU library's run in onnxruntime and
-   times the whole run and each node with CUDA events (medians of --repeat runs). Every op checks its
-   inputs and copies the verdict back, so each node's time includes a synchronisation.
+   times the whole run and, in further runs, each node with CUDA events (medians of --repeat runs). Every
+   op checks its inputs and copies the verdict back, so each node's time includes a synchronisation and
+   the host's launch; PyTorch's profiler then gives the GPU's own busy time a run and its largest kernels.
 
 Prints a table (and writes it with the numbers to $OUT/gpu_check.json when $OUT is set); exits 1 when a
 check fails. libspconv's CenterPoint backbone takes 9.8 ms on an A30 (fp16), the figure to beat.
@@ -164,12 +165,20 @@ class KernelModel:
         return output
 
     def timed(self, feeds: dict, repeat: int) -> tuple[float, dict]:
-        """(the median ms of a whole run, {node name: median ms}), CUDA events around each."""
+        """(the median ms of a whole run, {node name: median ms}). The whole runs have CUDA events around
+        them alone; each node's time comes from further runs with events around every node."""
         torch = self.torch
         for _ in range(3):  # warm-up: CuPy's and the driver's first allocations, module loads
             self.run(feeds)
         torch.cuda.synchronize()
         whole, per_node = [], {}
+        for _ in range(repeat):
+            begin, finish = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            self.run(feeds)
+            finish.record()
+            torch.cuda.synchronize()
+            whole.append(begin.elapsed_time(finish))
         for _ in range(repeat):
             events = []
 
@@ -180,15 +189,25 @@ class KernelModel:
                 end.record()
                 events.append((node.name, start, end))
                 return outputs
-            begin, finish = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
             self.run(feeds, on_node)
-            finish.record()
             torch.cuda.synchronize()
-            whole.append(begin.elapsed_time(finish))
             for name, start, end in events:
                 per_node.setdefault(name, []).append(start.elapsed_time(end))
         return statistics.median(whole), {name: statistics.median(times) for name, times in per_node.items()}
+
+    def busy(self, feeds: dict, runs: int = 5) -> tuple[float, list]:
+        """(the GPU's kernel and copy time in ms per run, [(kernel name, ms per run)] largest first), by
+        PyTorch's profiler: what a run costs on the GPU alone, without the host's launches and waits."""
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as profiled:
+            for _ in range(runs):
+                self.run(feeds)
+            self.torch.cuda.synchronize()
+        kernels = [(e.key, e.self_device_time_total / 1e3 / runs) for e in profiled.key_averages()
+                   if e.self_device_time_total > 0]
+        kernels.sort(key=lambda kernel: -kernel[1])
+        return sum(ms for _, ms in kernels), kernels
 
 
 def relative(a: np.ndarray, b: np.ndarray) -> float:
@@ -225,9 +244,11 @@ def backbone(data: Path, repeat: int) -> tuple[bool, dict]:
         got = gpu.run(on_gpu).cpu().numpy()
         error = relative(got, want)
         ms, per_node = gpu.timed(on_gpu, repeat)
+        busy_ms, kernel_ms = gpu.busy(on_gpu)
         ok = error <= tolerance
         passed &= ok
-        results[precision] = {"median_ms": ms, "relative_error_vs_cpu": error, "tolerance": tolerance, "ok": ok}
+        results[precision] = {"median_ms": ms, "relative_error_vs_cpu": error, "tolerance": tolerance, "ok": ok,
+                              "gpu_busy_ms": busy_ms, "gpu_ms_by_kernel": kernel_ms}
         for name, value in per_node.items():
             nodes.setdefault(name, {})[precision] = value
     rows = [[name, f"{times['float32']:.3f}", f"{times['float16']:.3f}"] for name, times in nodes.items()]
@@ -241,6 +262,10 @@ def backbone(data: Path, repeat: int) -> tuple[bool, dict]:
         print(f"{precision}: {r['median_ms']:.2f} ms a frame ({LIBSPCONV_A30_MS / r['median_ms']:.2f}× libspconv's "
               f"{LIBSPCONV_A30_MS} ms on an A30), {r['relative_error_vs_cpu']:.1e} from the CPU library "
               f"({'ok' if r['ok'] else 'FAILED'}: ≤ {r['tolerance']:.0e})")
+    for precision in ("float32", "float16"):
+        r = results[precision]
+        print(f"{precision}: the GPU busy {r['gpu_busy_ms']:.2f} ms a run (PyTorch's profiler, 5 runs); largest:")
+        print(render(["kernel or copy", "ms a run"], [[name[:90], f"{ms:.3f}"] for name, ms in r["gpu_ms_by_kernel"][:8]]))
     print(f"the CPU library on this machine's {options.intra_op_num_threads} cores: {cpu_ms:.0f} ms")
     results["per_node_ms"] = nodes
     return passed, results
