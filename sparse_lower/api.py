@@ -1,5 +1,5 @@
-"""The public compiler entry points: `lower` (README: Python), and `partition`, the graph partitioner
-with the lowering's cost table in its summary (README: Partitioning)."""
+"""The public compiler entry points: `lower` (docs/python_api.md), and `partition`, the graph partitioner
+with the lowering's cost table in its summary (docs/partitioning.md)."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
 
 def partition(model: onnx.ModelProto | str | os.PathLike, devices: Sequence[str] = DEFAULT_DEVICES,
               support: Mapping[str, Predicate] | None = None, static_shapes: bool = True) -> Partition:
-    """The partitioner of sparse_lower/partition/ (devices, support, static_shapes: README: Partitioning),
+    """The partitioner of sparse_lower/partition/ (devices, support, static_shapes: docs/partitioning.md),
     whose summary then also gives each sparse layer's MACs per lowering method (layer_costs.method_report) at
     `summary(active)` sites, by default the model's assumed ones (assumed_active.py).
 

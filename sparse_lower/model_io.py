@@ -27,12 +27,47 @@ def recorded_options(model: onnx.ModelProto) -> dict:
 def load(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
     """A ModelProto from a ModelProto or a path, its default domain spelled "" (a copy where it was not:
     the caller's model is never changed)."""
-    if not isinstance(model, onnx.ModelProto):
-        try:
-            model = onnx.load(os.fspath(model))
-        except (OSError, DecodeError) as error:
-            raise SparseLowerError(f"cannot read the model '{model}': {error}") from error
-    return default_domain_spelled_empty(model)
+    return default_domain_spelled_empty(model if isinstance(model, onnx.ModelProto) else _read(os.fspath(model)))
+
+
+def _read(path: str) -> onnx.ModelProto:
+    """The model in the file at `path`. What is not a model is named as what it is: protobuf parses an
+    empty file as an empty model (which validation would then call "IR version 0") and says "Wire format
+    was corrupt" of a text file, a frame or a cut copy alike."""
+    def refused(what: str, fix: str = "give the .onnx file the exporter wrote") -> SparseLowerError:
+        return SparseLowerError(f"cannot read the model '{path}': {what}", fix=fix)
+
+    if not os.path.exists(path):
+        raise refused("no such file", "check the path")
+    if os.path.isdir(path):
+        raise refused("a folder, not an ONNX model")
+    if os.path.getsize(path) == 0:
+        raise refused("the file is empty", "write the model again: the export or the copy stopped before writing it")
+    try:
+        model = onnx.load(path)
+    except DecodeError as error:
+        raise refused(_what_it_is(path)) from error
+    except OSError as error:  # permissions, or external data missing beside the file
+        raise refused(f"{error.strerror or error}{f': {error.filename}' if error.filename else ''}",
+                      "check the file, its permissions and its external data files") from error
+    if model.ir_version == 0 and not model.HasField("graph"):
+        raise refused(_what_it_is(path))
+    return model
+
+
+def _what_it_is(path: str) -> str:
+    """What a file that does not parse as a model holds, for the message."""
+    with open(path, "rb") as stream:
+        head = stream.read(4096)
+    if head.startswith(b"PK\x03\x04"):
+        return "an .npz archive, not an ONNX model (frames and inputs go to --inputs, --frames or after the model)"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        text = ""
+    if text and all(c.isprintable() or c.isspace() for c in text):
+        return "a text file, not an ONNX model"
+    return "not an ONNX model, or a truncated one (protobuf cannot parse it)"
 
 
 def _graphs(graph: onnx.GraphProto):

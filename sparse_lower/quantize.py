@@ -1,4 +1,4 @@
-"""`quantize`: the gpu form's convs in 8 bits, calibrated on frames (README: int8 on the gpu target).
+"""`quantize`: the gpu form's convs in 8 bits, calibrated on frames (docs/performance.md: int8 on the gpu target).
 
 Why post-training, MinMax, per channel: a deployment has frames but rarely a training loop; MinMax keeps
 every calibrated value representable, which on the real frames measured better than clipping at a

@@ -150,7 +150,7 @@ def test_scaling_plot_and_option(tmp_path):
     path = scaling_plot({"systems": list(SCALING_SYSTEMS), "cases": cases}, tmp_path)
     assert path == tmp_path / "scaling.png" and path.stat().st_size > 0
     assert scaling_plot({"systems": [], "cases": []}, tmp_path) is None
-    assert parser().parse_args(["bench", "--scaling"]).scaling
+    assert parser()[0].parse_args(["bench", "--scaling"]).scaling
 
 
 def test_layers_per_run_splits_a_profile_by_run(tmp_path):

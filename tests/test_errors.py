@@ -524,6 +524,6 @@ def test_convert_reports_a_hostile_file_in_one_line(build, message, tmp_path, ca
 def test_convert_reports_a_missing_file(tmp_path, capsys):
     path = tmp_path / "absent.onnx"
     assert main(["convert", str(path), "-o", str(tmp_path / "out.onnx")]) == 2
-    assert capsys.readouterr().err == (f"sparse-lower convert: error: cannot read the model '{path}': [Errno 2] No "
-                                       f"such file or directory: '{path}'\n")
+    assert capsys.readouterr().err == (f"sparse-lower convert: error: cannot read the model '{path}': no such file "
+                                       f"(fix: check the path)\n")
 

@@ -83,8 +83,8 @@ def test_convert_inputs_under_other_names_are_told_the_models_names(head_model, 
     np.savez(tmp_path / "frame.npz", voxels=np.zeros((3, 5), np.float32), coors=np.zeros((3, 4), np.int32))
     run = sparse_lower_cli("convert", str(head_model), "-o", "out.onnx", "--inputs", "frame.npz", cwd=tmp_path)
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
-    assert ("error: frame.npz has no array named 'features', 'coords' (it holds 'coors', 'voxels'); the model's "
-            "inputs are 'features', 'coords' (fix: save the arrays under the model's input names") in run.stderr
+    assert ("error: frame frame.npz: nothing in the frame feeds the model input(s) features, coords; the frame has "
+            "coors, voxels (fix: store 'features' and 'coords', or arrays named like the model's inputs)") in run.stderr
 
 
 def test_convert_takes_voxel_files_as_they_are_stored(head_model, tmp_path):
@@ -161,14 +161,15 @@ def test_partition_reasons_are_grouped(head_model, tmp_path):
 
 def test_convert_says_what_it_is_doing_unless_quiet(head_model, tmp_path):
     """Long steps (a UNet's lowering, a verification on a real frame) are not silent: one status line
-    per step on stderr, with its time; -q leaves stderr empty and stdout unchanged."""
+    per step on stderr, with its time; -q leaves stderr empty and stdout to what was written and the verdict."""
     loud = sparse_lower_cli("convert", str(head_model), "-o", "out.onnx", cwd=tmp_path)
     assert loud.returncode == 0, loud.stderr
     steps = [line.split(":")[0] for line in loud.stderr.splitlines()]
     assert steps == ["lowering for the gpu target", "verifying (NumPy reference against onnxruntime)"], loud.stderr
     assert all(line.endswith(" s") for line in loud.stderr.splitlines())
     quiet = sparse_lower_cli("convert", str(head_model), "-o", "out.onnx", "-q", cwd=tmp_path)
-    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == loud.stdout
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert quiet.stdout.splitlines() == [line for line in loud.stdout.splitlines() if line.startswith(("wrote", "verify"))]
 
 
 def test_gpu_segments_count_the_macs_of_indexed_conv():

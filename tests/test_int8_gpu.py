@@ -99,7 +99,7 @@ def test_cli_int8(tmp_path, capsys):
                  coords=feeds["coords"].astype(np.int32))
     out = tmp_path / "head.int8.onnx"
     assert main(["convert", str(tmp_path / "head.onnx"), "-o", str(out), "--int8", "--calibrate",
-                 str(tmp_path / "calib"), "-q"]) == 0
+                 str(tmp_path / "calib")]) == 0
     printed = capsys.readouterr().out
     assert "int8: 2 of 3 convs in 8 bits" in printed and "left float: submanifoldconv0" in printed
     assert "f0.npz" in printed and "SNR dB" in printed
@@ -109,7 +109,7 @@ def test_cli_int8(tmp_path, capsys):
                            (["--calibrate", str(tmp_path / "calib")], "--int8 and --calibrate go together"),
                            (["--int8", "--calibrate", str(tmp_path / "calib"), "--target", "nna"],
                             "not --target nna"),
-                           (["--int8", "--calibrate", str(tmp_path / "nowhere")], "no frame file or folder")):
+                           (["--int8", "--calibrate", str(tmp_path / "nowhere")], "no such file or folder")):
         assert main(["convert", str(tmp_path / "head.onnx"), "-o", str(tmp_path / "x.onnx"), "-q", *extra]) != 0
         assert message in capsys.readouterr().err
     (tmp_path / "calib" / "f1.npz").write_bytes(b"garbage")

@@ -1,4 +1,4 @@
-"""The README's Layout section matches the tree: every path it names exists, and every part a newcomer
+"""docs/layout.md matches the tree: every path it names exists, and every part a newcomer
 looks for is named there — each package and top-level module, each pass, lowering rule, compute form,
 importer (format), device table and toolchain, each command, each tool, and each custom op with the
 file that holds its kernel. A file added or moved without the layout being updated fails here."""
@@ -14,9 +14,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DESCRIPTION_COLUMN = 25  # a line indented this far continues the description above it
 
 
+LAYOUT = ROOT / "docs" / "layout.md"
+
+
 def layout_block() -> str:
-    section = ROOT.joinpath("README.md").read_text().split("\n## Layout\n", 1)[1]
-    return re.search(r"```\n(.*?)```", section, flags=re.S).group(1)
+    return re.search(r"^```\n(.*?)^```", LAYOUT.read_text(), flags=re.S | re.M).group(1)
 
 
 def named_paths() -> list[str]:
@@ -43,7 +45,7 @@ NAMED = named_paths()
 
 def test_the_layout_names_only_what_exists():
     missing = [path for path in NAMED if not (ROOT / path).exists()]
-    assert not missing, f"the README's Layout names paths that do not exist: {missing}"
+    assert not missing, f"docs/layout.md names paths that do not exist: {missing}"
 
 
 def _required() -> list[str]:
@@ -66,7 +68,7 @@ def _required() -> list[str]:
 @pytest.mark.parametrize("path", _required())
 def test_the_layout_names_every_part(path):
     named = {p.rstrip("/") for p in NAMED}
-    assert path.rstrip("/") in named, f"add {path} to the README's Layout"
+    assert path.rstrip("/") in named, f"add {path} to docs/layout.md"
 
 
 def _registered_ops() -> list[str]:
@@ -81,4 +83,4 @@ def _snake(name: str) -> str:
 def test_each_custom_op_is_in_a_file_named_after_it_and_named_in_the_layout(op):
     headers = list(ROOT.joinpath("custom_ops").glob(f"*/{_snake(op)}.h"))
     assert len(headers) == 1, f"{op}: expected one custom_ops/<family>/{_snake(op)}.h, found {headers}"
-    assert re.search(rf"\b{op}\b", layout_block()), f"name {op} in the README's Layout"
+    assert re.search(rf"\b{op}\b", layout_block()), f"name {op} in docs/layout.md"

@@ -1,13 +1,24 @@
-"""Every command the README's command-line section and models/README.md show, run as written: from a
-checkout root (a folder holding `models/`, with the shared data beside it), and the sample commands
-again from elsewhere with the path of `models/` spelled out."""
+"""Every command and Python example the documentation shows a user, run as written: the README's tour and
+Python example, docs/cli.md, docs/portable.md's examples and models/README.md, from a checkout root (a
+folder holding `models/`, with the shared data beside it), and models/README.md's commands again from
+elsewhere with the path of `models/` spelled out. The README's set-up installs, so it is not run here; its
+speed command takes minutes, so the test checks what it would measure instead.
+
+A command that needs an optional extra (a toolchain of `partition --for`, Ray for `run --ray`, a module a
+Python example imports) is left out where that extra is not installed, and the test then skips, naming
+the command and the `pip install` that brings the extra in; it runs where the extra is installed."""
 
 from __future__ import annotations
 
+import argparse
+import importlib.machinery
+import importlib.util
+import json
 import re
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,21 +28,107 @@ from conftest import DATA
 from helpers import sparse_lower_cli
 
 ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+# The Python modules of the optional extras (pyproject.toml) that a documented example may import.
+EXTRA_OF_MODULE = {"openvino": "openvino", "tvm": "tvm", "ray": "ray", "torch": "spconv", "spconv": "spconv",
+                   "rknn": "rknn", "onnx2tf": "tflite", "ai_edge_litert": "tflite"}
 
 
-def blocks(readme: Path, language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", readme.read_text(), flags=re.S)
+@dataclass
+class Block:
+    """A fenced code block of a document: the `## ` section it is in ("" before the first), its language
+    (sh or python) and its text."""
+
+    section: str
+    language: str
+    text: str
+
+
+def blocks(document: Path) -> list[Block]:
+    """The sh and python blocks of `document`, in order."""
+    found, section = [], ""
+    for match in re.finditer(r"^## ([^\n]*)$|^```(sh|python)\n(.*?)^```", document.read_text(), flags=re.M | re.S):
+        if match.group(1) is not None:
+            section = match.group(1).strip()
+        else:
+            found.append(Block(section, match.group(2), match.group(3)))
+    return found
 
 
 def commands(block: str) -> list[str]:
-    """The command lines of a shell block, comments dropped."""
-    return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    """The command lines of a shell block: continuation lines joined, comments and comment lines dropped."""
+    joined = re.sub(r"\\\n\s*", " ", block)
+    lines = (line.split("  #")[0].strip() for line in joined.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
 
 
-def run(command: str, cwd: Path) -> subprocess.CompletedProcess:
-    program, *argv = shlex.split(command)
-    assert program == "sparse-lower", command
+def needs(code: str, language: str) -> str | None:
+    """Why `code` (a command line, or a Python example) cannot run here: the optional extra it needs and
+    how to install it; None when it can run."""
+    if language == "sh":
+        argv = shlex.split(code)
+        if "--for" in argv:
+            from sparse_lower.toolchains import toolchain
+
+            return toolchain(argv[argv.index("--for") + 1]).missing()
+        modules = ["ray"] if any(a == "--ray" or a.startswith("--ray=") for a in argv) else []
+    else:
+        modules = re.findall(r"^\s*(?:import|from)\s+(\w+)", code, flags=re.M)
+    for module in modules:
+        if module in EXTRA_OF_MODULE and importlib.util.find_spec(module) is None:
+            extra = EXTRA_OF_MODULE[module]
+            return f"the Python module '{module}' is not installed: pip install 'sparse-lower[{extra}]'"
+    return None
+
+
+def execute(code: str, language: str, cwd: Path) -> subprocess.CompletedProcess:
+    """One documented command (`sparse-lower …` or `mkdir -p …`) or Python example, run in `cwd`."""
+    if language == "python":
+        return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=600)
+    program, *argv = shlex.split(code)
+    if program == "mkdir":
+        assert argv[0] == "-p", code
+        for folder in argv[1:]:
+            (cwd / folder).mkdir(parents=True, exist_ok=True)
+        return subprocess.CompletedProcess(code, 0, "", "")
+    assert program == "sparse-lower", code
     return sparse_lower_cli(*argv, cwd=cwd)
+
+
+def run_documented(found: list[Block], cwd: Path, run=execute) -> list[str]:
+    """Run every command and Python example of `found` in order, in `cwd`, each checked as it runs:
+    status 0, a verifying `convert` whose last line is "verify: ok", and a Python example printing what its
+    `print(…)  # …` comments say. Returns one line per command left out for a missing extra."""
+    left_out = []
+    for block in found:
+        for code in commands(block.text) if block.language == "sh" else [block.text]:
+            reason = needs(code, block.language)
+            if reason:
+                what = f"`{code}`" if block.language == "sh" else "the Python example"
+                left_out.append(f"{what} ({block.section}): {reason}")
+                continue
+            result = run(code, block.language, cwd)
+            assert result.returncode == 0, (code, result.stdout, result.stderr)
+            verifying = {"convert"} <= set(code.split()) and not {"--no-verify", "--int8", "--help"} & set(code.split())
+            if block.language == "sh" and verifying:
+                assert result.stdout.rstrip().splitlines()[-1].startswith("verify: ok"), (code, result.stdout)
+            printed = re.findall(r"^print\(.*\)\s+# (.*)$", code, flags=re.M) if block.language == "python" else []
+            if printed:
+                assert result.stdout.splitlines() == printed, (code, result.stdout, result.stderr)
+    return left_out
+
+
+def skip_if_left_out(left_out: list[str]) -> None:
+    if left_out:
+        pytest.skip("left out for a missing extra: " + "; ".join(left_out))
+
+
+def section(document: Path, title: str) -> str:
+    return document.read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+NOT_RUN = {"Set-up", "Speed"}  # the README's: one installs, one takes minutes (test_the_speed_…)
 
 
 @pytest.fixture
@@ -46,75 +143,146 @@ def checkout(tmp_path) -> Path:
     return root
 
 
+def _frames() -> list[str]:
+    return sorted(p.name for p in DATA.glob("*.npz"))
+
+
+def test_the_readmes_tour_and_python_example_run_as_written(checkout):
+    found = [b for b in blocks(README) if b.section not in NOT_RUN]
+    assert {b.section for b in found} == {"A five-minute tour", "Python"}, "a README section with commands is not run"
+    left_out = run_documented(found, checkout)
+    out = checkout / "out"
+    assert sorted(p.name for p in (out / "frames").iterdir()) == _frames()
+    assert (out / "segments" / "manifest.json").is_file() and (out / "segments" / "picture.png").is_file()
+    assert sorted(p.name for p in checkout.iterdir()) == ["models", "out"], "the tour writes only under out/"
+    if not left_out:
+        assert (out / "openvino" / "01_nna.xml").is_file()
+    skip_if_left_out(left_out)
+
+
+def test_the_command_line_pages_commands_run_as_written(checkout):
+    """docs/cli.md: every command, the local run and the Ray run writing the same bytes where Ray is
+    installed."""
+    left_out = run_documented(blocks(ROOT / "docs" / "cli.md"), checkout)
+    out = checkout / "out"
+    assert (out / "segments" / "manifest.json").is_file() and (out / "centerpoint_bev.png").is_file()
+    assert (out / "passes").is_dir() and sorted(p.name for p in (out / "frames").iterdir()) == _frames()
+    assert sorted(p.name for p in checkout.iterdir()) == ["models", "out"], "the commands write only under out/"
+    if (out / "frames_ray").is_dir():
+        assert sorted(p.name for p in (out / "frames_ray").iterdir()) == _frames()
+        for name in _frames():
+            with np.load(out / "frames" / name) as a, np.load(out / "frames_ray" / name) as b:
+                assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
+    skip_if_left_out(left_out)
+
+
+def test_the_portable_pages_examples_run_as_written(checkout):
+    """The portable conversion of the wild NVIDIA file, then the model in plain onnxruntime and, where it is
+    installed, in OpenVINO: the BEV shape each prints."""
+    found = [b for b in blocks(ROOT / "docs" / "portable.md") if b.section == "Running it"]
+    assert [b.language for b in found] == ["sh", "python", "python"]
+    skip_if_left_out(run_documented(found, checkout))
+
+
 def test_the_sample_models_commands_run_as_written(checkout):
-    readme = ROOT / "models" / "README.md"
-    (shell,) = blocks(readme, "sh")
-    for command in commands(shell):
-        result = run(command, checkout)
-        assert result.returncode == 0, (command, result.stdout, result.stderr)
-        if " convert " in f" {command} ":
-            assert result.stdout.rstrip().endswith("verify: ok"), (command, result.stdout)
-    (python,) = blocks(readme, "python")
-    result = subprocess.run([sys.executable, "-c", python], cwd=checkout, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr
-    assert re.fullmatch(r"79,745 voxels in, [\d,]+ rows of 32 channels out\n", result.stdout), result.stdout
+    found = blocks(ROOT / "models" / "README.md")
+    assert [b.language for b in found] == ["sh", "python"]
+    outputs = []
+    run_documented(found, checkout, run=lambda *args: outputs.append(execute(*args)) or outputs[-1])
+    assert re.fullmatch(r"79,745 voxels in, [\d,]+ rows of 32 channels out\n", outputs[-1].stdout), outputs[-1].stdout
+    assert sorted(p.name for p in checkout.iterdir()) == ["models", "out"], "the commands write only under out/"
 
 
 def test_the_sample_models_commands_run_from_elsewhere(tmp_path):
-    (shell,) = blocks(ROOT / "models" / "README.md", "sh")
-    for command in commands(shell):
-        result = run(command.replace("models/", f"{ROOT / 'models'}/"), tmp_path)
-        assert result.returncode == 0, (command, result.stdout, result.stderr)
+    (shell, _) = blocks(ROOT / "models" / "README.md")
+    elsewhere = Block(shell.section, "sh", shell.text.replace("models/", f"{ROOT / 'models'}/"))
+    assert not run_documented([elsewhere], tmp_path)
 
 
-def test_the_readmes_command_line_section_runs_as_written(checkout):
-    section = ROOT.joinpath("README.md").read_text().split("## Command line", 1)[1].split("\n## ", 1)[0]
-    (shell,) = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
-    for command in commands(shell):
-        result = run(command, checkout)
-        assert result.returncode == 0, (command, result.stdout, result.stderr)
-    assert (checkout / "segments" / "manifest.json").is_file() and (checkout / "centerpoint_bev.png").is_file()
+def test_the_speed_command_measures_the_numbers_it_shows():
+    """The README's speed command (minutes long) as the command line parses it: the cases it selects are
+    the table's two frames, and the table's numbers are those of the benchmark run kept in
+    docs/performance/results.md."""
+    from sparse_lower.bench.cases import all_cases, select
+    from sparse_lower.cli.bench import BenchCommand
+
+    speed = section(README, "Speed")
+    (command,) = commands(re.search(r"```sh\n(.*?)```", speed, flags=re.S).group(1))
+    program, subcommand, *argv = shlex.split(command)
+    assert (program, subcommand) == ("sparse-lower", "bench"), command
+    options = argparse.ArgumentParser(prog="sparse-lower bench", exit_on_error=False)
+    BenchCommand.add_arguments(options)
+    args = options.parse_args(argv)
+    assert args.repeat == 5, command
+    cases = [case.name for case in select(all_cases(), args.cases)]
+    assert cases == ["centerpoint/centerpoint-frame", "centerpoint/bevfusion-frame"]
+    results = (ROOT / "docs" / "performance" / "results.md").read_text()
+    heads = [h.strip() for h in re.search(r"^\| case \|.*$", results, flags=re.M).group(0).strip("|").split("|")]
+
+    def measured(case: str, system: str) -> str:
+        row = re.search(rf"^\| {re.escape(case)} \|.*$", results, flags=re.M).group(0)
+        return row.strip("|").split("|")[heads.index(system)].split()[0]
+
+    systems = {"1 thread": "ours-gpu-auto", "2 threads": "ours-gpu-auto-2threads", "spconv": "spconv-2.3.8",
+               "MinkowskiEngine": "minkowski-0.5.4"}
+    rows = re.findall(r"^\| (.+?) \| ([\d,.]+) \| ([\d,.]+) \|$", speed, flags=re.M)
+    assert len(rows) == len(systems), rows
+    for (label, *shown), (key, system) in zip(rows, systems.items()):
+        assert key in label, (label, key)
+        assert shown == [measured(case, system) for case in cases], (label, shown)
 
 
-def test_the_readmes_running_many_frames_section_runs_as_written(checkout):
-    """The local command, and the Ray one where Ray is installed; both write every shared frame, and the
-    same bytes."""
-    section = ROOT.joinpath("README.md").read_text().split("## Running many frames", 1)[1].split("\n## ", 1)[0]
-    (shell,) = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
-    local, on_ray = commands(shell)
-    result = run(local, checkout)
-    assert result.returncode == 0 and ", 0 failed," in result.stdout, (local, result.stdout, result.stderr)
+def test_the_setups_extras_command_compiles_nothing():
+    """The set-up's second command adds the extras to the package the first one installed. pip's dry run
+    (`--no-deps`: offline) must install nothing of sparse-lower itself: rebuilding it compiles the custom-op
+    library again, minutes for each extra, as a checkout's `pip install ".[EXTRA]"` always does."""
+    from importlib import metadata
+
     try:
-        import ray  # noqa: F401
-    except ImportError as error:
-        pytest.skip(f"the Ray command needs ray ({error}): pip install '.[ray]'")
-    result = run(on_ray, checkout)
-    assert result.returncode == 0 and ", 0 failed," in result.stdout, (on_ray, result.stdout, result.stderr)
-    frames = sorted(p.name for p in DATA.glob("*.npz"))
-    for name in frames:
-        with np.load(checkout / "outputs" / name) as a, np.load(checkout / "outputs_ray" / name) as b:
-            assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
-    assert sorted(p.name for p in (checkout / "outputs_ray").iterdir()) == frames
+        metadata.distribution("sparse-lower")
+    except metadata.PackageNotFoundError:
+        pytest.skip("sparse-lower is not installed here (the set-up's first command installs it)")
+    (block,) = re.findall(r"```sh\n(.*?)```", section(README, "Set-up"), flags=re.S)
+    _, second = commands(block)
+    (extras,) = [word for part in second.split("&&") for word in shlex.split(part)[2:]
+                 if shlex.split(part)[:2] == ["pip", "install"] and "[" in word]
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--quiet", "--report", "-",
+                           extras], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert [item["metadata"]["name"] for item in json.loads(done.stdout)["install"]] == [], extras
 
 
-def test_the_readmes_runs_anywhere_section_runs_as_written(checkout):
-    """The portable conversion of the wild NVIDIA file, then the model in plain onnxruntime and, where it is
-    installed, in OpenVINO: the BEV shape each prints."""
-    section = ROOT.joinpath("README.md").read_text().split("## Runs anywhere", 1)[1].split("\n## ", 1)[0]
-    (shell,) = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
-    for command in commands(shell):
-        result = run(command, checkout)
-        assert result.returncode == 0 and "verify: ok" in result.stdout, (command, result.stdout, result.stderr)
-    on_onnxruntime, on_openvino = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    scripts = [on_onnxruntime]
-    try:
-        import openvino  # noqa: F401
-        scripts.append(on_openvino)
-    except ImportError:
-        pass
-    for script in scripts:
-        result = subprocess.run([sys.executable, "-c", script], cwd=checkout, capture_output=True, text=True,
-                                timeout=600)
-        assert result.returncode == 0 and result.stdout == "(1, 256, 180, 180)\n", (result.stdout, result.stderr)
-    if len(scripts) == 1:
-        pytest.skip("OpenVINO is not installed: pip install '.[openvino]' runs its example too")
+def test_a_command_whose_extra_is_missing_is_left_out_and_the_test_says_why(monkeypatch, tmp_path):
+    """The README's `partition --for openvino`, Ray's `run --ray` and OpenVINO's Python example, with each
+    extra reported missing, then present: left out with the reason and the install, then run."""
+    tour = [b for b in blocks(README) if b.section == "A five-minute tour"]
+    on_openvino = [c for b in tour for c in commands(b.text) if "--for openvino" in c]
+    assert on_openvino, "the tour deploys to OpenVINO"
+    on_ray = Block("Running many frames", "sh", "sparse-lower run m.onnx frames/ -o out/ --ray --workers 2\n")
+    in_python = Block("Running it", "python", "import numpy as np\nimport openvino as ov\n")
+    ran = []
+
+    def record(code, language, cwd):
+        ran.append(code)
+        return subprocess.CompletedProcess(code, 0, "verify: ok\n", "")
+
+    for module in ("openvino", "ray"):
+        monkeypatch.setitem(sys.modules, module, None)  # what importlib reports for a module not installed
+    left_out = run_documented([*tour, on_ray, in_python], tmp_path, run=record)
+    assert left_out == [
+        f"`{on_openvino[0]}` (A five-minute tour): OpenVINO is not installed (Python module 'openvino'): "
+        f"pip install 'sparse-lower[openvino]'",
+        "`sparse-lower run m.onnx frames/ -o out/ --ray --workers 2` (Running many frames): the Python module "
+        "'ray' is not installed: pip install 'sparse-lower[ray]'",
+        "the Python example (Running it): the Python module 'openvino' is not installed: "
+        "pip install 'sparse-lower[openvino]'"]
+    assert ran == [c for b in tour for c in commands(b.text) if c not in on_openvino]
+    with pytest.raises(pytest.skip.Exception, match=r"left out for a missing extra: .*--for openvino"):
+        skip_if_left_out(left_out)
+
+    for module in ("openvino", "ray"):  # installed: a module with a spec
+        monkeypatch.setitem(sys.modules, module, importlib.util.module_from_spec(
+            importlib.machinery.ModuleSpec(module, None)))
+    ran.clear()
+    assert run_documented([*tour, on_ray, in_python], tmp_path, run=record) == []
+    assert on_openvino[0] in ran and on_ray.text.strip() in ran and in_python.text in ran

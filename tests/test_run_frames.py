@@ -155,7 +155,7 @@ def test_bad_jobs_are_refused_before_any_work(lowered, frames, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(SparseLowerError, match="holds no .npz frames"):
         find_frames([tmp_path / "empty"])
-    with pytest.raises(SparseLowerError, match="no frame file or folder"):
+    with pytest.raises(SparseLowerError, match="no such file or folder"):
         find_frames([tmp_path / "missing"])
     (tmp_path / "other").mkdir()
     shutil.copy(frames / "f000.npz", tmp_path / "other" / "f000.npz")
@@ -182,7 +182,7 @@ def test_outputs_appear_whole_or_not_at_all(tmp_path, monkeypatch):
 
 def test_cli_run_reports_the_bad_frames_and_exits_1(frames, tmp_path, capsys):
     code = main(["run", str(Path(__file__).resolve().parents[1] / "models" / "centerpoint_head.onnx"), str(frames),
-                 "-o", str(tmp_path / "out"), "-q", "--threads", "1"])
+                 "-o", str(tmp_path / "out"), "--threads", "1"])
     out = capsys.readouterr().out
     assert code == 1
     assert "lowered for the gpu target" in out and "run: 30 frames, 3 failed" in out

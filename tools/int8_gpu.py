@@ -1,8 +1,8 @@
-"""int8 on the gpu target, measured (README: Performance, int8): the CenterPoint backbone (or the sparse
-UNet) lowered for the gpu target, quantized by `sparse_lower.quantize` calibrated on both nuScenes frames,
-against its float form on each frame: max error relative to the output's largest magnitude, SNR, and the
-time of both in onnxruntime (medians of --repeat runs, the two models alternating, in one process), with
-the time per op type of each from onnxruntime's profile.
+"""int8 on the gpu target, measured (docs/performance.md: int8 on the gpu target): the CenterPoint backbone
+(or the sparse UNet) lowered for the gpu target, quantized by `sparse_lower.quantize` calibrated on both
+nuScenes frames, against its float form on each frame: max error relative to the output's largest magnitude,
+SNR, and the time of both in onnxruntime (medians of --repeat runs, the two models alternating, in one
+process), with the time per op type of each from onnxruntime's profile.
 
     python tools/int8_gpu.py [--model "CenterPoint backbone"|"sparse UNet"] [--threads 2] [--repeat 9]
 """

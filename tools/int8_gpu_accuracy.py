@@ -1,11 +1,10 @@
-"""What integer activations and weights would cost the gpu form's accuracy, before any int8 kernel is
-written (README: Performance, int8): the CenterPoint backbone lowered for the gpu target, with every
-IndexedConv's input rows rounded to a grid of `levels` steps of [0, max] (producer side, so that the
-residual reads the rounded rows too, as it would from an integer buffer) and its weights rounded to
-symmetric int8, per output channel or per (tap, output channel). The network's first conv keeps its
-raw float point features (x, y in ±54 m beside a 0..0.5 s time), as in post-training quantization.
-Ranges are the MinMax over both nuScenes frames; the error is measured on each: max error relative to
-the output's largest magnitude, and SNR.
+"""What integer activations and weights would cost the gpu form's accuracy, before any int8 kernel is written
+(docs/performance.md: int8 on the gpu target): the CenterPoint backbone lowered for the gpu target, with every
+IndexedConv's input rows rounded to a grid of `levels` steps of [0, max] (producer side, so that the residual
+reads the rounded rows too, as it would from an integer buffer) and its weights rounded to symmetric int8, per
+output channel or per (tap, output channel). The network's first conv keeps its raw float point features (x, y
+in ±54 m beside a 0..0.5 s time), as in post-training quantization. Ranges are the MinMax over both nuScenes
+frames; the error is measured on each: max error relative to the output's largest magnitude, and SNR.
 
     python tools/int8_gpu_accuracy.py [--model "CenterPoint backbone"|"sparse UNet"]
 

@@ -1,5 +1,5 @@
 """One capacity against one per level, for the nna form of the CenterPoint backbone on the real frames
-(README: Partitioning … a capacity per level).
+(docs/lowered_forms.md: a capacity per level).
 
 Measures the active sites of every level on both nuScenes frames (`sparse_lower.capacity.level_rows`),
 lowers the backbone for the nna target twice, with `max_active` = the largest level (one capacity for

@@ -1,4 +1,5 @@
-"""Frames per second of `sparse-lower run` on this machine, locally and on Ray (README: Running many frames).
+"""Frames per second of `sparse-lower run` on this machine, locally and on Ray (docs/cli.md: running many
+frames).
 
 Writes --frames frames made from the two real nuScenes frames (each turned about the sensor by a
 different angle: new scenes with the real density, 17k-80k voxels), then runs CenterPoint's backbone

@@ -1,8 +1,8 @@
 """The inverse convs inside the sparse UNet on a real frame, ours against spconv 2.3.8, per layer
-(README: Performance): spconv's inverse conv reuses the pairs its forward conv built earlier in the same
-network, so its time is the layer's own; ours is the layer's nodes in onnxruntime's profile (its
-`TargetMap` table included). One thread each (spconv's CPU kernels need it), the two networks' runs
-alternating, medians of --repeat runs.
+(docs/performance.md: inverse convs inside the UNet): spconv's inverse conv reuses the pairs its forward conv
+built earlier in the same network, so its time is the layer's own; ours is the layer's nodes in onnxruntime's
+profile (its `TargetMap` table included). One thread each (spconv's CPU kernels need it), the two networks'
+runs alternating, medians of --repeat runs.
 
     python tools/unet_inverse_layers.py [--frame nuscenes_centerpoint_voxels.npz] [--repeat 15]
 """

@@ -1,4 +1,4 @@
-"""MinkowskiEngine 0.5.4 as a peer (a CPU build; see README "Performance" for how to install it).
+"""MinkowskiEngine 0.5.4 as a peer (a CPU build; docs/performance.md says how to install it).
 
 It runs with 2 torch threads, the machine's cores (its CPU kernels are correct with any count). Timing
 only, with random weights: MinkowskiEngine places a strided conv's outputs at the input sites

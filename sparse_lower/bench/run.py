@@ -318,9 +318,15 @@ def add_arguments(parser) -> None:
                              "(ours on 1 and 2 threads, the peers), time and peak memory, plotted to scaling.png")
 
 
-def run_from_args(args) -> int:
-    result = run(args.out, args.quick, args.cases, args.repeat, args.nna_max_rows or None, scaling=args.scaling)
-    print(Path(args.out, "results.md").read_text())
+def run_from_args(args, quiet: bool = False) -> int:
+    """The suite as `sparse-lower bench` runs it; `quiet` leaves out the progress lines and the tables,
+    printing only the files written."""
+    result = run(args.out, args.quick, args.cases, args.repeat, args.nna_max_rows or None, scaling=args.scaling,
+                 log=(lambda *_: None) if quiet else print)
+    if quiet:
+        print("\n".join(f"wrote {file}" for file in result["files"]))
+    else:
+        print(Path(args.out, "results.md").read_text())
     return 0 if result["cases"] else 1
 
 

@@ -31,7 +31,7 @@ class BenchCommand:
 
         add_arguments(parser)
 
-    def run(self, args) -> int:
+    def run(self, args, out) -> int:
         from ..bench.run import run_from_args
 
-        return run_from_args(args)
+        return run_from_args(args, quiet=out.quiet)

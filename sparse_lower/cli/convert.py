@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 from ..api import load, lower
 from ..assumed_active import assumed_active
 from ..errors import SparseLowerError
-from ..frames.files import find_frames, frames_feeds
+from ..frames.files import feeds_of, read_frames
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model
 from ..lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS
 from ..model_io import recorded_options
@@ -21,10 +22,11 @@ from ..quantize import quantize
 from ..report import render
 from ..runtime import create_session, fixed_rows
 from ..spconv_rules import LEAKY_RELU_ALPHA
-from ..verify import compare, example_inputs, given_inputs, relative_error, snr_db
+from ..verify import compare, example_inputs, relative_error, snr_db
 from .active import add_active_argument
 from .op_counts import before_after
 from .status import Status
+from .verbosity import Verbosity
 
 
 def capacities(text: str) -> int | tuple[int, ...]:
@@ -88,10 +90,8 @@ class ConvertCommand:
                             help="where the compute runs: gpu (custom ops), nna (standard ops), hybrid "
                                  "(first layer gpu, the rest nna), portable (standard ops only, no library); "
                                  "default gpu")
-        parser.add_argument("--strategy", default="auto", choices=list(STRATEGIES),
-                            help="gpu compute form (default auto)")
-        parser.add_argument("--combine", default="gather", choices=list(COMBINES),
-                            help="nna combine method (default gather)")
+        parser.add_argument("--strategy", choices=list(STRATEGIES), help="gpu compute form (default auto)")
+        parser.add_argument("--combine", choices=list(COMBINES), help="nna combine method (default gather)")
         parser.add_argument("--max-active", type=capacities, metavar="N[,N...]",
                             help="nna and portable row capacity (static shapes): one, or one per level (a level per "
                                  "SparseConv)")
@@ -99,17 +99,16 @@ class ConvertCommand:
                             help="portable with --max-active: the batches its grids hold (default: the model's "
                                  "ToDense batch_size, else 1)")
         parser.add_argument("--fuse-taps", action="store_true", help="nna: one Conv with K*Cout outputs")
-        parser.add_argument("--layout", default="image", choices=list(LAYOUTS),
+        parser.add_argument("--layout", choices=list(LAYOUTS),
                             help="nna: compute on the [1, C, 1, N] image (default) or on [N, C] rows")
         parser.add_argument("--dump-dir", help="write the model after every pass into this folder")
         parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                             help="compare the reference and the lowered model (default: on)")
         parser.add_argument("--inputs", help=".npz of inputs for the verification (default: random)")
         add_active_argument(parser)
-        parser.add_argument("--seed", type=int, default=0, help="seed of the random verification inputs")
-        parser.add_argument("--tolerance", type=float, default=1e-4,
+        parser.add_argument("--seed", type=int, help="seed of the random verification inputs (default 0)")
+        parser.add_argument("--tolerance", type=float,
                             help="largest error allowed, relative to the largest output value (default 1e-4)")
-        parser.add_argument("-q", "--quiet", action="store_true", help="no status lines on stderr while it works")
         parser.add_argument("--int8", action="store_true",
                             help="gpu: the convs in 8 bits (IndexedConvInt8) where the calibration allows; "
                                  "needs --calibrate")
@@ -119,78 +118,89 @@ class ConvertCommand:
         parser.add_argument("--leaky-relu-alpha", type=float,
                             help=f"import: the LeakyReLU slope an NVIDIA file does not record (default {LEAKY_RELU_ALPHA})")
 
-    def run(self, args) -> int:
+    def run(self, args, out: Verbosity) -> int:
         folder = Path(args.output).absolute().parent
         if not folder.is_dir():  # said now, not after the whole lowering
             raise SparseLowerError(f"cannot write {args.output}: the folder {folder} does not exist",
                                    fix="create it, or give another --output")
+        if Path(args.output).absolute() == Path(args.input).absolute() or \
+                (Path(args.output).exists() and Path(args.output).samefile(args.input)):
+            raise SparseLowerError(f"-o {args.output} would write over the input model", fix="give another --output")
         if args.int8 != bool(args.calibrate):
             raise SparseLowerError("--int8 and --calibrate go together",
                                    fix="give both: --int8 --calibrate FRAME [FRAME ...]")
-        if args.int8 and (args.target != "gpu" or args.strategy not in ("auto", "fused")):
+        if args.int8 and (args.target != "gpu" or args.strategy not in (None, "auto", "fused")):
             raise SparseLowerError(f"--int8 quantizes the gpu target's fused convs, not --target {args.target} "
                                    f"--strategy {args.strategy}",
                                    fix="use --target gpu with the default strategy; for the nna target's int8 see "
                                        "`sparse-lower partition --for ... --calibrate`")
-        calibration = find_frames(args.calibrate) if args.int8 else []  # a wrong path is said before any work
-        status = Status(args.quiet)
+        _check_options(args)
+        # the frames are read before any work: a wrong path or a damaged file is said now
+        calibration = read_frames(args.calibrate) if args.int8 else []
+        inputs = read_frames([args.inputs], folders=False) if args.inputs else []
+        status = Status(out.quiet)
         source = load(args.input)
         found = detect_format(source)
         if found != SOURCE_FORMAT:
             with status.step(f"importing the {format_title(found)} model"):
                 source = import_model(source, leaky_relu_alpha=args.leaky_relu_alpha)
-            print(f"imported {format_title(found)} format into source ops")
+            out.say(f"imported {format_title(found)} format into source ops")
+        elif args.leaky_relu_alpha is not None:
+            raise SparseLowerError("--leaky-relu-alpha does nothing for a model in source ops (it is the slope an "
+                                   "exporter's file does not record)", fix="leave --leaky-relu-alpha out")
+        given = feeds_of(source, inputs)  # the model's inputs are known now
         with status.step(f"lowering for the {args.target} target"):
-            lowered = lower(source, target=args.target, strategy=args.strategy, combine=args.combine,
-                            max_active=args.max_active, max_batch=args.max_batch, fuse_taps=args.fuse_taps,
-                            layout=args.layout, dump_dir=args.dump_dir)
+            lowered = lower(source, target=args.target, strategy=args.strategy or "auto",
+                            combine=args.combine or "gather", max_active=args.max_active, max_batch=args.max_batch,
+                            fuse_taps=args.fuse_taps, layout=args.layout or "image", dump_dir=args.dump_dir)
         if args.int8:
             with status.step(f"calibrating on {len(calibration)} frame(s) and quantizing the convs"):
-                frames = frames_feeds(lowered, calibration)
+                frames = feeds_of(lowered, calibration)
                 float_model = lowered
                 lowered, found = quantize(lowered, frames)
-            print(f"int8: {len(found.tops)} of {len(found.tops) + len(found.float_convs)} convs in 8 bits"
-                  + "".join(f"\n  left float: {name}: {why}" for name, why in found.float_convs.items()))
+            out.say(f"int8: {len(found.tops)} of {len(found.tops) + len(found.float_convs)} convs in 8 bits"
+                    + "".join(f"\n  left float: {name}: {why}" for name, why in found.float_convs.items()))
         onnx.save(lowered, args.output)
-        print(before_after(source, lowered))
+        out.say(before_after(source, lowered))
         print(f"wrote {args.output}: {run_hint(repr(args.output), args.target)}")
         if args.dump_dir:
-            print(f"wrote the model after every pass to {args.dump_dir}/ "
-                  f"({', '.join(sorted(p.name for p in Path(args.dump_dir).glob('*.onnx')))})")
+            out.say(f"wrote the model after every pass to {Path(args.dump_dir)}/ "
+                    f"({', '.join(sorted(p.name for p in Path(args.dump_dir).glob('*.onnx')))})")
         if not args.verify:
             return 0
         if args.int8:
             with status.step("measuring the 8-bit model against the float one on the calibration frames"):
-                rows = int8_errors(float_model, lowered, calibration, frames)
-            print(render(["frame", "output", "max rel error", "SNR dB"], rows))
+                rows = int8_errors(float_model, lowered, [path for path, _ in calibration], frames)
+            out.say(render(["frame", "output", "max rel error", "SNR dB"], rows))
             print("verify: the 8-bit model's error against the float one, on the frames it was calibrated on "
                   "(no pass/fail: its size is the quantization's)")
             return 0
         plain = " (plain onnxruntime, no library)" if args.target == "portable" else ""
         with status.step("verifying (NumPy reference against onnxruntime)"):
-            differences = self._differences(args, source, lowered)
-        print(render(["output", "max abs error", "max rel error", "shape"],
-                     [[d.output, f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", "ok" if d.shape_ok else "MISMATCH"]
-                      for d in differences]))
-        failed = [d.output for d in differences if not d.shape_ok or not d.max_rel <= args.tolerance]  # NaN fails
+            differences = self._differences(args, source, lowered, given[0] if given else None, out)
+        out.say(render(["output", "max abs error", "max rel error", "shape"],
+                       [[d.output, f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", "ok" if d.shape_ok else "MISMATCH"]
+                        for d in differences]))
+        tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
+        failed = [d.output for d in differences if not d.shape_ok or not d.max_rel <= tolerance]  # NaN fails
         print(f"verify: {'FAILED for ' + ', '.join(failed) if failed else 'ok'}{plain}")
         return 1 if failed else 0
 
     @staticmethod
-    def _differences(args, source, lowered):
+    def _differences(args, source, lowered, given: dict | None, out: Verbosity):
         """Compare on the given inputs, or on random ones. Random inputs that overflow --max-active
         somewhere in the network (a strided or transposed conv can have more output than input rows)
         are drawn again with half the sites, so that the default check fits any capacity; sizes the user
         chose (--active, --inputs) are kept and the refusal is theirs to see."""
         batch = recorded_options(lowered).get("max_batch") or 2  # the static form holds only its batches
-        if args.inputs:
-            return compare(source, lowered, given_inputs(source, dict(np.load(args.inputs)), args.inputs))
+        if given is not None:
+            return compare(source, lowered, given)
         first = args.max_active[0] if isinstance(args.max_active, tuple) else args.max_active  # the inputs' level
         active = args.active or assumed_active(source)
         if not args.active and first:
             active = min(active, first)  # the default fits the capacity of the inputs' level
         while True:
-            feeds = example_inputs(source, np.random.default_rng(args.seed), active=active, batch=batch)
+            feeds = example_inputs(source, np.random.default_rng(args.seed or 0), active=active, batch=batch)
             try:
                 differences = compare(source, lowered, feeds)
             except ort_state.InvalidArgument as error:  # the nna target's CapacityPads refuses an overflow
@@ -202,7 +212,37 @@ class ConvertCommand:
                 if args.active or active == 1 or not overflowed:
                     return differences
             active //= 2
-            print(f"verify: the random inputs overflow --max-active {_spelled(args.max_active)}; drawing {active} sites")
+            out.say(f"verify: the random inputs overflow --max-active {_spelled(args.max_active)}; drawing {active} "
+                    f"sites")
+
+
+# The options each target reads; another target given one of them is told it does nothing
+_TARGET_OPTIONS = {"strategy": {"gpu", "hybrid"}, "combine": {"nna", "hybrid"}, "layout": {"nna", "hybrid"},
+                   "fuse_taps": {"nna", "hybrid"}, "max_active": {"nna", "hybrid", "portable"}}
+DEFAULT_TOLERANCE = 1e-4
+
+
+def _check_options(args) -> None:
+    """Refuse an option that would do nothing with the rest of the command line, or is out of range:
+    a user who wrote it expects it to count."""
+    for option, targets in _TARGET_OPTIONS.items():
+        if getattr(args, option) not in (None, False) and args.target not in targets:
+            flag = "--" + option.replace("_", "-")
+            raise SparseLowerError(f"{flag} does nothing for --target {args.target}",
+                                   fix=f"leave {flag} out, or use it with --target {' or '.join(sorted(targets))}")
+    if args.tolerance is not None and not (math.isfinite(args.tolerance) and args.tolerance >= 0):
+        raise SparseLowerError(f"--tolerance {args.tolerance} is not a number >= 0", fix="give e.g. --tolerance 1e-4")
+    unused = {"--tolerance": args.tolerance is not None, "--inputs": bool(args.inputs), "--seed": args.seed is not None,
+              "--active": args.active is not None}
+    if not args.verify:
+        given = [flag for flag, set_ in unused.items() if set_]
+        if given:
+            raise SparseLowerError(f"{given[0]} does nothing with --no-verify", fix=f"leave {given[0]} out")
+    elif args.inputs:
+        given = [flag for flag in ("--seed", "--active") if unused[flag]]
+        if given:
+            raise SparseLowerError(f"{given[0]} does nothing with --inputs (the verification runs on them)",
+                                   fix=f"leave {given[0]} out")
 
 
 def int8_errors(float_model, quantized, paths, frames) -> list[list[str]]:

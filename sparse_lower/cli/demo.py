@@ -11,10 +11,12 @@ import onnx
 
 from ..api import lower
 from ..errors import SparseLowerError
-from ..frames.sample import data_places, find_data, load_voxels, synthetic_voxels
+from ..frames.files import feeds_of, read_frames
+from ..frames.sample import CENTERPOINT_GRID, data_places, find_data, synthetic_voxels
 from ..importers import import_model
 from ..report import render
 from ..runtime import session_for
+from .verbosity import Verbosity
 
 
 class Stopwatch:
@@ -79,20 +81,29 @@ class DemoCommand:
         parser.add_argument("--target", default="gpu", choices=DEMO_TARGETS,
                             help="gpu (custom ops, default) or portable (standard ops, run without the library)")
 
-    def run(self, args) -> int:
+    def run(self, args, out: Verbosity) -> int:
         # the reference networks are imported on demand: the other commands never load them
         from ..models.centerpoint import sp_middle_resnet_fhd
         from ..models.formats import NvidiaEmitter
 
+        if args.repeat < 1:
+            raise SparseLowerError(f"--repeat {args.repeat}: the timed runs are at least 1", fix="give --repeat 1 or more")
         path = args.data or find_data()
         if path:
-            features, coords, grid = load_voxels(path)
-            print(f"frame: {path}: {len(coords):,} voxels on a {'x'.join(map(str, grid))} grid")
+            ((path, frame),) = read_frames([path], folders=False)
+            grid = tuple(int(v) for v in frame.get("spatial_shape", CENTERPOINT_GRID))
+            if len(grid) != 3 or min(grid) < 1:
+                raise SparseLowerError(f"frame {path}: spatial_shape {list(grid)} is not a 3-D grid",
+                                       fix="store the voxel grid as spatial_shape=[z, y, x], or leave it out for "
+                                           f"CenterPoint's {list(CENTERPOINT_GRID)}")
+            count = len(frame.get("coords", ()))
+            out.say(f"frame: {path}: {count:,} voxels on a {'x'.join(map(str, grid))} grid")
         else:
             features, coords, grid = synthetic_voxels()
+            path, frame = "the synthetic frame", {"features": features, "coords": coords}
             looked = ", ".join(str(place) for place in data_places())
-            print(f"frame: no voxel file in {looked}; a synthetic LiDAR-like frame of {len(coords):,} voxels "
-                  f"(give one with --data FILE.npz or $SPARSE_LOWER_DATA)")
+            out.say(f"frame: no voxel file in {looked}; a synthetic LiDAR-like frame of {len(coords):,} voxels "
+                    f"(give one with --data FILE.npz or $SPARSE_LOWER_DATA)")
         clock = Stopwatch()
         exported = clock.time("build the NVIDIA-format export",
                               lambda: sp_middle_resnet_fhd(NvidiaEmitter(), np.random.default_rng(0),
@@ -101,16 +112,16 @@ class DemoCommand:
             source = Path(folder) / "scn.nvidia.onnx"
             onnx.save(exported, source)
             imported = clock.time("import (NVIDIA format -> source ops)", lambda: import_model(source))
+        (feeds,) = feeds_of(imported, [(path, frame)])  # the frame's arrays as the model's inputs, cast to their types
         lowered = clock.time(f"lower ({args.target} target)", lambda: lower(imported, target=args.target))
         opened = "a plain onnxruntime session (no library)" if args.target == "portable" else "the onnxruntime session"
         session = clock.time(f"create {opened}", lambda: session_for(lowered))
-        feeds = {imported.graph.input[0].name: features, "coords": coords}
         (dense,) = clock.time("first run", lambda: session.run(None, feeds))
         runs = [clock.time(f"run {i + 1}", lambda: session.run(None, feeds))[0] for i in range(args.repeat)]
         timed = [ms for stage, ms in clock.stages if stage.startswith("run ")]
         rows = [[stage, f"{ms:,.1f} ms"] for stage, ms in clock.stages if not stage.startswith("run ")]
         rows.append([f"run (median of {len(timed)})", f"{np.median(timed):,.1f} ms"])
-        print(render(["stage", "time"], rows))
+        out.say(render(["stage", "time"], rows))
         occupied = np.abs(dense[0]).max(axis=0) > 0
         print(f"output: {list(dense.shape)} float32, {int(occupied.sum()):,} of {occupied.size:,} BEV cells "
               f"non-zero, mean {dense.mean():.4f}, max {dense.max():.4f}")

@@ -10,7 +10,7 @@ from ..api import load
 from ..assumed_active import assumed_active
 from ..capacity import level_rows
 from ..errors import SparseLowerError
-from ..frames.files import find_frames, frames_feeds
+from ..frames.files import feeds_of, read_frames
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model, nothing_to_lower
 from ..layer_costs import layer_costs, method_table
 from ..lowering.portable import index_memory
@@ -19,6 +19,7 @@ from ..schemas import CONV_OPS, conv_channels, conv_geometry
 from ..report import render
 from .active import add_active_argument
 from .op_counts import op_counts
+from .verbosity import Verbosity
 
 
 def _shape(value: onnx.ValueInfoProto) -> str:
@@ -86,7 +87,8 @@ class InspectCommand:
                             help=".npz frames (features, coords) or folders of them: the active sites of every "
                                  "level on them, and the --max-active per level they need")
 
-    def run(self, args) -> int:
+    def run(self, args, out: Verbosity) -> int:
+        frames = read_frames(args.frames) if args.frames else []  # read before any work
         model = load(args.input)
         graph = model.graph
         initializers = {t.name for t in graph.initializer}
@@ -95,7 +97,7 @@ class InspectCommand:
         print(render(["input", "type"], [[v.name, _shape(v)] for v in graph.input if v.name not in initializers]))
         print(render(["output", "type"], [[v.name, _shape(v)] for v in graph.output]))
         print(render(["op", "count"], sorted(op_counts(model).items())))
-        model = self._imported(model)
+        model = self._imported(model, out)
         if model is None:
             return 0
         graph = model.graph
@@ -119,21 +121,23 @@ class InspectCommand:
                          [[f"{n.name} ({n.op_type})", ", ".join(n.input), ", ".join(n.output)] for n in custom]))
         parameters = sum(int(np.prod(numpy_helper.to_array(t).shape)) for t in graph.initializer)
         print(f"parameters: {parameters:,}")
-        if args.frames:
-            self._levels(model, args.frames)
+        if frames:
+            self._levels(model, frames, out)
         return 0
 
     @staticmethod
-    def _levels(model: onnx.ModelProto, paths: list[str]) -> None:
+    def _levels(model: onnx.ModelProto, frames: list, out: Verbosity) -> None:
         """The most active sites per level over the frames, and the capacity per level that holds them."""
-        files = find_frames(paths)
-        rows = level_rows(model, frames_feeds(model, files))
-        print(render(["level", "active sites (most, over the frames)"], [[level, f"{n:,}"] for level, n in enumerate(rows)]))
+        rows = level_rows(model, feeds_of(model, frames))
+        out.say(render(["level", "active sites (most, over the frames)"],
+                       [[level, f"{n:,}"] for level, n in enumerate(rows)]))
         capacities = ",".join(str(max(n, 1)) for n in rows)  # a level no frame reached still needs a valid capacity
-        print(f"on these {len(files)} frames: --max-active {capacities} (add a margin for other frames)")
+        count = f"{len(frames)} frame{'' if len(frames) == 1 else 's'}"
+        print(f"on {'this' if len(frames) == 1 else 'these'} {count}: --max-active {capacities} (add a margin for "
+              f"other frames)")
 
     @staticmethod
-    def _imported(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    def _imported(model: onnx.ModelProto, out: Verbosity) -> onnx.ModelProto | None:
         """The model whose layers to list: a foreign export imported (saying so), else the model itself;
         None, after saying why, when there is nothing sparse_lower can take."""
         found = detect_format(model)
@@ -143,8 +147,8 @@ class InspectCommand:
                 if reason:
                     print(reason)
             return model
-        print(f"format: {format_title(found)} export; `sparse-lower convert` imports it (into source ops) "
-              f"before lowering. The layers below are the imported model's.")
+        out.say(f"format: {format_title(found)} export; `sparse-lower convert` imports it (into source ops) "
+                f"before lowering. The layers below are the imported model's.")
         try:
             return import_model(model)
         except SparseLowerError as error:

@@ -4,7 +4,9 @@ is the help."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 import warnings
 
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
@@ -17,33 +19,44 @@ from .demo import DemoCommand
 from .inspect import InspectCommand
 from .partition import PartitionCommand
 from .run import RunCommand
+from .verbosity import Verbosity, add_verbosity_arguments
 
 COMMANDS = (ConvertCommand, InspectCommand, PartitionCommand, RunCommand, DemoCommand, BenchCommand)
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The root parser, and each subcommand's parser by name (a bad flag is answered with its usage)."""
     root = argparse.ArgumentParser(
         prog="sparse-lower",
         description="Lower the sparse convolutions of ONNX models to onnxruntime custom ops.")
     root.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = root.add_subparsers(dest="command", required=True)
+    subcommands = {}
     for command in COMMANDS:
         doc = command.__doc__.strip()
         sub = subparsers.add_parser(command.name, help=doc.splitlines()[0], description=doc,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
         command.add_arguments(sub)
+        add_verbosity_arguments(sub)
         sub.set_defaults(handler=command)
-    return root
+        subcommands[command.name] = sub
+    return root, subcommands
 
 
 # What onnxruntime raises when a model or its inputs are refused at session creation or run time
 # (a coordinate outside the grid, a capacity exceeded, …): the message says what is wrong.
 _RUNTIME_ERRORS = tuple(getattr(ort_state, name) for name in ("Fail", "InvalidArgument", "InvalidGraph",
                                                               "RuntimeException", "NoSuchFile"))
+# The exit statuses (docs/cli.md)
+OK, FAILED, REFUSED, BUG, INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    root, subcommands = parser()
+    args, unknown = root.parse_known_args(argv)
+    if unknown:
+        subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    verbosity = Verbosity(args.quiet, args.verbose)
     show = warnings.showwarning
 
     def show_ours(message, category, *rest, **kwargs):
@@ -53,17 +66,43 @@ def main(argv: list[str] | None = None) -> int:
         else:
             show(message, category, *rest, **kwargs)
 
+    def error(kind: str, text: str) -> None:
+        print(f"sparse-lower {args.command}: {kind}: {text}", file=sys.stderr)
+
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("always", SparseLowerWarning)
+        with verbosity.libraries():
             warnings.showwarning = show_ours
-            return args.handler().run(args)
-    except SparseLowerError as error:
-        print(f"sparse-lower {args.command}: error: {error}", file=sys.stderr)
-        return 2
-    except _RUNTIME_ERRORS as error:
-        print(f"sparse-lower {args.command}: onnxruntime refused: {error}", file=sys.stderr)
-        return 2
+            status = args.handler().run(args, verbosity)
+            sys.stdout.flush()  # a reader gone away (`| head`) is met here, where it is handled below
+            return status
+    except SparseLowerError as refusal:
+        error("error", str(refusal))
+        return REFUSED
+    except _RUNTIME_ERRORS as refusal:
+        error("onnxruntime refused", str(refusal))
+        return REFUSED
+    except KeyboardInterrupt:
+        print(f"\nsparse-lower {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:  # the reader of stdout went away (`| head`): nothing left to say
+        # Python flushes stdout again at exit, which would raise once more: point it at /dev/null.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return OK
+    except OSError as failure:  # a path the libraries open themselves (a folder, a full disk, permissions)
+        where = f" {failure.filename}" if failure.filename else ""
+        error("error", f"cannot use{where}: {failure.strerror or failure} (fix: check the path and its permissions)")
+        return REFUSED
+    except MemoryError:
+        error("error", "out of memory (fix: fewer active sites or frames at once, or a machine with more memory)")
+        return REFUSED
+    except Exception as bug:  # noqa: BLE001 - anything else is ours to fix: one line, the traceback on -v
+        if verbosity.verbose:
+            traceback.print_exc()
+        error("internal error", f"{type(bug).__name__}: {bug} (fix: a bug in sparse_lower: rerun with -v for the "
+                                "traceback and report it)")
+        return BUG
+    finally:
+        warnings.showwarning = show
 
 
 if __name__ == "__main__":

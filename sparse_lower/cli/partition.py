@@ -9,12 +9,14 @@ import numpy as np
 
 from ..api import partition
 from ..errors import SparseLowerError
+from ..frames.files import feeds_of, read_frames
 from ..partition import DEFAULT_DEVICES
 from ..report import render
 from ..runtime import create_session
 from ..toolchains import TOOLCHAINS, compile_partition
-from ..verify import given_inputs, relative_error
+from ..verify import relative_error
 from .active import add_active_argument
+from .verbosity import Verbosity
 
 
 class PartitionCommand:
@@ -76,31 +78,49 @@ class PartitionCommand:
         parser.add_argument("--reasons", action="store_true",
                             help="list the nodes that did not get the first device, and why")
 
-    def run(self, args) -> int:
+    def run(self, args, out: Verbosity) -> int:
         devices = [device.strip() for device in args.devices.split(",") if device.strip()]
-        parts = partition(args.input, devices=devices, static_shapes=not args.dynamic)
         if args.activation_bits != 8 and not args.calibrate:
             raise SparseLowerError("--activation-bits quantizes, and quantizing needs calibration frames",
                                    fix="add --calibrate FRAME.npz ...")
         if args.calibrate and not args.toolchain:
             raise SparseLowerError("--calibrate quantizes for a toolchain",
                                    fix="add --for TOOLCHAIN (e.g. --for onnxruntime)")
-        calibration = [given_inputs(parts.model, dict(np.load(path)), path) for path in args.calibrate or []]
-        compiled = (compile_partition(parts, args.toolchain, args.out_dir, calibration or None, args.activation_bits)
-                    if args.toolchain else None)
-        manifest = parts.to_onnx(args.out_dir) if compiled is None else compiled.directory / "manifest.json"
+        # the frames are read before any work: a wrong path or a damaged file is said now
+        calibration = read_frames(args.calibrate) if args.calibrate else []
+        inputs = read_frames([args.inputs], folders=False) if args.inputs else []
+        parts = partition(args.input, devices=devices, static_shapes=not args.dynamic)
+        calibration_feeds = feeds_of(parts.model, calibration)
+        (feeds,) = feeds_of(parts.model, inputs) or [None]
+        if args.toolchain:
+            with out.captured():  # the toolchain's own build log: shown with -v
+                compiled = compile_partition(parts, args.toolchain, args.out_dir, calibration_feeds or None,
+                                             args.activation_bits)
+            manifest = compiled.directory / "manifest.json"
+        else:
+            compiled, manifest = None, parts.to_onnx(args.out_dir)
         status = 0
-        if args.inputs:
-            feeds = given_inputs(parts.model, dict(np.load(args.inputs)), args.inputs)
+        if feeds is not None:
             session = create_session(parts.model)
             expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
-            status = _compared(parts.run(feeds), expected) if compiled is None else _within(compiled, feeds, expected)
+            if compiled is None:
+                status = _compared(parts.run(feeds), expected)
+            else:
+                with out.captured():
+                    got = compiled.run(feeds)
+                status = _within(compiled, got, expected)
         if compiled is not None:
             for segment, op, unit, name in compiled.fallbacks:
-                print(f"{compiled.toolchain.title} placed {op} '{name}' of segment {segment:02d} on its {unit}")
+                out.say(f"{compiled.toolchain.title} placed {op} '{name}' of segment {segment:02d} on its {unit}")
         if args.reasons:
-            print(reasons_table(parts, devices[0]))
-        print(parts.summary(args.active))
+            out.say(reasons_table(parts, devices[0]))
+        out.say(parts.summary(args.active))
+        if compiled is not None:
+            for entry in compiled.manifest["segments"]:
+                if "artifact" in entry:
+                    print(f"compiled segment {entry['index']:02d} ({entry['device']}) with {compiled.toolchain.name} "
+                          f"{compiled.manifest['toolchain']['version']} ({compiled.toolchain.precision}): "
+                          f"{compiled.directory / entry['artifact']}")
         count = len(parts.segments)
         print(f"wrote {count} segment{'s' if count != 1 else ''} and {manifest}")
         if args.picture:
@@ -115,9 +135,8 @@ def _compared(got: dict, expected: dict) -> int:
     return 1 if different else 0
 
 
-def _within(compiled, feeds: dict, expected: dict) -> int:
+def _within(compiled, got: dict, expected: dict) -> int:
     """Compare the run across runtimes with the unpartitioned model, within the toolchain's precision."""
-    got = compiled.run(feeds)
     tolerance = compiled.toolchain.tolerance
     status = 0
     for name, value in expected.items():

@@ -9,6 +9,7 @@ from ..frames import find_frames, run_frames, runnable
 from ..frames.on_ray import ray_module
 from ..lowering import TARGETS
 from .status import Status
+from .verbosity import Verbosity
 
 
 class RunCommand:
@@ -50,9 +51,8 @@ class RunCommand:
         parser.add_argument("--compress", action="store_true", help="write compressed .npz (smaller, slower)")
         parser.add_argument("--skip-existing", action="store_true",
                             help="leave out frames whose output exists (resume a stopped job, retry the failed ones)")
-        parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar or status lines")
 
-    def run(self, args) -> int:
+    def run(self, args, out: Verbosity) -> int:
         if args.workers is not None and args.ray is None:
             raise SparseLowerError("--workers applies to a run on Ray", fix="add --ray, or leave --workers out")
         if args.ray and Path(args.ray).exists():  # `--ray MODEL FRAMES`: argparse took the model for ADDRESS
@@ -61,14 +61,14 @@ class RunCommand:
         if args.ray is not None:
             ray_module()
         frames = find_frames(args.frames)  # refused now rather than after a lowering that can take a minute
-        with Status(args.quiet).step("preparing the model"):
+        with Status(out.quiet).step("preparing the model"):
             model, done = runnable(args.model, args.target)
-        print(f"model: {args.model}: {done}")
+        out.say(f"model: {args.model}: {done}")
         summary = run_frames(model, frames, args.output_dir, target=args.target, threads=args.threads,
                              compress=args.compress, ray=args.ray is not None, ray_address=args.ray or None,
-                             workers=args.workers, skip_existing=args.skip_existing, progress=not args.quiet)
+                             workers=args.workers, skip_existing=args.skip_existing, progress=not out.quiet)
         print(f"run: {summary}")
-        print(f"outputs: {args.output_dir}/<frame>.npz")
+        out.say(f"outputs: {Path(args.output_dir) / '<frame>.npz'}")
         for failure in summary.failures:
             print(f"failed: {failure.frame}: {failure.error}")
         return 1 if summary.failures else 0

@@ -41,7 +41,7 @@ def find_frames(paths) -> list[Path]:
         elif given.is_file():
             frames.append(given)
         else:
-            raise SparseLowerError(f"no frame file or folder {given}", fix="check the path")
+            raise SparseLowerError(f"frame {given}: no such file or folder", fix="check the path")
     if not frames:
         raise SparseLowerError("no frames given", fix=f"give {FRAME_SUFFIX} files or folders of them")
     seen: dict[str, Path] = {}
@@ -108,32 +108,61 @@ def frame_feeds(frame: dict[str, np.ndarray], inputs: list[ModelInput]) -> dict[
     return feeds
 
 
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
 def read_frame(path: Path) -> dict[str, np.ndarray]:
     """Every array of the frame file, read now (an `.npz` is read lazily otherwise, and a damaged member
     would fail later, inside the run). A file that is not a zip archive is refused as such: numpy would
     take it for a pickle and say so, which misleads."""
+    fix = "write frames with numpy.savez(path, features=..., coords=...)"
+    path = Path(path)
+    if not path.exists():
+        raise SparseLowerError("no such file", fix="check the path")
+    if path.is_dir():
+        raise SparseLowerError("a folder, not an .npz file", fix="give the .npz file (run takes folders of them)")
     if not zipfile.is_zipfile(path):
-        raise SparseLowerError("not an .npz archive (damaged, truncated or another format)",
-                               fix="write frames with numpy.savez(path, features=..., coords=...)")
+        with open(path, "rb") as stream:
+            damaged = stream.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC
+        raise SparseLowerError("a damaged or truncated .npz archive" if damaged else
+                               "not an .npz archive (another format, or empty)", fix=fix)
     try:
         with np.load(path, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
-        raise SparseLowerError(f"cannot read the frame: {error}",
-                               fix="write frames with numpy.savez(path, features=..., coords=...)") from error
+        raise SparseLowerError(f"a damaged or truncated .npz archive ({error})", fix=fix) from error
 
 
-def frames_feeds(model: onnx.ModelProto, paths: list[Path]) -> list[dict[str, np.ndarray]]:
-    """Every frame of `paths` read and fed to `model`'s inputs, all at once (calibration, level counts); a
-    bad frame is refused with its path."""
+def read_frames(paths, folders: bool = True) -> list[tuple[Path, dict[str, np.ndarray]]]:
+    """Every frame of `paths` (files, or with `folders` folders as find_frames takes them) read now, before
+    any work that would be lost to an unreadable one; a bad frame is refused with its path."""
+    frames = []
+    for path in find_frames(paths) if folders else map(Path, paths):
+        try:
+            frames.append((path, read_frame(path)))
+        except SparseLowerError as error:
+            raise SparseLowerError(f"frame {path}: {error.reason}", fix=error.fix) from error
+    return frames
+
+
+def feeds_of(model: onnx.ModelProto, frames: list[tuple[Path, dict[str, np.ndarray]]]) -> list[dict[str, np.ndarray]]:
+    """The frames' arrays as feeds of `model` (frame_feeds); a frame that does not feed it is refused
+    with its path."""
     inputs = model_inputs(model)
     feeds = []
-    for path in paths:
+    for path, frame in frames:
         try:
-            feeds.append(frame_feeds(read_frame(path), inputs))
+            feeds.append(frame_feeds(frame, inputs))
         except SparseLowerError as error:
             raise SparseLowerError(f"frame {path}: {error.reason}", fix=error.fix) from error
     return feeds
+
+
+def frames_feeds(model: onnx.ModelProto, paths) -> list[dict[str, np.ndarray]]:
+    """Every frame of `paths` read and fed to `model`'s inputs, all at once: what every command that
+    takes frames or an inputs file reads them with (`--inputs`, `--calibrate`, `--frames`, `demo --data`;
+    `run` reads the same way frame by frame)."""
+    return feeds_of(model, read_frames(paths))
 
 
 def write_outputs(path: Path, outputs: dict[str, np.ndarray], compress: bool = False) -> None:

@@ -22,8 +22,8 @@ from tqdm import tqdm
 from ..api import lower
 from ..errors import SparseLowerError
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model
-from ..model_io import load
-from ..onnx_conventions import SOURCE_DOMAIN
+from ..model_io import load, recorded_options
+from ..onnx_conventions import CUSTOM_DOMAIN, SOURCE_DOMAIN
 from .files import find_frames, output_paths
 from .worker import FrameResult, FrameWorker
 
@@ -40,7 +40,10 @@ def runnable(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu") ->
     if any(node.domain == SOURCE_DOMAIN for node in model.graph.node):
         model = lower(model, target=target)
         done.append(f"lowered for the {target} target")
-    return model, ", ".join(done) or "already lowered: run as it is"
+    if done:
+        return model, ", ".join(done)
+    lowered = recorded_options(model) or any(node.domain == CUSTOM_DOMAIN for node in model.graph.node)
+    return model, "already lowered: run as it is" if lowered else "no sparse layers: run as it is"
 
 
 @dataclass
@@ -73,12 +76,13 @@ class RunSummary:
 
     def __str__(self) -> str:
         skipped = f", {self.skipped} skipped (outputs already written)" if self.skipped else ""
-        counts = f"{len(self.results)} frames, {len(self.failures)} failed{skipped}"
+        counts = f"{len(self.results)} frame{'' if len(self.results) == 1 else 's'}, {len(self.failures)} failed{skipped}"
         if len(self.failures) == len(self.results):
             return counts
-        return (f"{counts}, {self.wall_s:.1f} s, {self.frames_per_s:.2f} frames/s ({self.steady_frames_per_s:.2f} after "
-                f"the first frame, done at {self.first_s:.1f} s); run latency p50 {self.latency_ms(50):.1f} ms, "
-                f"p95 {self.latency_ms(95):.1f} ms")
+        steady = (f" ({self.steady_frames_per_s:.2f} after the first frame, done at {self.first_s:.1f} s)"
+                  if len(self.results) > 1 else "")
+        return (f"{counts}, {self.wall_s:.1f} s, {self.frames_per_s:.2f} frames/s{steady}; run latency p50 "
+                f"{self.latency_ms(50):.1f} ms, p95 {self.latency_ms(95):.1f} ms")
 
 
 def run_frames(model: onnx.ModelProto | str | os.PathLike, frames, out_dir: str | os.PathLike, *,

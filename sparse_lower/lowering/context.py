@@ -43,7 +43,7 @@ def level_capacity(max_active: int | tuple[int, ...] | None, level: int) -> int 
 
 @dataclass(frozen=True)
 class Options:
-    """What the user chose (README: Python): the gpu compute form, and the nna combine method, capacity,
+    """What the user chose (docs/python_api.md): the gpu compute form, and the nna combine method, capacity,
     whether the nna runs one 1×1 conv per tap or one conv with K·Cout outputs, and its layout (the
     `[1, C, 1, N]` image or `[N, C]` rows); the portable static form's batches."""
 

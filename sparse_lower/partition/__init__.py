@@ -7,7 +7,7 @@ tables, cut it into acyclic segments, export each segment as its own ONNX model 
     parts.to_onnx("segments/")          # 00_gpu.onnx, 01_nna.onnx, ..., manifest.json
     outputs = parts.run({"features": f, "coords": c})
 
-It works on any ONNX graph and knows no lowering rule (README: Layout): devices.py holds what each
+It works on any ONNX graph and knows no lowering rule (docs/layout.md): devices.py holds what each
 device runs, segments.py the algorithm, partitioner.py puts them together, result.py holds the
 `Partition` (segment_files.py writes its segments, reports.py and picture.py describe it, node_costs.py
 prices any ONNX node). `sparse_lower.partition` is this `partition` with the lowering's per-layer

@@ -1,5 +1,5 @@
 """`partition(model, …) -> Partition`: assign every node to a device and cut the graph into segments
-(README: Partitioning), standing on the device predicates (devices.py) and the graph alone.
+(docs/partitioning.md), standing on the device predicates (devices.py) and the graph alone.
 
 What the caller knows of how the graph was made (sparse_lower.partition passes the lowering's cost
 table) comes in as `layer_table`, which the result's summary appends unread.

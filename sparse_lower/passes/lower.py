@@ -1,5 +1,4 @@
-"""LowerSparse: rewrite every source node with the rules of a target (README: What a lowered model looks
-like)."""
+"""LowerSparse: rewrite every source node with the rules of a target (docs/lowered_forms.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """OpenVINO: the segment converted to OpenVINO IR (`.xml` + `.bin`) and run by its CPU plugin in fp32.
 
-Measured: every combine method and both layouts match onnxruntime to ~1e-7 (README: Accelerator
-toolchains); nothing needs changing for it. With int16 activations it computes the rows layout's
+Measured: every combine method and both layouts match onnxruntime to ~1e-7 (docs/toolchains.md); nothing needs changing for it. With int16 activations it computes the rows layout's
 scatter and matmul combines wrong, which is refused.
 """
 

@@ -1,5 +1,6 @@
 """Toolchains that print from native code (rknn-toolkit2, onnx2tf's TensorFlow) write past Python's
-sys.stdout; their chatter goes to a log file, which also keeps what a caller must parse."""
+sys.stdout; their chatter goes to a log file, which also keeps what a caller must parse. The command line
+sends every toolchain's output there too, and shows it only with -v (sparse_lower/cli/verbosity.py)."""
 
 from __future__ import annotations
 

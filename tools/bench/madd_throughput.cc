@@ -1,6 +1,6 @@
-// Multiply-accumulates per second of one core in registers, for the three ways an AVX2 CPU without
-// VNNI can run a conv's products (README: Performance, int8): fp32 FMA (8 per instruction), int16 pairs
-// (vpmaddwd + vpaddd, 16) and u8 × s8 quads (vpmaddubsw + vpmaddwd + vpaddd, 32). Twelve independent
+// Multiply-accumulates per second of one core in registers, for the three ways an AVX2 CPU without VNNI can
+// run a conv's products (docs/performance.md: int8 on the gpu target): fp32 FMA (8 per instruction), int16
+// pairs (vpmaddwd + vpaddd, 16) and u8 × s8 quads (vpmaddubsw + vpmaddwd + vpaddd, 32). Twelve independent
 // accumulators, as in IndexedConv's tiles; no memory traffic, so these are ceilings.
 //
 //   g++ -O2 -mavx2 -mfma tools/bench/madd_throughput.cc -o /tmp/madd && /tmp/madd

@@ -1,4 +1,4 @@
-"""The nna compute form of a sparse conv (README: What a lowered model looks like; the patent's NNA method).
+"""The nna compute form of a sparse conv (docs/lowered_forms.md; the patent's NNA method).
 
 The accelerator runs standard ops only. The features enter as the image `[1, Cin, 1, N]` (or as rows
 `[N, Cin]` with `layout="rows"`: layout.py); one 1×1 `Conv` per kernel tap (a `MatMul` on rows; with

@@ -1,6 +1,7 @@
 """The `matmul` combine (patent method 1): `MatMul` of each tap's partial output `P_k` with the
 transposed scatter matrix `S_kᵀ [N, M]` (on rows, `S_k · P_k`), and `Add` over taps. O(K·M·N) memory,
-refused at run time above `ScatterMatrices`' `max_bytes`.
+refused at run time above `ScatterMatrices`' `max_bytes`; under a capacity the size is known, and a
+layer whose matrices could never be built is refused when it is lowered.
 
 Known limit: the product multiplies every partial by the zeros of `S_k` too, and 0·NaN = 0·Inf = NaN,
 so one non-finite feature makes every output of the layer NaN where a dense conv has NaN/Inf only in
@@ -12,15 +13,26 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from ...errors import SparseLowerError
 from ..compute import ConvParts
 from ..context import FLOAT, LoweringContext
 from .combine import Combine
 from .sites import Sizes, column_rows, sum_over_taps
 
 
+MAX_MATRIX_BYTES = 1 << 30  # ScatterMatrices' default max_bytes (custom_ops/index/scatter_matrices.cc)
+
+
 class MatmulCombine(Combine):
     def __call__(self, ctx: LoweringContext, conv: ConvParts, nbr: gs.Tensor, partials: list[gs.Tensor],
                  sizes: Sizes) -> gs.Tensor:
+        size = conv.taps * (sizes.outputs or 0) * (sizes.columns or 0) * 4  # 0: known only at run time
+        if size > MAX_MATRIX_BYTES:
+            raise SparseLowerError(f"the matmul combine's scatter matrices [K, M, N] = [{conv.taps}, {sizes.outputs}, "
+                                   f"{sizes.columns}] would take {size / 2**30:,.1f} GiB, more than the "
+                                   f"{MAX_MATRIX_BYTES / 2**30:.0f} GiB ScatterMatrices builds", conv.base,
+                                   "use combine='gather' or 'scatter' (tables linear in the sites), or a max_active "
+                                   "small enough")
         shape = self.layout.shape(conv.cout, sizes.outputs)
         (matrices,) = ctx.shared_node("ScatterMatrices", nbr.name, [nbr, column_rows(ctx, conv.coords, sizes)],
                                       [("S", FLOAT, [conv.taps, sizes.outputs, sizes.columns])], {})
