@@ -7,6 +7,7 @@ this module, onnxruntime and the library.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 from importlib import metadata
@@ -40,6 +41,15 @@ def get_library_path() -> str:
     if path is None:
         raise FileNotFoundError(_not_built(_package_folders()))
     return path
+
+
+def vector_units() -> str:
+    """The widest vector units the library's CPU kernels use on this machine: "avx512-vnni" (int8 products
+    by vpdpbusd, everything else AVX2), "avx2" (AVX2 + FMA) or "portable". The environment narrows them:
+    SPARSE_LOWER_NO_AVX512=1, SPARSE_LOWER_PORTABLE_KERNELS=1 (read once per process, at first use)."""
+    library = ctypes.CDLL(get_library_path())
+    library.SparseLowerVectorUnits.restype = ctypes.c_char_p
+    return library.SparseLowerVectorUnits().decode()
 
 
 def cuda_library_path() -> str | None:

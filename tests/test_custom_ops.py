@@ -21,7 +21,7 @@ from onnx import helper
 import custom_op_reference as ref
 from custom_op_runs import (ELEMENT_TYPES, assert_same, coords_for, index_shape, op_model, output_extent, random_coords,
                             random_geometry, random_index, random_shape, run, session)
-from sparse_lower.runtime import create_session, get_library_path
+from sparse_lower.runtime import create_session, get_library_path, vector_units
 
 SEEDS = range(30)
 
@@ -351,6 +351,51 @@ def test_indexed_conv_int8(seed):
                                      inputs.get("B"), inputs.get("R"), activation or "none")
     assert y.dtype == np.float32 and y.shape == expected.shape == (m, cout)
     np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
+
+
+def _int8_outputs() -> list:
+    """IndexedConvInt8 on random shapes up to 139 channels (whole and partial tiles of 8, 16 and 32 columns)."""
+    outputs = []
+    for seed in SEEDS:
+        rng = np.random.default_rng(1000 + seed)
+        n, m = int(rng.integers(1, 300)), int(rng.integers(1, 700))
+        taps, cin, cout = int(rng.integers(1, 28)), int(rng.integers(1, 140)), int(rng.integers(1, 140))
+        (y,) = run("IndexedConvInt8", int8_conv_inputs(rng, n, m, taps, cin, cout), 1, threads=1)
+        outputs.append(y)
+    return outputs
+
+
+def _cpu_flags() -> set:
+    info = Path("/proc/cpuinfo")
+    return set(info.read_text().split()) if info.is_file() else set()
+
+
+def test_vector_units_are_the_widest_the_cpu_has():
+    """What benchmarks report as the units that ran: AVX-512 VNNI where the CPU has it, else AVX2 + FMA."""
+    if {"SPARSE_LOWER_NO_AVX512", "SPARSE_LOWER_PORTABLE_KERNELS"} & set(os.environ):
+        pytest.skip("the environment narrows the units")
+    flags = _cpu_flags()
+    want = ("avx512-vnni" if {"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"} <= flags
+            else "avx2" if {"avx2", "fma"} <= flags else "portable")
+    assert vector_units() == want
+
+
+@pytest.mark.parametrize("narrower, units", [("SPARSE_LOWER_NO_AVX512", ("avx2", "portable")),
+                                             ("SPARSE_LOWER_PORTABLE_KERNELS", ("portable",))])
+def test_int8_conv_gives_the_same_bits_on_every_vector_path(narrower, units, tmp_path):
+    """The 8-bit conv's sums are exact, so every path gives the same bits: this process runs the widest
+    units the CPU has, a fresh one (the library reads the environment once) the path `narrower` forces."""
+    script = ("import numpy as np, test_custom_ops as t\n"
+              "from sparse_lower.runtime import vector_units\n"
+              f"np.savez({str(tmp_path / 'y.npz')!r}, *t._int8_outputs())\n"
+              "print(vector_units())\n")
+    # From tests/, as test_indexed_conv_portable_kernels runs (the installed package, not the source tree).
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent, env={**os.environ, narrower: "1"},
+                          check=True, capture_output=True, text=True)
+    assert done.stdout.split()[-1] in units, done.stdout
+    narrowed = np.load(tmp_path / "y.npz")
+    for i, y in enumerate(_int8_outputs()):
+        np.testing.assert_array_equal(narrowed[f"arr_{i}"], y)
 
 
 def test_indexed_conv_int8_refusals():

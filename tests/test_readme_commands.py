@@ -29,6 +29,7 @@ from helpers import sparse_lower_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+TOOLS = ROOT / "tools"
 
 # The Python modules of the optional extras (pyproject.toml) that a documented example may import.
 EXTRA_OF_MODULE = {"openvino": "openvino", "tvm": "tvm", "ray": "ray", "torch": "spconv", "spconv": "spconv",
@@ -230,6 +231,31 @@ def test_the_speed_command_measures_the_numbers_it_shows():
     for (label, *shown), (key, system) in zip(rows, systems.items()):
         assert key in label, (label, key)
         assert shown == [measured(case, system) for case in cases], (label, shown)
+
+
+def test_the_readme_is_short_and_speaks_of_the_present():
+    """A newcomer reads it in minutes: at most 300 lines, no development log (rounds, issues, tries)."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 300
+    history = re.findall(r"(?i)\bround (?:one|two|three|\d)\b|\bissues?\b(?! tracker)|\bruns? of (?:three|four)\b"
+                         r"|\b(?:first|second|third) performance\b", text)
+    assert not history, history
+
+
+def test_the_toolchain_tables_cells_are_whole():
+    """docs/toolchains.md's table is what tools/toolchain_table.py renders from the kept rows, every
+    refusal's message whole in its footnote (none cut at a fixed width)."""
+    spec = importlib.util.spec_from_file_location("toolchain_table", TOOLS / "toolchain_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    rows = [json.loads(line) for line in table.RESULTS.read_text().splitlines()]
+    text = table.DOC.read_text()
+    kept = text[text.index(table.BEGIN) + len(table.BEGIN):text.index(table.END)].strip()
+    assert kept == table.render(rows).strip()
+    for row in rows:
+        for why in [row.get("why")] + [row[k].get("why") for k in ("int8", "w8a16") if isinstance(row.get(k), dict)]:
+            if why and "/tmp/" not in why and "4-D '" not in why:
+                assert why.replace("|", "/") in kept, why
 
 
 def test_the_setups_extras_command_compiles_nothing():

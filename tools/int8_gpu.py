@@ -21,6 +21,7 @@ from sparse_lower.bench.systems import session_options
 from sparse_lower.frames.sample import data_places, load_voxels
 from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd, sparse_unet
 from sparse_lower.report import render
+from sparse_lower.runtime import vector_units
 from sparse_lower.verify import relative_error, snr_db
 
 FRAMES = ("nuscenes_bevfusion_voxels.npz", "nuscenes_centerpoint_voxels.npz")
@@ -53,6 +54,7 @@ def main() -> None:
                      f"{int8:,.1f}", f"{fp32 / int8:.2f}x"])
     print(render(["frame", "max rel error", "SNR dB", f"float ms ({args.threads} threads)", "int8 ms", "float/int8"],
                  rows))
+    print(f"our kernels on {vector_units()}")
     by_op = {title: profile(model, frames[-1], session_options(args.threads), runs=3)["by_op"]
              for title, model in models.items()}
     ops = sorted(set(by_op["float"]) | set(by_op["int8"]), key=lambda op: -max(by_op["float"].get(op, 0),

@@ -14,4 +14,20 @@ bool HasVectorUnits() {
 #endif
 }
 
+bool HasVnni() {
+#if defined(__x86_64__)
+  static const bool has = HasVectorUnits() && std::getenv("SPARSE_LOWER_NO_AVX512") == nullptr &&
+                          __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vnni");
+  return has;
+#else
+  return false;
+#endif
+}
+
 }  // namespace sparse_lower
+
+extern "C" __attribute__((visibility("default"))) const char* SparseLowerVectorUnits() {
+  using namespace sparse_lower;
+  return HasVnni() ? "avx512-vnni" : HasVectorUnits() ? "avx2" : "portable";
+}

@@ -7,7 +7,7 @@
 namespace sparse_lower {
 
 // W [Cin, Cout] int8 in the order the kernel reads it: Cin padded with zeros to whole quads of 4 input
-// channels and Cout to whole blocks of 8 columns, block by block, each quad's 8 columns × 4 channels as
+// channels and Cout to whole pairs of blocks of 8 columns, block by block, each quad's 8 columns × 4 channels as
 // 32 consecutive bytes (the operand of one vpmaddubsw).
 class PackedWeights {
  public:
@@ -23,8 +23,8 @@ class PackedWeights {
 // y[i][o] += scale[o] · Σ_c a[i][c] · w[c][o] for i in [0, n), o in [0, cout): a[i] are u8 rows of
 // 4·w.Quads() bytes (zero past Cin). The sums are exact in int32 (|w| ≤ 63, so a pair of products never
 // exceeds vpmaddubsw's int16: 2·255·63 < 32767; and Cin ≤ 1024 keeps a row's sum below 2^24, where
-// float holds it exactly), then scaled and added with one rounding (an FMA). Uses AVX2 where the CPU has it
-// and the environment does not set SPARSE_LOWER_PORTABLE_KERNELS; both paths give the same bits.
+// float holds it exactly), then scaled and added with one rounding (an FMA). Uses AVX-512 VNNI or AVX2
+// where the CPU has them (common/vector_units.h); every path gives the same bits.
 void AccumulateRowsInt8(const uint8_t* const* a, float* const* y, int64_t n, const PackedWeights& w, const float* scale,
                         int64_t cout);
 

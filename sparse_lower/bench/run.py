@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..report import render
+from ..runtime import vector_units
 from .cases import Skip, all_cases, scaling_cases, select
 from .memory import peak_rss_mb
 from .systems import default_systems, gemm_peak_gflops, numpy_gemm_peak_gflops
@@ -274,7 +275,8 @@ def run(out="bench_results", quick: bool = False, cases: str | None = None, repe
     peak2 = gemm_peak_gflops(512 if quick else 2048, 3 if quick else 9, threads=2)
     blas = numpy_gemm_peak_gflops(512 if quick else 2048, 3 if quick else 9)
     log(f"  {peak:.1f} GFLOP/s (two threads: {peak2:.1f}; numpy on {os.cpu_count()} cores: {blas:.1f})")
-    result = {"machine": f"{platform.machine()}, {platform.processor() or platform.system()}",
+    result = {"machine": f"{platform.machine()}, {platform.processor() or platform.system()}, our kernels on "
+                         f"{vector_units()}",
               "repeat": repeat, "quick": quick, "gemm_peak_gflops": peak, "gemm_peak_2threads_gflops": peak2,
               "numpy_gemm_gflops": blas, "cores": os.cpu_count(),
               "systems": [s.name for s in systems], "cases": []}
