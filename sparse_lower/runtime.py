@@ -44,8 +44,9 @@ def get_library_path() -> str:
 
 
 def vector_units() -> str:
-    """The widest vector units the library's CPU kernels use on this machine: "avx512-vnni" (int8 products
-    by vpdpbusd, everything else AVX2), "avx2" (AVX2 + FMA) or "portable". The environment narrows them:
+    """The widest vector units the library's CPU kernels use on this machine: "avx512-vnni" (the convs'
+    products in AVX-512, int8 ones by vpdpbusd; the rest AVX2), "avx512" (the same without VNNI: int8 in
+    AVX2), "avx2" (AVX2 + FMA) or "portable". The environment narrows them:
     SPARSE_LOWER_NO_AVX512=1, SPARSE_LOWER_PORTABLE_KERNELS=1 (read once per process, at first use)."""
     library = ctypes.CDLL(get_library_path())
     library.SparseLowerVectorUnits.restype = ctypes.c_char_p

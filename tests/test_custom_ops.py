@@ -353,15 +353,19 @@ def test_indexed_conv_int8(seed):
     np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
 
 
-def _int8_outputs() -> list:
-    """IndexedConvInt8 on random shapes up to 139 channels (whole and partial tiles of 8, 16 and 32 columns)."""
-    outputs = []
+def _conv_outputs() -> dict:
+    """IndexedConvInt8 and IndexedConv on random shapes up to 139 channels (whole and partial tiles of 8,
+    16 and 32 columns): {op: [Y, ...]}."""
+    outputs = {"IndexedConvInt8": [], "IndexedConv": []}
     for seed in SEEDS:
         rng = np.random.default_rng(1000 + seed)
         n, m = int(rng.integers(1, 300)), int(rng.integers(1, 700))
         taps, cin, cout = int(rng.integers(1, 28)), int(rng.integers(1, 140)), int(rng.integers(1, 140))
-        (y,) = run("IndexedConvInt8", int8_conv_inputs(rng, n, m, taps, cin, cout), 1, threads=1)
-        outputs.append(y)
+        inputs = int8_conv_inputs(rng, n, m, taps, cin, cout)
+        outputs["IndexedConvInt8"] += run("IndexedConvInt8", inputs, 1, threads=1)
+        floats = {"X": rng.standard_normal((n, cin)).astype(np.float32), "idx": inputs["idx"],
+                  "W": rng.standard_normal((taps, cin, cout)).astype(np.float32)}
+        outputs["IndexedConv"] += run("IndexedConv", floats, 1, threads=1)
     return outputs
 
 
@@ -371,31 +375,39 @@ def _cpu_flags() -> set:
 
 
 def test_vector_units_are_the_widest_the_cpu_has():
-    """What benchmarks report as the units that ran: AVX-512 VNNI where the CPU has it, else AVX2 + FMA."""
+    """What benchmarks report as the units that ran: AVX-512 (with VNNI for int8) where the CPU has it,
+    else AVX2 + FMA."""
     if {"SPARSE_LOWER_NO_AVX512", "SPARSE_LOWER_PORTABLE_KERNELS"} & set(os.environ):
         pytest.skip("the environment narrows the units")
     flags = _cpu_flags()
-    want = ("avx512-vnni" if {"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"} <= flags
-            else "avx2" if {"avx2", "fma"} <= flags else "portable")
+    avx2 = {"avx2", "fma"} <= flags
+    want = ("avx512-vnni" if avx2 and {"avx512f", "avx512bw", "avx512_vnni"} <= flags
+            else "avx512" if avx2 and "avx512f" in flags else "avx2" if avx2 else "portable")
     assert vector_units() == want
 
 
-@pytest.mark.parametrize("narrower, units", [("SPARSE_LOWER_NO_AVX512", ("avx2", "portable")),
-                                             ("SPARSE_LOWER_PORTABLE_KERNELS", ("portable",))])
-def test_int8_conv_gives_the_same_bits_on_every_vector_path(narrower, units, tmp_path):
-    """The 8-bit conv's sums are exact, so every path gives the same bits: this process runs the widest
-    units the CPU has, a fresh one (the library reads the environment once) the path `narrower` forces."""
+@pytest.mark.parametrize("narrower, units, same_bits", [
+    ("SPARSE_LOWER_NO_AVX512", ("avx2", "portable"), ("IndexedConvInt8", "IndexedConv")),
+    ("SPARSE_LOWER_PORTABLE_KERNELS", ("portable",), ("IndexedConvInt8",))])
+def test_every_vector_path_gives_the_same_bits(narrower, units, same_bits, tmp_path):
+    """The 8-bit conv's sums are exact, so every path gives the same bits; the float conv's AVX-512 tiles
+    form each sum by the AVX2 tiles' FMAs in the same order, so those two give the same bits too (the
+    portable loop, without FMA, differs in the last bits: test_indexed_conv_portable_kernels). This process
+    runs the widest units the CPU has; a fresh one (the library reads the environment once) the path
+    `narrower` forces."""
     script = ("import numpy as np, test_custom_ops as t\n"
               "from sparse_lower.runtime import vector_units\n"
-              f"np.savez({str(tmp_path / 'y.npz')!r}, *t._int8_outputs())\n"
+              f"np.savez({str(tmp_path / 'y.npz')!r}, **{{f'{{op}}{{i}}': y for op, ys in t._conv_outputs().items() "
+              "for i, y in enumerate(ys)})\n"
               "print(vector_units())\n")
     # From tests/, as test_indexed_conv_portable_kernels runs (the installed package, not the source tree).
     done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent, env={**os.environ, narrower: "1"},
                           check=True, capture_output=True, text=True)
     assert done.stdout.split()[-1] in units, done.stdout
     narrowed = np.load(tmp_path / "y.npz")
-    for i, y in enumerate(_int8_outputs()):
-        np.testing.assert_array_equal(narrowed[f"arr_{i}"], y)
+    for op in same_bits:
+        for i, y in enumerate(_conv_outputs()[op]):
+            np.testing.assert_array_equal(narrowed[f"{op}{i}"], y, err_msg=f"{op} case {i}")
 
 
 def test_indexed_conv_int8_refusals():

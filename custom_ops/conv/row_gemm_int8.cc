@@ -14,11 +14,10 @@
 #endif
 
 #include "common/vector_units.h"
+#include "conv/row_tiles.h"
 
 namespace sparse_lower {
 namespace {
-
-constexpr int kTileRows = 6;  // as in conv/row_gemm.cc: 6 rows × 16 columns of accumulators
 
 int64_t Blocks(int64_t cout) { return (cout + 7) / 8; }
 // Pairs of blocks (the VNNI tile's 16 columns); the packed weights hold whole pairs, the last block of an
@@ -166,29 +165,19 @@ struct VnniTiles {
   }
 };
 
-// n rows, kTileRows at a time, the next tile's rows prefetched while one is multiplied.
+// n rows, tile by tile (conv/row_tiles.h).
 template <typename Tiles>
 void VectorRowsInt8(const uint8_t* const* a, float* const* y, int64_t n, const PackedWeights& w, const float* scale,
                     int64_t cout) {
-  int64_t i = 0;
-  for (; i + kTileRows <= n; i += kTileRows) {
-    for (int64_t j = i + kTileRows; j < std::min(n, i + 2 * kTileRows); ++j) {  // the next tile's rows
-      for (int64_t c = 0; c < 4 * w.Quads(); c += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(a[j] + c), _MM_HINT_T0);
-      }
-      for (int64_t o = 0; o < cout; o += 16) _mm_prefetch(reinterpret_cast<const char*>(y[j] + o), _MM_HINT_T0);
-    }
-    Tiles::template Rows<kTileRows>(a + i, y + i, w, scale, cout);
-  }
-  switch (n - i) {
-    case 5: Tiles::template Rows<5>(a + i, y + i, w, scale, cout); break;
-    case 4: Tiles::template Rows<4>(a + i, y + i, w, scale, cout); break;
-    case 3: Tiles::template Rows<3>(a + i, y + i, w, scale, cout); break;
-    case 2: Tiles::template Rows<2>(a + i, y + i, w, scale, cout); break;
-    case 1: Tiles::template Rows<1>(a + i, y + i, w, scale, cout); break;
-    default: break;
-  }
+  ForEachRowTile(
+      n,
+      [&](int64_t j) {
+        for (int64_t c = 0; c < 4 * w.Quads(); c += 64) _mm_prefetch(reinterpret_cast<const char*>(a[j] + c), _MM_HINT_T0);
+        for (int64_t o = 0; o < cout; o += 16) _mm_prefetch(reinterpret_cast<const char*>(y[j] + o), _MM_HINT_T0);
+      },
+      [&](auto rows, int64_t i) { Tiles::template Rows<decltype(rows)::value>(a + i, y + i, w, scale, cout); });
 }
+
 #endif
 
 }  // namespace
