@@ -158,13 +158,6 @@ def feeds_of(model: onnx.ModelProto, frames: list[tuple[Path, dict[str, np.ndarr
     return feeds
 
 
-def frames_feeds(model: onnx.ModelProto, paths) -> list[dict[str, np.ndarray]]:
-    """Every frame of `paths` read and fed to `model`'s inputs, all at once: what every command that
-    takes frames or an inputs file reads them with (`--inputs`, `--calibrate`, `--frames`, `demo --data`;
-    `run` reads the same way frame by frame)."""
-    return feeds_of(model, read_frames(paths))
-
-
 def write_outputs(path: Path, outputs: dict[str, np.ndarray], compress: bool = False) -> None:
     """Write `outputs` to `path` whole: into a hidden file of the same folder (named uniquely, since several
     workers write into one folder; created with the user's umask like any file), renamed over `path`
