@@ -11,11 +11,11 @@ of its index table alone, for 1 and 2 intra-op threads, side by side in one run.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
 import sparse_lower
+from sparse_lower.bench.run import median_ms
 from sparse_lower.bench.systems import index_only, session_options
 from sparse_lower.frames.sample import find_data, load_voxels, synthetic_voxels
 from sparse_lower.models import SparseModelBuilder
@@ -29,16 +29,6 @@ def layer_model(op_type, cin, cout, grid, attrs, seed):
     builder = SparseModelBuilder(3, cin, np.random.default_rng(seed))
     builder.conv(op_type, cout, (3, 3, 3), grid, **attrs)
     return builder.build()
-
-
-def median_ms(session, feeds, repeat):
-    session.run(None, feeds)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append((time.perf_counter() - start) * 1e3)
-    return float(np.median(times))
 
 
 def main():
@@ -56,9 +46,9 @@ def main():
         feeds = {"features": features, "coords": coords}
         for threads in (1, 2):
             full = sparse_lower.create_session(lowered, sess_options=session_options(threads))
-            layer = median_ms(full, feeds, args.repeat)
+            layer = median_ms(lambda: full.run(None, feeds), args.repeat)
             tables = sparse_lower.create_session(index_only(lowered), sess_options=session_options(threads))
-            table = median_ms(tables, {"coords": coords}, args.repeat)
+            table = median_ms(lambda: tables.run(None, {"coords": coords}), args.repeat)
             out_features, out_coords = full.run(None, feeds)
             print(f"{label:28s} {len(coords):8,d} {len(out_coords):8,d} {threads:7d} {layer:9.1f} {table:9.1f}")
         features, coords = np.maximum(out_features, 0), out_coords

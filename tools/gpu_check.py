@@ -210,10 +210,6 @@ class KernelModel:
         return sum(ms for _, ms in kernels), kernels
 
 
-def relative(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.abs(a.astype(np.float64) - b).max() / max(np.abs(b).max(), 1e-30))
-
-
 def backbone(data: Path, repeat: int) -> tuple[bool, dict]:
     import onnxruntime as ort
     import torch
@@ -223,6 +219,7 @@ def backbone(data: Path, repeat: int) -> tuple[bool, dict]:
     from sparse_lower.frames.sample import load_voxels
     from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd
     from sparse_lower.report import render
+    from sparse_lower.verify import relative_error
 
     torch.backends.cuda.matmul.allow_tf32 = False
     model = sparse_lower.lower(sp_middle_resnet_fhd(CanonicalEmitter(), np.random.default_rng(0)), target="gpu")
@@ -242,7 +239,7 @@ def backbone(data: Path, repeat: int) -> tuple[bool, dict]:
     for precision, half, tolerance in (("float32", False, 1e-4), ("float16", True, 1e-2)):
         gpu = KernelModel(model, kernels, "cuda", half)
         got = gpu.run(on_gpu).cpu().numpy()
-        error = relative(got, want)
+        error = relative_error(got, want)
         ms, per_node = gpu.timed(on_gpu, repeat)
         busy_ms, kernel_ms = gpu.busy(on_gpu)
         ok = error <= tolerance

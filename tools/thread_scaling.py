@@ -30,9 +30,7 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -41,27 +39,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sparse_lower.api import lower  # noqa: E402
+from sparse_lower.bench.run import median_ms  # noqa: E402
 from sparse_lower.bench.systems import gemm_peak_gflops, session_options  # noqa: E402
 from sparse_lower.frames.sample import load_voxels  # noqa: E402
 from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd  # noqa: E402
 from sparse_lower.report import render  # noqa: E402
 from sparse_lower.runtime import create_session  # noqa: E402
+from sparse_lower.verify import relative_error  # noqa: E402
 
 FRAMES = {"centerpoint": "nuscenes_centerpoint_voxels.npz", "bevfusion": "nuscenes_bevfusion_voxels.npz"}
-
-
-def median_ms(run, repeat: int) -> float:
-    run()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return 1e3 * statistics.median(times)
-
-
-def distance(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.abs(got.astype(np.float64) - want).max() / max(np.abs(want).max(), 1e-30))
 
 
 def spconv_runner(features: np.ndarray, coords: np.ndarray, grid: tuple):
@@ -108,7 +94,7 @@ def main() -> None:
             if want is None:
                 (want,) = session.run(None, feeds)
             theirs = median_ms(lambda: spconv(n), args.repeat)
-            rows["threads"][n] = {"ours_ms": ours, "spconv_ms": theirs, "spconv_distance": distance(spconv(n), want)}
+            rows["threads"][n] = {"ours_ms": ours, "spconv_ms": theirs, "spconv_distance": relative_error(spconv(n), want)}
             print(f"{frame} {n} threads: ours {ours:.0f} ms, spconv {theirs:.0f} ms", flush=True)
     print(f"\nThe CenterPoint backbone by thread count ({result['machine']}; medians of {args.repeat} runs)")
     for frame, rows in result["frames"].items():

@@ -100,7 +100,9 @@ __attribute__((target("avx2,fma"))) void VectorRows(const float* const* a, float
 }
 
 // The AVX2 tile at twice the width, in AVX-512 registers: columns [o, o + 16·kVectors), kVectors 1 or 2.
-// Each column's sum is formed by the same FMAs in the same order, so the result is the same bits.
+// Each column's sum is formed by the same FMAs in the same order, so the result is the same bits. A tile
+// of its own rather than VectorTile over a register type: a function's target cannot depend on a template
+// argument, and an AVX2 tile compiled for AVX-512 could take AVX-512 instructions onto AVX2-only CPUs.
 template <int kRows, int kVectors>
 __attribute__((target("avx2,fma,avx512f"), always_inline)) inline void WideTile(const float* const* a, float* const* y,
                                                                                int64_t cin, const float* w,

@@ -97,7 +97,8 @@ __attribute__((target("avx2,fma"))) void Int8Rows(const uint8_t* const* a, float
 // The AVX-512 VNNI tile: kRows rows × 16·kPairs columns (kPairs = 1 or 2 pairs of 8-column blocks, one
 // zmm each). Per quad of input channels, vpdpbusd multiplies each row's 4 broadcast bytes with the 16
 // columns' 4 weights and adds the 4 products to the column's int32 sum in one instruction: no int16 step,
-// the same exact sums as the AVX2 tile, so the same bits after the same scale-and-add.
+// the same exact sums as the AVX2 tile, so the same bits after the same scale-and-add. Apart from Int8Tile
+// for the reason given at conv/row_gemm.cc's WideTile: each function's target is fixed.
 template <int kRows, int kPairs>
 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vnni"), always_inline)) inline void VnniTile(
     const uint8_t* const* a, float* const* y, const PackedWeights& w, const float* scale, int64_t block,

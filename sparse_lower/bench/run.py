@@ -36,6 +36,13 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def median_ms(run, repeat: int) -> float:
+    """Median ms of `repeat` calls of `run` after one warm-up call: one system timed alone (the tools'
+    tables; alternating_medians when systems are compared)."""
+    run()
+    return _median_ms([_timed(run) for _ in range(repeat)])
+
+
 def alternating_medians(sessions: dict, feeds: dict, repeat: int) -> dict[str, float]:
     """Median ms of `repeat` runs of each onnxruntime session on `feeds`, the sessions taking turns, so
     that the drift of a shared machine's speed falls on all of them alike (the tools' side-by-side
