@@ -15,6 +15,7 @@
 #include "index/active_sites.h"
 #include "index/capacity_pads.h"
 #include "index/inverse_map.h"
+#include "index/pair_lists.h"
 #include "index/pair_rows.h"
 #include "index/rulebook.h"
 #include "index/scatter_matrices.h"
@@ -68,11 +69,12 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     static const Op<ScatterMatrices> scatter_matrices;
     static const Op<CapacityPads> capacity_pads;
     static const Op<PairRows> pair_rows;
+    static const Op<PairLists> pair_lists;
     Ort::CustomOpDomain domain(kDomain);
     for (const OrtCustomOp* op : std::initializer_list<const OrtCustomOp*>{
              &active_sites, &submanifold_map, &strided_map, &transposed_map, &target_map, &rulebook, &site_index,
              &indexed_unfold, &indexed_fold, &indexed_conv, &indexed_conv_int8, &inverse_map, &scatter_matrices,
-             &capacity_pads, &pair_rows}) {
+             &capacity_pads, &pair_rows, &pair_lists}) {
       domain.Add(op);
     }
     AddProviderOps(domain);

@@ -15,6 +15,7 @@ from .errors import SparseLowerError, SparseLowerWarning
 from .importers import SOURCE_FORMAT, detect_format, format_title, nothing_to_lower
 from .layer_costs import method_report
 from .model_io import load, recorded_options
+from .onnx_conventions import SOURCE_DOMAIN
 from .lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS, Options
 from .partition import DEFAULT_DEVICES, Partition, Predicate
 from .partition import partition as partition_graph
@@ -25,6 +26,7 @@ from .passes.lower import LowerSparse
 from .passes.manager import PassManager
 from .passes.scatter_to_dense import ScatterToDense
 from .passes.validate import ValidateSourceOps
+from .schemas import CONV_OPS, conv_geometry
 
 
 def _choice(name: str, value, allowed) -> None:
@@ -47,9 +49,35 @@ def _capacities(max_active) -> int | tuple[int, ...] | None:
                            fix="give None, an int >= 1, or one int >= 1 per level, e.g. [80000, 60000, 30000, 15000]")
 
 
+def _pair_capacities(max_pairs, model: onnx.ModelProto, target: str, combine: str,
+                     max_active) -> dict[str, tuple[int, ...]] | None:
+    """`max_pairs` checked against the model: per named sparse conv, one count >= 0 per kernel tap."""
+    if max_pairs is None:
+        return None
+    if target not in ("nna", "hybrid") or combine != "pairs" or max_active is None:
+        raise SparseLowerError("max_pairs sizes the pairs combine's per-tap lists under a fixed capacity",
+                               fix="give it with target 'nna' or 'hybrid', combine='pairs' and max_active, or "
+                                   "leave it out")
+    if not isinstance(max_pairs, Mapping):
+        raise SparseLowerError(f"max_pairs is a {type(max_pairs).__name__}, not a mapping",
+                               fix="give {conv name: [pairs per tap]}, as sparse_lower.capacity.pair_rows returns")
+    taps = {n.name: conv_geometry(n).volume for n in model.graph.node if n.domain == SOURCE_DOMAIN and n.op_type in CONV_OPS}
+    checked = {}
+    for name, counts in max_pairs.items():
+        if name not in taps:
+            raise SparseLowerError(f"max_pairs names '{name}', which is not a sparse conv of the model", name,
+                                   f"use the names of its sparse convs (e.g. {', '.join(list(taps)[:3]) or 'none'})")
+        if (not isinstance(counts, Sequence) or len(counts) != taps[name]
+                or not all(_positive(n) or (isinstance(n, (int, np.integer)) and n == 0) for n in counts)):
+            raise SparseLowerError(f"max_pairs['{name}'] = {counts!r} is not {taps[name]} counts >= 0, one per kernel tap",
+                                   name, "give one int >= 0 per tap, in the kernel's row-major order")
+        checked[name] = tuple(int(n) for n in counts)
+    return checked
+
+
 def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, strategy: str = "auto",
           combine: str = "gather", max_active: int | Sequence[int] | None = None, max_batch: int | None = None,
-          fuse_taps: bool = False, layout: str = "image",
+          fuse_taps: bool = False, layout: str = "image", max_pairs: Mapping[str, Sequence[int]] | None = None,
           dump_dir: str | os.PathLike | None = None, check_each_pass: bool = False) -> onnx.ModelProto:
     """Rewrite the sparse-convolution nodes of `model` for `target`; run the result with
     `create_session`.
@@ -60,13 +88,16 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
       input). A `Relu` or residual `Add` (+ `Relu`) right after an `IndexedConv` becomes part of it.
     * target "nna": the index tables from the custom ops, the compute in standard ops only: one 1×1
       Conv per kernel tap on `[1, C, 1, N]` (`fuse_taps`: one Conv with K·Cout outputs) and a
-      `combine` method ("gather", "scatter", "matmul"). `max_active` fixes the row capacity so that
+      `combine` method ("gather", "scatter", "matmul"; "pairs" multiplies only the rows each tap pairs,
+      docs/lowered_forms.md). `max_active` fixes the row capacity so that
       the compute part has static shapes; more active rows than that is a run-time error. A sequence
       gives one capacity per level (the model's input sites are level 0, each SparseConv's outputs the
       next; a SparseDeconv returns to its targets' level, or one up), the last one for deeper levels:
       the deep layers of a backbone hold far fewer sites than its input, and their shapes shrink too. `layout`
       "rows" computes on `[N, C]` rows with one MatMul per tap instead (for converters that re-lay
-      4-D tensors out, such as onnx2tf; docs/toolchains.md). NaN/Inf
+      4-D tensors out, such as onnx2tf; docs/toolchains.md). With "pairs" and `max_active`, `max_pairs`
+      gives each sparse conv (by node name) its pairs per tap, as `capacity.pair_rows` measures them on
+      frames (a conv it leaves out holds all its rows per tap; more pairs is a run-time error). NaN/Inf
       features propagate as in a dense conv, except with "matmul": its 0/1 scatter matrices turn one
       non-finite value into NaN in every output of the layer (0·NaN = NaN).
     * target "hybrid": the first sparse layer of each branch on the gpu path, the rest on the nna path.
@@ -87,6 +118,10 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     _choice("combine method", combine, COMBINES)
     _choice("nna layout", layout, LAYOUTS)
     max_active = _capacities(max_active)
+    if combine == "pairs" and fuse_taps:
+        raise SparseLowerError("fuse_taps multiplies every row by all taps in one product, and the pairs combine "
+                               "multiplies each tap's own rows", fix="leave fuse_taps (--fuse-taps) off with the pairs "
+                                                                     "combine")
     if target == "gpu" and max_active is not None:
         warnings.warn(f"max_active={max_active} has no effect on the gpu target, whose custom ops take any row "
                       f"count; it fixes the rows of the nna part (target 'nna' or 'hybrid')", SparseLowerWarning,
@@ -95,9 +130,10 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
         raise SparseLowerError(f"max_batch={max_batch!r} sizes the portable target's static form",
                                fix="give an int >= 1 together with target='portable' and max_active, or leave it out")
     model = load(model)
+    max_pairs = _pair_capacities(max_pairs, model, target, combine, max_active)
     max_batch = None if max_batch is None else int(max_batch)  # None: the lowering reads the ToDense batch_size
     options = Options(strategy=strategy, combine=combine, max_active=max_active, max_batch=max_batch,
-                      fuse_taps=bool(fuse_taps), layout=layout)
+                      fuse_taps=bool(fuse_taps), layout=layout, max_pairs=max_pairs)
     found = detect_format(model)
     if found != SOURCE_FORMAT:
         raise SparseLowerError(f"the model is an export in the {format_title(found)} format",

@@ -5,6 +5,9 @@ backbone differ several-fold (the CenterPoint frame: 79,745 input voxels, far fe
 conv). Guessing one number for all makes every deep layer as large as the input; guessing per level
 risks a run-time refusal. This measures them: the model runs on the gpu target (any row count) with
 every conv's output coords exposed, and the largest row count of each level is kept.
+
+The pairs combine needs one more measure: how many (input, output) pairs each tap of each conv has,
+which `pair_rows` counts on the same exposed coords with the reference's definition of the pairs.
 """
 
 from __future__ import annotations
@@ -17,8 +20,26 @@ from .api import lower
 from .errors import SparseLowerError
 from .model_io import exposing, load
 from .onnx_conventions import SOURCE_DOMAIN
+from .reference import conv_pairs
 from .runtime import create_session
 from .schemas import CONV_OPS, coords_levels
+
+
+def _conv_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    convs = [n for n in model.graph.node if n.domain == SOURCE_DOMAIN and n.op_type in CONV_OPS]
+    if not convs:
+        raise SparseLowerError("the levels are those of the model's sparse convs, and it has none (a lowered model, "
+                               "or one not imported yet)", fix="give the model before lowering, imported if foreign")
+    return convs
+
+
+def _coords_runs(model: onnx.ModelProto, convs: list[onnx.NodeProto], frames: list[dict]):
+    """Per frame, every coords tensor the convs read or write, by name (the model run on the gpu target)."""
+    watched = list(dict.fromkeys([*(n.input[1] for n in convs), *(n.output[1] for n in convs),
+                                  *(n.input[4] for n in convs if len(n.input) > 4 and n.input[4])]))
+    session = create_session(lower(exposing(model, watched, onnx.TensorProto.INT64), target="gpu"))
+    for feeds in frames:
+        yield dict(zip(watched, session.run(watched, feeds)))
 
 
 def level_rows(model: onnx.ModelProto | str | os.PathLike, frames: list[dict]) -> list[int]:
@@ -27,15 +48,30 @@ def level_rows(model: onnx.ModelProto | str | os.PathLike, frames: list[dict]) -
     every one of them."""
     model = load(model)
     levels = coords_levels(model.graph)
-    convs = [n for n in model.graph.node if n.domain == SOURCE_DOMAIN and n.op_type in CONV_OPS]
-    if not convs:
-        raise SparseLowerError("the levels are those of the model's sparse convs, and it has none (a lowered model, "
-                               "or one not imported yet)", fix="give the model before lowering, imported if foreign")
-    watched = list(dict.fromkeys([*(n.input[1] for n in convs), *(n.output[1] for n in convs)]))
-    session = create_session(lower(exposing(model, watched, onnx.TensorProto.INT64), target="gpu"))
     rows = [0] * (1 + max([0, *levels.values()]))
-    for feeds in frames:
-        for name, value in zip(watched, session.run(watched, feeds)):
+    for coords in _coords_runs(model, _conv_nodes(model), frames):
+        for name, value in coords.items():
             level = levels.get(name, 0)
             rows[level] = max(rows[level], len(value))
     return rows
+
+
+def pair_rows(model: onnx.ModelProto | str | os.PathLike, frames: list[dict]) -> dict[str, list[int]]:
+    """The most pairs each kernel tap of each sparse conv has over `frames`, by conv name:
+    `lower(model, "nna", combine="pairs", max_active=level_rows(...), max_pairs=pair_rows(...))` runs
+    every one of them with no more products than they need. Convs without a name are left out (they
+    hold every row per tap)."""
+    model = load(model)
+    convs = [n for n in _conv_nodes(model) if n.name]
+    most: dict[str, list[int]] = {}
+    for coords in _coords_runs(model, convs, frames):
+        counted = {}  # layers with the same coords and attributes have the same pairs
+        for node in convs:
+            targets = coords[node.input[4]] if len(node.input) > 4 and node.input[4] else None
+            key = (node.op_type, node.input[1], node.input[4] if targets is not None else "",
+                   tuple(a.SerializeToString() for a in node.attribute))
+            if key not in counted:
+                pairs, _ = conv_pairs(node, coords[node.input[1]], targets)
+                counted[key] = [len(rows) for _, rows, _ in pairs]
+            most[node.name] = [max(a, b) for a, b in zip(most.get(node.name, counted[key]), counted[key])]
+    return most

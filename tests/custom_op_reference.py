@@ -329,6 +329,23 @@ def inverse_map(nbr, like_rows):
     return inv
 
 
+def pair_lists(nbr, like_rows, capacities=None):
+    """(sources, positions [K, M], offsets [K + 1]): per tap k, the block sources[offsets[k]:offsets[k + 1]]
+    lists the input rows nbr[m, k] >= 0 in output order, then like_rows (the zero row) up to capacities[k]
+    + 1 entries (its pair count + 1 without capacities); positions[k, m] is m's place in it, the count
+    where nbr[m, k] = -1."""
+    nbr = np.asarray(nbr, np.int64)
+    blocks, positions = [], np.zeros(nbr.shape[::-1], np.int64)
+    for k, column in enumerate(nbr.T):
+        paired = column >= 0
+        count = int(paired.sum())
+        length = (count if capacities is None else capacities[k]) + 1
+        blocks.append(np.concatenate([column[paired], np.full(length - count, like_rows, np.int64)]))
+        positions[k] = np.where(paired, np.cumsum(paired) - 1, count)
+    offsets = np.concatenate([[0], np.cumsum([len(b) for b in blocks])]).astype(np.int64)
+    return np.concatenate([np.zeros(0, np.int64), *blocks]), positions, offsets
+
+
 def scatter_matrices(nbr, like_rows):
     """S [K, M, N] float32: S[k, m, i] = 1 where nbr[m, k] = i, else 0."""
     M, K = np.shape(nbr)

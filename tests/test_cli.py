@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import subprocess
 import sys
 
@@ -10,6 +12,7 @@ import onnx
 import pytest
 
 from conftest import DATA
+from sparse_lower.capacity import pair_rows
 from sparse_lower.cli.main import main
 from sparse_lower.models import SparseModelBuilder
 
@@ -74,6 +77,48 @@ def test_a_capacity_per_level_on_the_command_line(model_path, tmp_path, capsys):
     assert f"frame {tmp_path / 'f2.npz'}: nothing in the frame feeds the model input(s)" in capsys.readouterr().err
 
 
+def test_pair_capacities_on_the_command_line(model_path, tmp_path, capsys):
+    """inspect --frames --margin --max-pairs-out writes each conv's pairs per tap; convert --combine pairs
+    --max-pairs takes the file; bad files and stray options are refused with the fix."""
+    rng = np.random.default_rng(2)
+    count = 150
+    sites = rng.choice(10 * 12 * 14, size=count, replace=False)
+    coords = np.column_stack([np.zeros(count, np.int64), *np.unravel_index(sites, (10, 12, 14))])
+    np.savez(tmp_path / "f0.npz", features=rng.standard_normal((count, 4)).astype(np.float32), coords=coords)
+    pairs_file = tmp_path / "pairs.json"
+    assert main(["inspect", str(model_path), "--frames", str(tmp_path / "f0.npz"), "--margin", "10",
+                 "--max-pairs-out", str(pairs_file)]) == 0
+    printed = capsys.readouterr().out
+    (capacities,) = [line.split("--max-active ")[1].split()[0] for line in printed.splitlines() if "--max-active" in line]
+    assert capacities.startswith(f"{math.ceil(count * 1.1)},") and "(10 % margin" in printed
+    pairs = json.loads(pairs_file.read_text())
+    measured = pair_rows(onnx.load(model_path), [{"features": np.load(tmp_path / "f0.npz")["features"], "coords": coords}])
+    assert pairs == {name: [math.ceil(n * 1.1) for n in counts] for name, counts in measured.items()}
+    assert all(",".join(map(str, counts)) in printed for counts in pairs.values())
+    assert main(["convert", str(model_path), "-o", str(tmp_path / "pairs.onnx"), "--target", "nna", "--combine", "pairs",
+                 "--max-active", capacities, "--max-pairs", str(pairs_file), "--inputs", str(tmp_path / "f0.npz")]) == 0
+    assert "verify: ok" in capsys.readouterr().out
+    assert main(["convert", str(model_path), "-o", str(tmp_path / "x.onnx"), "--target", "nna", "--combine", "pairs",
+                 "--max-active", capacities]) == 0, "random verification inputs, every tap holding all rows"
+    capsys.readouterr()
+    (tmp_path / "bad.json").write_text("[1, 2")
+    refusals = [
+        (["--target", "nna", "--combine", "pairs", "--max-active", capacities, "--max-pairs", str(tmp_path / "bad.json")],
+         "is not JSON"),
+        (["--target", "nna", "--combine", "pairs", "--max-active", capacities, "--max-pairs", str(tmp_path / "no.json")],
+         "cannot read --max-pairs"),
+        (["--target", "gpu", "--max-pairs", str(pairs_file)], "--max-pairs does nothing for --target gpu"),
+        (["--target", "nna", "--max-active", capacities, "--max-pairs", str(pairs_file)],
+         "max_pairs sizes the pairs combine's per-tap lists"),
+        (["--target", "nna", "--combine", "pairs", "--fuse-taps"], "leave fuse_taps (--fuse-taps) off"),
+    ]
+    for options, message in refusals:
+        assert main(["convert", str(model_path), "-o", str(tmp_path / "x.onnx"), *options]) == 2, options
+        assert message in capsys.readouterr().err
+    assert main(["inspect", str(model_path), "--max-pairs-out", str(pairs_file)]) == 2
+    assert "--max-pairs-out is about the capacities measured on --frames" in capsys.readouterr().err
+
+
 def test_convert_refusal_is_an_error_message_not_a_traceback(tmp_path, capsys):
     builder = SparseModelBuilder(2, 4, np.random.default_rng(0))
     builder.conv("SubmanifoldConv", 8, (2, 2), (10, 12))
@@ -116,11 +161,12 @@ def test_help_is_the_subcommand_docstring():
     assert "Then, unless --no-verify, it checks OUT" in result.stdout
 
 
-@pytest.mark.parametrize("combine", ["gather", "scatter", "matmul"])
+@pytest.mark.parametrize("combine", ["gather", "scatter", "matmul", "pairs"])
 def test_convert_nna_verify(model_path, tmp_path, capsys, combine):
     out = tmp_path / "nna.onnx"
+    fused = [] if combine == "pairs" else ["--fuse-taps"]  # the pairs combine multiplies each tap's own rows
     assert main(["convert", str(model_path), "-o", str(out), "--target", "nna", "--combine", combine,
-                 "--max-active", "600", "--fuse-taps", "--verify"]) == 0
+                 "--max-active", "600", *fused, "--verify"]) == 0
     assert "verify: ok" in capsys.readouterr().out
     metadata = {p.key: p.value for p in onnx.load(out).metadata_props}
     assert '"target": "nna"' in metadata["sparse_lower.options"]

@@ -169,6 +169,19 @@ def test_scatter_matrices(seed):
     assert_same(s, ref.scatter_matrices(nbr, n))
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_pair_lists(seed):
+    rng = np.random.default_rng(seed)
+    nbr, n = random_table(rng, seed)
+    like = np.zeros((n, 0), np.int64)
+    for got, want in zip(run("PairLists", {"nbr": nbr, "like": like}, 3), ref.pair_lists(nbr, n)):
+        assert_same(got, want)
+    capacities = [int(c) + int(rng.integers(0, 3)) for c in (nbr >= 0).sum(axis=0)]  # room, and padding
+    for got, want in zip(run("PairLists", {"nbr": nbr, "like": like}, 3, capacities=capacities),
+                         ref.pair_lists(nbr, n, capacities)):
+        assert_same(got, want)
+
+
 def test_scatter_matrices_at_max_bytes():
     """The limit is inclusive: exactly K·M·N·4 bytes are allowed."""
     nbr = np.array([[0, -1], [-1, 2]], np.int64)
@@ -464,6 +477,7 @@ def _large_cases():
         "InverseMap": ({"nbr": nbr, "like": x}, 1, {}),
         "ScatterMatrices": ({"nbr": ref.submanifold_map(small, [3, 3, 3], [8, 16, 16]), "like": small}, 1, {}),
         "CapacityPads": ({"x": x}, 1, {"capacity": 40000}),
+        "PairLists": ({"nbr": nbr, "like": x}, 3, {}),
     }
 
 
@@ -497,6 +511,9 @@ def test_large_cases_match_reference():
         inputs, _, _ = LARGE[op_type]
         (table,) = run(op_type, inputs, 1, threads=8)
         assert_same(table, reference(inputs["nbr"], len(inputs["like"])))
+    inputs, _, _ = LARGE["PairLists"]
+    for got, want in zip(run("PairLists", inputs, 3, threads=8), ref.pair_lists(inputs["nbr"], len(inputs["like"]))):
+        assert_same(got, want)
 
 
 def _broken_tables() -> dict:
@@ -514,17 +531,21 @@ def _broken_tables() -> dict:
     small = dict(LARGE["ScatterMatrices"][0])
     small["nbr"] = small["nbr"].copy()
     small["nbr"][[400, 7], [4, 19]] = -3
+    listed = dict(LARGE["PairLists"][0])
+    listed["nbr"] = listed["nbr"].copy()
+    listed["nbr"][[20000, 9000], [3, 25]] = -4  # rows in two blocks of 4,096: the lower is reported
     return {"InverseMap": ({**inputs, "nbr": nbr}, duplicate),
+            "PairLists": (listed, r"PairLists: nbr\[9000, 25\] = -4 is neither -1 nor a row of like"),
             "IndexedConv": (conv, rf"IndexedConv: idx value {len(conv['X'])} \(row 3, tap 20\) is outside"),
             "ScatterMatrices": (small, r"ScatterMatrices: nbr\[400, 4\] = -3 is neither -1 nor a row of like")}
 
 
-@pytest.mark.parametrize("op_type", ["IndexedConv", "InverseMap", "ScatterMatrices"])
+@pytest.mark.parametrize("op_type", ["IndexedConv", "InverseMap", "ScatterMatrices", "PairLists"])
 def test_errors_do_not_depend_on_thread_count(op_type):
     inputs, message = _broken_tables()[op_type]
     for threads in (1, 2, 8):
         with pytest.raises(Exception, match=message):
-            run(op_type, inputs, 1, threads)
+            run(op_type, inputs, 3 if op_type == "PairLists" else 1, threads)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -549,6 +570,7 @@ def test_inferred_output_shapes():
     assert shapes("InverseMap", {"nbr": nbr, "like": x}, 1) == [[27, 7]]
     assert shapes("ScatterMatrices", {"nbr": nbr, "like": x}, 1) == [[27, 5, 7]]
     assert shapes("CapacityPads", {"x": rows}, 1, capacity=8) == [[6]]
+    assert shapes("PairLists", {"nbr": nbr, "like": x}, 3, capacities=[3] * 27) == [[27 * 4], [27, 5], [28]]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -648,6 +670,17 @@ ERRORS = {
     "fold rows without like": (
         "IndexedFold", {"rows": np.zeros((2, 3), np.float32), "idx": np.array([0, 1], np.int64)}, 1,
         {"mode": "rows"}, r"IndexedFold: mode 'rows' needs input 'like'"),
+    "pair lists index out of range": (
+        "PairLists", {"nbr": np.array([[0, -1], [-1, 3]], np.int64), "like": np.zeros((3, 2), np.float32)}, 3, {},
+        r"PairLists: nbr\[1, 1\] = 3 is neither -1 nor a row of like, in \[0, 3\)"),
+    "pair lists over a tap's capacity": (
+        "PairLists", {"nbr": np.array([[0, 1], [1, -1], [2, 0]], np.int64), "like": np.zeros((3,), np.int64)}, 3,
+        {"capacities": [3, 1], "option": "max_pairs['conv1']"},
+        r"PairLists: tap 1 has 2 pairs, more than the capacity 1 \(max_pairs\['conv1'\]\[1\]\); raise "
+        r"max_pairs\['conv1'\]\[1\] to at least 2"),
+    "pair lists of another tap count": (
+        "PairLists", {"nbr": np.zeros((2, 3), np.int64), "like": np.zeros((3,), np.int64)}, 3, {"capacities": [2, 2]},
+        r"PairLists: attribute 'capacities' has 2 entries for the 3 taps of nbr"),
     "inverse map index out of range": (
         "InverseMap", {"nbr": np.array([[0, -1], [-1, 3]], np.int64), "like": np.zeros((3, 2), np.float32)}, 1, {},
         r"InverseMap: nbr\[1, 1\] = 3 is neither -1 nor a row of like, in \[0, 3\)"),
@@ -735,6 +768,8 @@ ATTRIBUTE_ERRORS = {
     "negative max_bytes": ("ScatterMatrices", {"max_bytes": -1}, r"attribute 'max_bytes' = -1 must be at least 0"),
     "missing capacity": ("CapacityPads", {}, r"attribute 'capacity' is required"),
     "negative capacity": ("CapacityPads", {"capacity": -1}, r"attribute 'capacity' = -1 must be at least 0"),
+    "negative pair capacity": ("PairLists", {"capacities": [1, -1]}, r"attribute 'capacities' holds -1; each must be "
+                                                                      r"at least 0"),
     "no rulebook groups": ("Rulebook", {"groups": 0}, r"attribute 'groups' = 0 must lie in \[1, 64\]"),
     "rulebook outputs of another group count": (
         "Rulebook", {"groups": 2}, r"a rulebook of 2 groups has 6 outputs \(in_rows, out_rows, taps per group\), "
@@ -746,6 +781,7 @@ ATTRIBUTE_INPUTS = {  # valid inputs of each op above, and its output count
     "StridedMap": ({"coords": GOOD}, 2),
     "ScatterMatrices": ({"nbr": np.array([[0, -1]], np.int64), "like": GOOD}, 1),
     "CapacityPads": ({"x": GOOD}, 1),
+    "PairLists": ({"nbr": np.array([[0, -1]], np.int64), "like": GOOD}, 3),
     "Rulebook": ({"nbr": np.array([[0, -1]], np.int64)}, 3),
 }
 

@@ -222,6 +222,8 @@ COMPUTE_FORMS = [
     pytest.param("gpu", {"strategy": "fused"}, id="gpu-fused"),
     pytest.param("nna", {"combine": "gather"}, id="nna-gather"),
     pytest.param("nna", {"combine": "scatter"}, id="nna-scatter"),
+    pytest.param("nna", {"combine": "pairs"}, id="nna-pairs"),
+    pytest.param("nna", {"combine": "pairs", "max_active": 200, "layout": "rows"}, id="nna-pairs-capacity"),
     pytest.param("nna", {"combine": "gather", "fuse_taps": True, "max_active": 200}, id="nna-fused-capacity"),
     pytest.param("hybrid", {}, id="hybrid"),
 ]

@@ -14,14 +14,17 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import sparse_lower
+from conftest import DATA
 from helpers import chain_model, session
 from oracle import (IR_VERSION, OPSET_IMPORTS, assert_matches_oracle, densify, random_conv_config,
                     random_sparse, sparse_node_model)
 from sparse_lower import reference
-from sparse_lower.capacity import level_rows
+from sparse_lower.capacity import level_rows, pair_rows
+from sparse_lower.frames.sample import load_voxels
 from sparse_lower.models import SparseModelBuilder, centerpoint_head_stack
 
-COMBINES = ("gather", "scatter", "matmul")
+COMBINES = ("gather", "scatter", "matmul", "pairs")
+FRAME_FILES = ("nuscenes_centerpoint_voxels.npz", "nuscenes_bevfusion_voxels.npz")
 
 
 @pytest.mark.parametrize("capacity", [False, True])
@@ -39,7 +42,8 @@ def test_random_config_matches_dense_oracle(seed, combine, capacity):
     taps = int(np.prod(config.attrs["kernel_shape"]))
     try:
         lowered = sparse_lower.lower(model, target="nna", combine=combine, max_active=max_active,
-                                     fuse_taps=bool(seed % 2), layout="rows" if seed % 4 >= 2 else "image",
+                                     fuse_taps=bool(seed % 2) and combine != "pairs",
+                                     layout="rows" if seed % 4 >= 2 else "image",
                                      check_each_pass=True)
     except sparse_lower.SparseLowerError as error:
         # the matmul combine's scatter matrices [K, max_active, max_active (+ a zero column)] over 1 GiB are
@@ -79,7 +83,8 @@ def test_the_rows_layout_computes_on_two_dimensional_tensors(combine):
     values = {v.name: v for v in (*lowered.graph.value_info, *lowered.graph.output, *lowered.graph.input)}
     nodes = {n.name: n for n in lowered.graph.node}
     assert Counter(nodes[name].op_type for name in nna)["MatMul"] == 3 * 27 * (2 if combine == "matmul" else 1)
-    assert not [n for n in lowered.graph.node if n.op_type in ("Conv", "Transpose")]
+    # no image, and no transpose of features (the pairs combine transposes its int64 tables on the host)
+    assert not [n for n in lowered.graph.node if n.op_type == "Conv" or (n.op_type == "Transpose" and n.name in nna)]
     for name in nna:
         for tensor in (*nodes[name].input, *nodes[name].output):
             if tensor in values:  # the scatter matrices [K, M, N] are the only 3-D tensor
@@ -111,7 +116,9 @@ def test_multi_layer_stack_matches_the_reference(target, combine, max_active, la
         assert ops["IndexedConv"] == 1 and products == 2 * 27, "first layer on the gpu path, the rest nna"
     if max_active:  # padded rows flow through the ReLUs: only the model output is sliced back
         nna_layers = 2 if target == "hybrid" else 3
-        assert ops["Slice"] == 1 + (nna_layers if combine == "scatter" else 0)  # + each scatter's dump column
+        listed = {o for n in lowered.graph.node if n.op_type == "PairLists" for o in n.output}
+        slices = sum(n.op_type == "Slice" and n.input[0] not in listed for n in lowered.graph.node)  # not the pair lists'
+        assert slices == 1 + (nna_layers if combine == "scatter" else 0)  # + each scatter's dump column
 
 
 @pytest.mark.parametrize("target", ["nna", "hybrid"])
@@ -290,3 +297,107 @@ def test_scatter_matrices_above_the_size_limit_are_refused(rng):
     with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument) as info:
         session(lowered).run(None, {"features": features, "coords": coords})
     assert "ScatterMatrices" in str(info.value) and 'combine="gather"' in str(info.value)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The pairs combine: each tap multiplies only the rows it pairs, as many as max_pairs holds
+
+def _product_rows(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """Per layer, the rows each tap's product multiplies, read from the shapes of the lowered graph."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in inferred.graph.value_info}
+    rows = {}
+    for node in model.graph.node:
+        if node.op_type == "MatMul":
+            rows.setdefault(node.name.split("/")[0], []).append(shapes[node.input[0]][0])
+    return rows
+
+
+@pytest.mark.parametrize("layout", ["image", "rows"])
+def test_pairs_multiply_only_the_measured_pairs(layout, rng):
+    """Under max_pairs = pair_rows(model, frames), each tap of each layer multiplies its pairs and the
+    zero row: the reference's pair count + 1 rows; the numbers are the reference's on every frame."""
+    model = _down_and_back(rng)
+    frames = [dict(zip(("features", "coords"), random_sparse(rng, 2, 4, (8, 24, 24), count=count))) for count in (400, 300)]
+    levels, pairs = level_rows(model, frames), pair_rows(model, frames)
+    lowered = sparse_lower.lower(model, target="nna", combine="pairs", layout="rows", max_active=levels,
+                                 max_pairs=pairs, check_each_pass=True)
+    assert {layer: [n - 1 for n in rows] for layer, rows in _product_rows(lowered).items()} == pairs
+    convs = {n.name: n for n in model.graph.node if n.domain == "sparse"}
+    for feeds in frames:
+        expected = reference.run(model, feeds)
+        got = session(lowered, threads=2).run(None, feeds)
+        np.testing.assert_allclose(got[0], expected["submanifoldconv6.features"], rtol=1e-4, atol=1e-5)
+    first = reference.conv_pairs(convs["submanifoldconv0"], frames[0]["coords"])[0]
+    assert [max(len(rows), len(other)) for (_, rows, _), (_, other, _) in
+            zip(first, reference.conv_pairs(convs["submanifoldconv0"], frames[1]["coords"])[0])] == pairs["submanifoldconv0"]
+    useful = sum(len(rows) for _, rows, _ in first)
+    assert useful < 0.5 * 27 * len(frames[0]["coords"]), "most taps pair a fraction of the rows"
+    if layout == "image":
+        image = sparse_lower.lower(model, target="nna", combine="pairs", max_active=levels, max_pairs=pairs)
+        np.testing.assert_allclose(session(image).run(None, frames[0])[0], session(lowered).run(None, frames[0])[0],
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_a_tap_over_its_max_pairs_is_a_clear_error(rng):
+    model = _down_and_back(rng)
+    feeds = dict(zip(("features", "coords"), random_sparse(rng, 2, 4, (8, 24, 24), count=400)))
+    pairs = pair_rows(model, [feeds])
+    counts = pairs["submanifoldconv3"]
+    pairs["submanifoldconv3"] = [max(n - 1, 0) for n in counts]  # one pair short on every tap that has any
+    tap = next(k for k, n in enumerate(counts) if n)  # the first tap over its capacity is reported
+    lowered = sparse_lower.lower(model, target="nna", combine="pairs", max_active=level_rows(model, [feeds]),
+                                 max_pairs=pairs)
+    message = (rf"tap {tap} has {counts[tap]} pairs, more than the capacity {counts[tap] - 1} "
+               rf"\(max_pairs\['submanifoldconv3'\]\[{tap}\]\); raise max_pairs\['submanifoldconv3'\]\[{tap}\] to at least "
+               rf"{counts[tap]}")
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument, match=message):
+        session(lowered).run(None, feeds)
+
+
+def test_without_max_pairs_a_layer_holds_all_its_rows_per_tap(rng):
+    """max_active alone: every tap of every layer holds min(input rows, output rows) pairs, never too few."""
+    model = _down_and_back(rng)
+    feeds = dict(zip(("features", "coords"), random_sparse(rng, 2, 4, (8, 24, 24), count=400)))
+    capacities = level_rows(model, [feeds])
+    lowered = sparse_lower.lower(model, target="nna", combine="pairs", max_active=capacities, layout="rows")
+    rows = _product_rows(lowered)
+    assert set(rows["submanifoldconv0"]) == {capacities[0] + 1}
+    assert set(rows["sparseconv2"]) == {min(capacities) + 1}
+    np.testing.assert_allclose(session(lowered).run(None, feeds)[0],
+                               reference.run(model, feeds)["submanifoldconv6.features"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"combine": "gather", "max_active": 500, "max_pairs": {}}, "max_pairs sizes the pairs combine's"),
+    ({"combine": "pairs", "max_pairs": {}}, "max_pairs sizes the pairs combine's"),
+    ({"combine": "pairs", "max_active": 500, "max_pairs": [1, 2]}, "max_pairs is a list, not a mapping"),
+    ({"combine": "pairs", "max_active": 500, "max_pairs": {"conv9": [1] * 27}}, "names 'conv9', which is not a sparse"),
+    ({"combine": "pairs", "max_active": 500, "max_pairs": {"submanifoldconv0": [1] * 26}}, "is not 27 counts >= 0"),
+    ({"combine": "pairs", "max_active": 500, "max_pairs": {"submanifoldconv0": [-1] * 27}}, "is not 27 counts >= 0"),
+    ({"combine": "pairs", "max_active": 500, "max_pairs": {"submanifoldconv0": [1.5] * 27}}, "is not 27 counts >= 0"),
+    ({"combine": "pairs", "fuse_taps": True}, "fuse_taps multiplies every row by all taps"),
+])
+def test_pair_options_are_checked(options, message):
+    with pytest.raises(sparse_lower.SparseLowerError, match=message):
+        sparse_lower.lower(centerpoint_head_stack(), target="nna", **options)
+
+
+@pytest.mark.skipif(not all((DATA / name).exists() for name in FRAME_FILES), reason="shared data absent")
+def test_pairs_on_the_real_frames_give_the_per_level_numbers():
+    """The CenterPoint head on both nuScenes frames, static shapes from the frames: the pairs combine gives
+    the per-level gather form's outputs, multiplying under half its rows."""
+    frames = []
+    for name in FRAME_FILES:
+        features, coords, grid = load_voxels(DATA / name)
+        frames.append({"features": features, "coords": coords})
+    model = centerpoint_head_stack(spatial_shape=grid)
+    levels, pairs = level_rows(model, frames), pair_rows(model, frames)
+    per_level = session(sparse_lower.lower(model, target="nna", max_active=levels, layout="rows"), threads=2)
+    lowered = sparse_lower.lower(model, target="nna", combine="pairs", max_active=levels, max_pairs=pairs, layout="rows")
+    product_rows = sum(sum(rows) for rows in _product_rows(lowered).values())
+    assert product_rows < 0.5 * 27 * (2 * levels[0] + levels[0])  # two SubMs and the strided conv read level 0
+    paired = session(lowered, threads=2)
+    for feeds in frames:
+        for got, want in zip(paired.run(None, feeds), per_level.run(None, feeds)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

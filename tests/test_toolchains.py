@@ -58,8 +58,9 @@ def assert_runs_across_runtimes(lowered, feeds, name, directory, tolerance=None)
 
 # (toolchain, layout, combine): the forms each toolchain runs on its accelerator (docs/toolchains.md)
 FORMS = [("openvino", "image", "gather"), ("openvino", "image", "scatter"), ("openvino", "rows", "matmul"),
-         ("tvm", "image", "gather"), ("tvm", "rows", "scatter"), ("tvm", "image", "matmul"),
-         ("rknn", "rows", "matmul"), ("tflite", "rows", "gather"), ("tflite", "rows", "matmul")]
+         ("openvino", "rows", "pairs"), ("tvm", "image", "gather"), ("tvm", "rows", "scatter"),
+         ("tvm", "image", "matmul"), ("tvm", "image", "pairs"), ("rknn", "rows", "matmul"),
+         ("tflite", "rows", "gather"), ("tflite", "rows", "matmul"), ("tflite", "rows", "pairs")]
 
 
 @pytest.mark.parametrize("case", range(len(MODELS)), ids=[m[0] for m in MODELS])

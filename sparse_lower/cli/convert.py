@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +42,23 @@ def capacities(text: str) -> int | tuple[int, ...]:
     return values[0] if len(values) == 1 else values
 
 
+def read_max_pairs(path: str) -> dict:
+    """--max-pairs: the JSON object {conv name: [pairs per tap]} inspect writes (lower checks the names
+    and counts against the model)."""
+    try:
+        value = json.loads(Path(path).read_text())
+    except OSError as error:
+        raise SparseLowerError(f"cannot read --max-pairs {path}: {error.strerror}", fix="give the JSON file "
+                               "`sparse-lower inspect MODEL --frames ... --max-pairs-out FILE` wrote") from None
+    except json.JSONDecodeError as error:
+        raise SparseLowerError(f"--max-pairs {path} is not JSON ({error.msg}, line {error.lineno})",
+                               fix="give the file `sparse-lower inspect --max-pairs-out` wrote") from None
+    if not isinstance(value, dict):
+        raise SparseLowerError(f"--max-pairs {path} holds a JSON {type(value).__name__}, not an object",
+                               fix="give {\"conv name\": [pairs per tap, ...], ...}")
+    return value
+
+
 def _spelled(capacity) -> str:
     return ",".join(map(str, capacity)) if isinstance(capacity, tuple) else str(capacity)
 
@@ -55,9 +74,12 @@ class ConvertCommand:
       nna     index tables from the custom ops; the compute in standard ops only: one 1x1 Conv per
               kernel tap on [1, C, 1, N] (--layout rows: one MatMul per tap on [N, C] rows;
               --fuse-taps: one product with K*Cout outputs) and a combine
-              method: gather (default), scatter or matmul (scatter matrices, O(K*N^2) memory).
+              method: gather (default), scatter, matmul (scatter matrices, O(K*N^2) memory) or
+              pairs (each tap multiplies only the rows it pairs, gathered first).
               --max-active N fixes the row capacity so that the compute has static shapes;
               N1,N2,... gives one per level: the input sites, then each SparseConv's outputs.
+              With --combine pairs, --max-pairs FILE (JSON written by `sparse-lower inspect
+              --frames ... --max-pairs-out FILE`) fixes each conv's pairs per tap too.
       hybrid  the first sparse layer of each branch on the gpu path, the rest on the nna path.
       portable  standard ONNX ops only, the index tables built inside the graph (a site grid per
               coords tensor); any ONNX runtime runs OUT without the library (OpenVINO, TensorRT,
@@ -95,6 +117,9 @@ class ConvertCommand:
         parser.add_argument("--max-active", type=capacities, metavar="N[,N...]",
                             help="nna and portable row capacity (static shapes): one, or one per level (a level per "
                                  "SparseConv)")
+        parser.add_argument("--max-pairs", metavar="FILE",
+                            help="nna --combine pairs with --max-active: JSON {conv name: [pairs per tap]}, as "
+                                 "`sparse-lower inspect --frames ... --max-pairs-out FILE` writes it")
         parser.add_argument("--max-batch", type=int, metavar="B",
                             help="portable with --max-active: the batches its grids hold (default: the model's "
                                  "ToDense batch_size, else 1)")
@@ -135,6 +160,7 @@ class ConvertCommand:
                                    fix="use --target gpu with the default strategy; for the nna target's int8 see "
                                        "`sparse-lower partition --for ... --calibrate`")
         _check_options(args)
+        max_pairs = read_max_pairs(args.max_pairs) if args.max_pairs else None
         # the frames are read before any work: a wrong path or a damaged file is said now
         calibration = read_frames(args.calibrate) if args.int8 else []
         inputs = read_frames([args.inputs], folders=False) if args.inputs else []
@@ -152,7 +178,8 @@ class ConvertCommand:
         with status.step(f"lowering for the {args.target} target"):
             lowered = lower(source, target=args.target, strategy=args.strategy or "auto",
                             combine=args.combine or "gather", max_active=args.max_active, max_batch=args.max_batch,
-                            fuse_taps=args.fuse_taps, layout=args.layout or "image", dump_dir=args.dump_dir)
+                            fuse_taps=args.fuse_taps, layout=args.layout or "image", max_pairs=max_pairs,
+                            dump_dir=args.dump_dir)
         if args.int8:
             with status.step(f"calibrating on {len(calibration)} frame(s) and quantizing the convs"):
                 frames = feeds_of(lowered, calibration)
@@ -203,8 +230,8 @@ class ConvertCommand:
             feeds = example_inputs(source, np.random.default_rng(args.seed or 0), active=active, batch=batch)
             try:
                 differences = compare(source, lowered, feeds)
-            except ort_state.InvalidArgument as error:  # the nna target's CapacityPads refuses an overflow
-                if args.active or active == 1 or "(max_active)" not in str(error):
+            except ort_state.InvalidArgument as error:  # the nna target's CapacityPads / PairLists refuse an overflow
+                if args.active or active == 1 or not re.search(r"\((max_active|max_pairs\[.*\])\)", str(error)):
                     raise
             else:  # the portable static form answers an overflow with NaN features and the sites cut at the
                 # capacity (its random inputs break no other rule)
@@ -218,7 +245,8 @@ class ConvertCommand:
 
 # The options each target reads; another target given one of them is told it does nothing
 _TARGET_OPTIONS = {"strategy": {"gpu", "hybrid"}, "combine": {"nna", "hybrid"}, "layout": {"nna", "hybrid"},
-                   "fuse_taps": {"nna", "hybrid"}, "max_active": {"nna", "hybrid", "portable"}}
+                   "fuse_taps": {"nna", "hybrid"}, "max_active": {"nna", "hybrid", "portable"},
+                   "max_pairs": {"nna", "hybrid"}}
 DEFAULT_TOLERANCE = 1e-4
 
 

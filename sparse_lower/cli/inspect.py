@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import math
+from functools import partial
+from pathlib import Path
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from ..api import load
 from ..assumed_active import assumed_active
-from ..capacity import level_rows
+from ..capacity import level_rows, pair_rows
 from ..errors import SparseLowerError
 from ..frames.files import feeds_of, read_frames
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model, nothing_to_lower
@@ -20,6 +25,11 @@ from ..report import render
 from .active import add_active_argument
 from .op_counts import op_counts
 from .verbosity import Verbosity
+
+
+def _with_margin(percent: float, count: int) -> int:
+    """A measured count grown by `percent`, rounded up: a capacity for frames like the measured ones."""
+    return math.ceil(count * (1 + percent / 100))
 
 
 def _shape(value: onnx.ValueInfoProto) -> str:
@@ -70,10 +80,14 @@ class InspectCommand:
 
     --frames runs the model (gpu target) on the given frames and prints the active sites of every level
     (level 0: the input sites; each SparseConv's outputs start the next; a SparseDeconv goes back to its
-    targets' level) and the --max-active per level that holds them, for `convert --target nna`.
+    targets' level) and the --max-active per level that holds them, for `convert --target nna`; then
+    the pairs of every kernel tap of every named sparse conv, the most over the frames, which is what
+    the nna pairs combine multiplies (`convert --combine pairs --max-pairs FILE`; --max-pairs-out FILE
+    writes them there).
 
     example: sparse-lower inspect model.onnx --active 80000
              sparse-lower inspect models/centerpoint_head.onnx --frames ../shared/data
+                 --max-pairs-out pairs.json
     """
 
     name = "inspect"
@@ -86,8 +100,19 @@ class InspectCommand:
         parser.add_argument("--frames", nargs="+", metavar="FRAME",
                             help=".npz frames (features, coords) or folders of them: the active sites of every "
                                  "level on them, and the --max-active per level they need")
+        parser.add_argument("--margin", type=float, default=0.0, metavar="PERCENT",
+                            help="with --frames: capacities that hold this many percent more than measured (default 0)")
+        parser.add_argument("--max-pairs-out", metavar="FILE",
+                            help="with --frames: write the pairs per tap of every conv as JSON, for convert "
+                                 "--combine pairs --max-pairs FILE")
 
     def run(self, args, out: Verbosity) -> int:
+        if (args.max_pairs_out or args.margin) and not args.frames:
+            flag = "--max-pairs-out" if args.max_pairs_out else "--margin"
+            raise SparseLowerError(f"{flag} is about the capacities measured on --frames",
+                                   fix="give --frames FRAME [FRAME ...] with it")
+        if not (math.isfinite(args.margin) and args.margin >= 0):
+            raise SparseLowerError(f"--margin {args.margin} is not a percentage >= 0", fix="give e.g. --margin 10")
         frames = read_frames(args.frames) if args.frames else []  # read before any work
         model = load(args.input)
         graph = model.graph
@@ -122,19 +147,35 @@ class InspectCommand:
         parameters = sum(int(np.prod(numpy_helper.to_array(t).shape)) for t in graph.initializer)
         print(f"parameters: {parameters:,}")
         if frames:
-            self._levels(model, frames, out)
+            feeds = feeds_of(model, frames)
+            grown = partial(_with_margin, args.margin)
+            self._levels(model, feeds, len(frames), grown, out)
+            self._pairs(model, feeds, grown, args.max_pairs_out)
         return 0
 
     @staticmethod
-    def _levels(model: onnx.ModelProto, frames: list, out: Verbosity) -> None:
+    def _levels(model: onnx.ModelProto, feeds: list[dict], frames: int, grown, out: Verbosity) -> None:
         """The most active sites per level over the frames, and the capacity per level that holds them."""
-        rows = level_rows(model, feeds_of(model, frames))
+        rows = level_rows(model, feeds)
         out.say(render(["level", "active sites (most, over the frames)"],
                        [[level, f"{n:,}"] for level, n in enumerate(rows)]))
-        capacities = ",".join(str(max(n, 1)) for n in rows)  # a level no frame reached still needs a valid capacity
-        count = f"{len(frames)} frame{'' if len(frames) == 1 else 's'}"
-        print(f"on {'this' if len(frames) == 1 else 'these'} {count}: --max-active {capacities} (add a margin for "
-              f"other frames)")
+        capacities = ",".join(str(max(grown(n), 1)) for n in rows)  # a level no frame reached still needs a valid one
+        count = f"{frames} frame{'' if frames == 1 else 's'}"
+        print(f"on {'this' if frames == 1 else 'these'} {count}: --max-active {capacities} ({grown.args[0]:g} % "
+              f"margin; other frames may need more)")
+
+    @staticmethod
+    def _pairs(model: onnx.ModelProto, feeds: list[dict], grown, path: str | None) -> None:
+        """The most pairs per tap of every named conv over the frames: the pairs combine's capacities."""
+        pairs = {name: [grown(n) for n in counts] for name, counts in pair_rows(model, feeds).items()}
+        print(f"pairs per kernel tap (most over the frames, plus {grown.args[0]:g} %; what --combine pairs multiplies, "
+              f"in the kernel's row-major tap order):")
+        print(render(["sparse layer", "pairs", "per tap"], [[name, f"{sum(counts):,}", ",".join(map(str, counts))]
+                                                             for name, counts in pairs.items()]))
+        if path:
+            Path(path).write_text(json.dumps(pairs, indent=1) + "\n")
+            print(f"wrote {path}: convert --target nna --combine pairs --max-pairs {path}, with the capacities per "
+                  f"level above")
 
     @staticmethod
     def _imported(model: onnx.ModelProto, out: Verbosity) -> onnx.ModelProto | None:

@@ -44,8 +44,9 @@ def level_capacity(max_active: int | tuple[int, ...] | None, level: int) -> int 
 @dataclass(frozen=True)
 class Options:
     """What the user chose (docs/python_api.md): the gpu compute form, and the nna combine method, capacity,
-    whether the nna runs one 1×1 conv per tap or one conv with K·Cout outputs, and its layout (the
-    `[1, C, 1, N]` image or `[N, C]` rows); the portable static form's batches."""
+    whether the nna runs one 1×1 conv per tap or one conv with K·Cout outputs, its layout (the
+    `[1, C, 1, N]` image or `[N, C]` rows) and the pairs combine's capacities; the portable static
+    form's batches."""
 
     strategy: str = "auto"
     combine: str = "gather"
@@ -53,6 +54,7 @@ class Options:
     max_batch: int | None = None  # the portable static form's batches (None: the model's ToDense batch_size, else 1)
     fuse_taps: bool = False
     layout: str = "image"
+    max_pairs: dict[str, tuple[int, ...]] | None = None  # the pairs combine's pairs per tap, by source conv name
 
 
 class LoweringContext:

@@ -21,7 +21,7 @@ from ..errors import SparseLowerError
 from ..onnx_conventions import SOURCE_DOMAIN
 from ..schemas import conv_geometry, to_dense_attributes, weight_shape
 
-__all__ = ["submanifold_conv", "sparse_conv", "sparse_deconv", "to_sparse", "to_dense"]
+__all__ = ["conv_pairs", "submanifold_conv", "sparse_conv", "sparse_deconv", "to_sparse", "to_dense"]
 
 
 def submanifold_conv(features, coords, weight, bias=None, *, kernel_shape, spatial_shape, strides=None,
@@ -37,17 +37,7 @@ def submanifold_conv(features, coords, weight, bias=None, *, kernel_shape, spati
     geometry = conv_geometry(node)
     x, keys = _sparse_input(node, features, coords, geometry.spatial_shape)
     taps = _conv_taps(node, geometry, weight, x.shape[1])
-    grid = np.asarray(geometry.spatial_shape)
-    centre = (np.asarray(geometry.kernel_shape) - 1) // 2
-    find = _finder(keys)
-    pairs = []
-    for t, tap in enumerate(np.ndindex(*geometry.kernel_shape)):
-        neighbour = coords[:, 1:] + (np.asarray(tap) - centre) * geometry.dilations
-        inside = np.flatnonzero(np.all((neighbour >= 0) & (neighbour < grid), axis=1))
-        query = np.concatenate([coords[inside, :1], neighbour[inside]], axis=1)
-        source = find(_linear_keys(node, query, geometry.spatial_shape))
-        found = source >= 0
-        pairs.append((t, source[found], inside[found]))
+    pairs = _submanifold_pairs(node, geometry, coords, keys)
     out = _accumulate(x, taps, _bias(node, bias, taps.shape[2]), len(coords), pairs)
     return out, coords.copy()
 
@@ -65,15 +55,8 @@ def sparse_conv(features, coords, weight, bias=None, *, kernel_shape, spatial_sh
     geometry = conv_geometry(node)
     x, _ = _sparse_input(node, features, coords, geometry.spatial_shape)
     taps = _conv_taps(node, geometry, weight, x.shape[1])
-    n = geometry.ndim
-    strides_, pad_begin = np.asarray(geometry.strides), np.asarray(geometry.pads[:n])
-    reached = []
-    for tap in np.ndindex(*geometry.kernel_shape):
-        numerator = coords[:, 1:] + pad_begin - np.asarray(tap) * geometry.dilations
-        site = numerator // strides_
-        hits = np.all((numerator % strides_ == 0) & (site >= 0) & (site < geometry.output_shape), axis=1)
-        reached.append((np.flatnonzero(hits), site[hits]))
-    return _strided_output(node, x, coords, taps, bias, geometry.output_shape, reached, None)
+    pairs, out_coords = _strided_pairs(node, geometry, coords, None)
+    return _accumulate(x, taps, _bias(node, bias, taps.shape[2]), len(out_coords), pairs), out_coords
 
 
 def sparse_deconv(features, coords, weight, bias=None, target_coords=None, *, kernel_shape, spatial_shape,
@@ -90,14 +73,53 @@ def sparse_deconv(features, coords, weight, bias=None, target_coords=None, *, ke
     geometry = conv_geometry(node)
     x, _ = _sparse_input(node, features, coords, geometry.spatial_shape)
     taps = _conv_taps(node, geometry, weight, x.shape[1])
+    pairs, out_coords = _strided_pairs(node, geometry, coords, target_coords)
+    return _accumulate(x, taps, _bias(node, bias, taps.shape[2]), len(out_coords), pairs), out_coords
+
+
+def conv_pairs(node, coords, target_coords=None):
+    """The pairs a source conv node (a NodeProto) sums over on `coords`: per kernel tap, (tap, input
+    rows, output rows), with the output coords. What the three conv ops accumulate; the nna target's
+    pairs combine multiplies exactly these (`capacity.pair_rows` counts them)."""
+    geometry = conv_geometry(node)
+    keys = _check_coords(node, coords, geometry.spatial_shape, "coords")
+    if node.op_type == "SubmanifoldConv":
+        return _submanifold_pairs(node, geometry, coords, keys), coords.copy()
+    return _strided_pairs(node, geometry, coords, target_coords)
+
+
+def _submanifold_pairs(node, geometry, coords, keys):
+    """Per tap, the rows whose neighbour `coords + (tap − centre)·dilation` is active, and that neighbour."""
+    grid = np.asarray(geometry.spatial_shape)
+    centre = (np.asarray(geometry.kernel_shape) - 1) // 2
+    find = _finder(keys)
+    pairs = []
+    for t, tap in enumerate(np.ndindex(*geometry.kernel_shape)):
+        neighbour = coords[:, 1:] + (np.asarray(tap) - centre) * geometry.dilations
+        inside = np.flatnonzero(np.all((neighbour >= 0) & (neighbour < grid), axis=1))
+        query = np.concatenate([coords[inside, :1], neighbour[inside]], axis=1)
+        source = find(_linear_keys(node, query, geometry.spatial_shape))
+        found = source >= 0
+        pairs.append((t, source[found], inside[found]))
+    return pairs
+
+
+def _strided_pairs(node, geometry, coords, target_coords):
+    """The pairs and output coords of a SparseConv (`i = o·s − pb + k·d`) or a SparseDeconv
+    (`o = i·s − pb + k·d`): per tap, the input rows landing inside the output grid and their sites."""
     n = geometry.ndim
     strides_, pad_begin = np.asarray(geometry.strides), np.asarray(geometry.pads[:n])
     reached = []
     for tap in np.ndindex(*geometry.kernel_shape):
-        site = coords[:, 1:] * strides_ - pad_begin + np.asarray(tap) * geometry.dilations
-        hits = np.all((site >= 0) & (site < geometry.output_shape), axis=1)
+        if geometry.op_type == "SparseDeconv":
+            site = coords[:, 1:] * strides_ - pad_begin + np.asarray(tap) * geometry.dilations
+            hits = np.all((site >= 0) & (site < geometry.output_shape), axis=1)
+        else:
+            numerator = coords[:, 1:] + pad_begin - np.asarray(tap) * geometry.dilations
+            site = numerator // strides_
+            hits = np.all((numerator % strides_ == 0) & (site >= 0) & (site < geometry.output_shape), axis=1)
         reached.append((np.flatnonzero(hits), site[hits]))
-    return _strided_output(node, x, coords, taps, bias, geometry.output_shape, reached, target_coords)
+    return _output_pairs(node, coords, geometry.output_shape, reached, target_coords)
 
 
 def to_sparse(x, *, name=None):
@@ -247,8 +269,8 @@ def _accumulate(x, taps, bias, rows, pairs):
     return out
 
 
-def _strided_output(node, x, coords, taps, bias, output_shape, reached, target_coords):
-    """Place the contributions of SparseConv / SparseDeconv on their output sites.
+def _output_pairs(node, coords, output_shape, reached, target_coords):
+    """The pairs of a SparseConv / SparseDeconv on their output sites, and those sites.
 
     `reached` holds, per tap, the input rows that land inside the output grid and the sites they land
     on. The output rows are the targets when given, else every reached site in lexicographic order.
@@ -266,4 +288,4 @@ def _strided_output(node, x, coords, taps, bias, output_shape, reached, target_c
         positions = [find(keys) for keys in site_keys]
     pairs = [(t, rows[position >= 0], position[position >= 0])
              for t, ((rows, _), position) in enumerate(zip(reached, positions))]
-    return _accumulate(x, taps, _bias(node, bias, taps.shape[2]), len(out_coords), pairs), out_coords
+    return pairs, out_coords

@@ -2,9 +2,10 @@
 
 The accelerator runs standard ops only. The features enter as the image `[1, Cin, 1, N]` (or as rows
 `[N, Cin]` with `layout="rows"`: layout.py); one 1×1 `Conv` per kernel tap (a `MatMul` on rows; with
-`fuse_taps`, one product with K·Cout outputs split per tap) gives each input's partial output for that
-tap, `P_k [1, Cout, 1, N]`; a combine method moves the partials to the output sites `[1, Cout, 1, M]`:
-`gather` (gather_combine.py), `scatter` (scatter_combine.py) or `matmul` (matmul_combine.py).
+`fuse_taps`, one product with K·Cout outputs split per tap: products.py) gives each input's partial
+output for that tap, `P_k [1, Cout, 1, N]`; a combine method moves the partials to the output sites
+`[1, Cout, 1, M]`: `gather` (gather_combine.py), `scatter` (scatter_combine.py) or `matmul`
+(matmul_combine.py). The `pairs` combine (pair_combine.py) multiplies each tap's paired rows only.
 
 The index tables the combine reads are computed outside the accelerator, from the same neighbour
 tables the gpu target uses, by the custom-op index builders and int64 standard ops (sites.py).
@@ -16,16 +17,20 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from collections.abc import Mapping, Sequence
+
 from ..compute import ConvParts
 from ..context import FLOAT, LoweringContext, level_capacity
 from .gather_combine import GatherCombine
 from .layout import layout
 from .matmul_combine import MatmulCombine
 from .padding import pad_to_capacity, padded_rows
+from .pair_combine import PairCombine
+from .products import TapProducts
 from .scatter_combine import ScatterCombine
 from .sites import Sizes, row_count, valid_rows
 
-_COMBINES = {"gather": GatherCombine, "scatter": ScatterCombine, "matmul": MatmulCombine}
+_COMBINES = {"gather": GatherCombine, "scatter": ScatterCombine, "matmul": MatmulCombine, "pairs": PairCombine}
 COMBINES = tuple(_COMBINES)
 
 
@@ -33,11 +38,13 @@ class NnaCompute:
     reads_dense = False
 
     def __init__(self, combine: str, max_active: int | tuple[int, ...] | None, fuse_taps: bool,
-                 layout_name: str = "image"):
+                 layout_name: str = "image", max_pairs: Mapping[str, Sequence[int]] | None = None):
+        """`fuse_taps` with the pairs combine is refused by `lower` (one product cannot serve taps that
+        multiply different rows); here the pairs combine just asks for each tap's product alone."""
         self.max_active = max_active
-        self.fuse_taps = fuse_taps
         self.layout = layout(layout_name)
-        self.combine = _COMBINES[combine](self.layout)
+        self.products = TapProducts(self.layout, fuse_taps)
+        self.combine = PairCombine(self.layout, max_pairs) if combine == "pairs" else _COMBINES[combine](self.layout)
 
     def capacity(self, ctx: LoweringContext, coords: gs.Tensor) -> int | None:
         """The row capacity of a sparse tensor: the one of its level, or of the deepest level given."""
@@ -57,7 +64,7 @@ class NnaCompute:
         if zero_row:
             rows = self._with_zero_row(ctx, rows, conv.cin, sizes)
         x = self.layout.enter(ctx, rows, conv.cin, sizes.columns)
-        y = self.combine(ctx, conv, nbr, self._partials(ctx, conv, x, sizes), sizes)
+        y = self.combine(ctx, conv, nbr, x, sizes, self.products)
         if conv.bias is not None:
             y = self._add_bias(ctx, conv, y, sizes)
         if not outputs:
@@ -81,19 +88,6 @@ class NnaCompute:
         (extended,) = ctx.shared_node("Pad", f"{rows.name}/zero_row", [rows, pads],
                                       [("with_zero_row", FLOAT, [sizes.columns, cin])], {}, domain="")
         return extended
-
-    def _partials(self, ctx, conv: ConvParts, x, sizes: Sizes) -> list[gs.Tensor]:
-        """P_k for every tap: x times each tap's [Cin, Cout] weight, or one product by all taps' weights
-        side by side, split per tap (the channel axis is 1 in both layouts)."""
-        taps, cin, cout = conv.taps, conv.cin, conv.cout
-        per_tap = [conv.matrix[k * cin:(k + 1) * cin] for k in range(taps)]
-        spec = ("partial", FLOAT, self.layout.shape(cout, sizes.columns))
-        if not self.fuse_taps:
-            return [self.layout.multiply(ctx, f"{conv.base}/tap{k}", x, w, spec) for k, w in enumerate(per_tap)]
-        fused = self.layout.multiply(ctx, conv.base, x, np.concatenate(per_tap, axis=1),
-                                     ("partials", FLOAT, self.layout.shape(taps * cout, sizes.columns)))
-        split = ctx.shared_constant(f"split_{taps}x{cout}", np.full(taps, cout, np.int64))
-        return ctx.standard("Split", conv.base, [fused, split], [spec] * taps, {"axis": 1})
 
     def _add_bias(self, ctx, conv: ConvParts, y, sizes: Sizes) -> gs.Tensor:
         """Bias on the real output columns only: with a capacity, padding columns stay zero."""

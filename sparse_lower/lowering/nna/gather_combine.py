@@ -10,14 +10,16 @@ import onnx_graphsurgeon as gs
 from ..compute import ConvParts
 from ..context import FLOAT, INT64, LoweringContext
 from .combine import Combine
+from .products import TapProducts
 from .sites import Sizes, per_tap, row_count, sum_over_taps
 
 
 class GatherCombine(Combine):
     needs_zero_row = True  # the column of outputs that read nothing through a tap
 
-    def __call__(self, ctx: LoweringContext, conv: ConvParts, nbr: gs.Tensor, partials: list[gs.Tensor],
-                 sizes: Sizes) -> gs.Tensor:
+    def __call__(self, ctx: LoweringContext, conv: ConvParts, nbr: gs.Tensor, x: gs.Tensor, sizes: Sizes,
+                 products: TapProducts) -> gs.Tensor:
+        partials = products.every_tap(ctx, conv, x, sizes.columns)
         shape = self.layout.shape(conv.cout, sizes.outputs)
         indices = self._tap_columns(ctx, nbr, row_count(ctx, conv.coords, sizes.inputs), conv.taps, sizes)
         moved = [ctx.standard("Gather", f"{conv.base}/tap{k}", [partial, index], [("moved", FLOAT, shape)],

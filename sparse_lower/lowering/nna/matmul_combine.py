@@ -17,6 +17,7 @@ from ...errors import SparseLowerError
 from ..compute import ConvParts
 from ..context import FLOAT, LoweringContext
 from .combine import Combine
+from .products import TapProducts
 from .sites import Sizes, column_rows, sum_over_taps
 
 
@@ -24,8 +25,8 @@ MAX_MATRIX_BYTES = 1 << 30  # ScatterMatrices' default max_bytes (custom_ops/ind
 
 
 class MatmulCombine(Combine):
-    def __call__(self, ctx: LoweringContext, conv: ConvParts, nbr: gs.Tensor, partials: list[gs.Tensor],
-                 sizes: Sizes) -> gs.Tensor:
+    def __call__(self, ctx: LoweringContext, conv: ConvParts, nbr: gs.Tensor, x: gs.Tensor, sizes: Sizes,
+                 products: TapProducts) -> gs.Tensor:
         size = conv.taps * (sizes.outputs or 0) * (sizes.columns or 0) * 4  # 0: known only at run time
         if size > MAX_MATRIX_BYTES:
             raise SparseLowerError(f"the matmul combine's scatter matrices [K, M, N] = [{conv.taps}, {sizes.outputs}, "
@@ -33,6 +34,7 @@ class MatmulCombine(Combine):
                                    f"{MAX_MATRIX_BYTES / 2**30:.0f} GiB ScatterMatrices builds", conv.base,
                                    "use combine='gather' or 'scatter' (tables linear in the sites), or a max_active "
                                    "small enough")
+        partials = products.every_tap(ctx, conv, x, sizes.columns)
         shape = self.layout.shape(conv.cout, sizes.outputs)
         (matrices,) = ctx.shared_node("ScatterMatrices", nbr.name, [nbr, column_rows(ctx, conv.coords, sizes)],
                                       [("S", FLOAT, [conv.taps, sizes.outputs, sizes.columns])], {})

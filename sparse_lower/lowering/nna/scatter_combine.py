@@ -11,12 +11,14 @@ import onnx_graphsurgeon as gs
 from ..compute import ConvParts
 from ..context import FLOAT, INT64, LoweringContext
 from .combine import Combine
+from .products import TapProducts
 from .sites import Sizes, column_rows, per_tap, row_count
 
 
 class ScatterCombine(Combine):
-    def __call__(self, ctx: LoweringContext, conv: ConvParts, nbr: gs.Tensor, partials: list[gs.Tensor],
-                 sizes: Sizes) -> gs.Tensor:
+    def __call__(self, ctx: LoweringContext, conv: ConvParts, nbr: gs.Tensor, x: gs.Tensor, sizes: Sizes,
+                 products: TapProducts) -> gs.Tensor:
+        partials = products.every_tap(ctx, conv, x, sizes.columns)
         layout, cout = self.layout, conv.cout
         outputs = row_count(ctx, nbr, sizes.outputs)
         indices = self._indices(ctx, column_rows(ctx, conv.coords, sizes), nbr, outputs, conv.taps, cout, sizes)
