@@ -68,7 +68,7 @@ def _pair_capacities(max_pairs, model: onnx.ModelProto, target: str, combine: st
             raise SparseLowerError(f"max_pairs names '{name}', which is not a sparse conv of the model", name,
                                    f"use the names of its sparse convs (e.g. {', '.join(list(taps)[:3]) or 'none'})")
         if (not isinstance(counts, Sequence) or len(counts) != taps[name]
-                or not all(_positive(n) or (isinstance(n, (int, np.integer)) and n == 0) for n in counts)):
+                or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0 for n in counts)):
             raise SparseLowerError(f"max_pairs['{name}'] = {counts!r} is not {taps[name]} counts >= 0, one per kernel tap",
                                    name, "give one int >= 0 per tap, in the kernel's row-major order")
         checked[name] = tuple(int(n) for n in counts)

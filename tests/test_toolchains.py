@@ -76,13 +76,15 @@ def test_every_table_model_runs_in_the_toolchain_like_onnxruntime(name, layout, 
     assert not compiled.fallbacks, "every op on the accelerator"
 
 
-def test_rknn_places_gathers_on_its_cpu(tmp_path):
+@pytest.mark.parametrize("combine", ["gather", "pairs"])
+def test_rknn_places_gathers_on_its_cpu(combine, tmp_path):
     available("rknn")
     _, model, active, capacity = MODELS[0]
-    lowered = sparse_lower.lower(model, target="nna", combine="gather", max_active=capacity, layout="rows")
+    lowered = sparse_lower.lower(model, target="nna", combine=combine, max_active=capacity, layout="rows")
     compiled = assert_runs_across_runtimes(lowered, example_inputs(model, np.random.default_rng(0), active=active),
                                            "rknn", tmp_path)
-    assert {op for _, op, _, _ in compiled.fallbacks} == {"Gather", "Pad"}
+    # the pairs combine's per-tap gathers of one tensor reach rknn as one, of their indices side by side
+    assert {op for _, op, _, _ in compiled.fallbacks} == {"Gather", "Pad"} | ({"Concat"} if combine == "pairs" else set())
 
 
 def test_litert_refuses_the_image_layout_that_onnx2tf_mistranslates(tmp_path):

@@ -18,7 +18,7 @@ import sparse_lower
 from sparse_lower.bench.profile import profile
 from sparse_lower.bench.run import alternating_medians
 from sparse_lower.bench.systems import session_options
-from sparse_lower.frames.sample import data_places, load_voxels
+from sparse_lower.frames.sample import real_feeds
 from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd, sparse_unet
 from sparse_lower.report import render
 from sparse_lower.runtime import vector_units
@@ -34,10 +34,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=9)
     args = parser.parse_args()
-    frames = []
-    for name in FRAMES:
-        features, coords, _ = load_voxels(next(p for p in data_places(name) if p.is_file()))
-        frames.append({"features": features, "coords": coords})
+    frames = [real_feeds(name) for name in FRAMES]
     lowered = sparse_lower.lower(MODELS[args.model](CanonicalEmitter(), np.random.default_rng(0)))
     quantized, found = sparse_lower.quantize(lowered, frames)
     print(f"{args.model}: {len(found.tops)} of {len(found.tops) + len(found.float_convs)} convs in 8 bits; "

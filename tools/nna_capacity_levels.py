@@ -20,7 +20,7 @@ import onnxruntime as ort
 import sparse_lower
 from sparse_lower.bench.run import alternating_medians
 from sparse_lower.capacity import level_rows
-from sparse_lower.frames.sample import data_places, load_voxels
+from sparse_lower.frames.sample import real_feeds
 from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd
 from sparse_lower.onnx_conventions import SOURCE_DOMAIN
 from sparse_lower.report import render
@@ -49,10 +49,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     model = sp_middle_resnet_fhd(CanonicalEmitter(), np.random.default_rng(0))
-    frames = []
-    for name in FRAMES:
-        features, coords, _ = load_voxels(next(p for p in data_places(name) if p.is_file()))
-        frames.append({"features": features, "coords": coords})
+    frames = [real_feeds(name) for name in FRAMES]
     levels = level_rows(model, frames)
     print(f"active sites per level, most over both frames: {levels}")
     forms = {"one capacity": [max(levels)], "one per level": levels}

@@ -7,7 +7,8 @@ For each frame it prints the useful multiply-adds (one per (input, output) pair 
 reference's pairs), the products' multiply-adds counted from each lowered graph's static shapes (MatMul
 rows · Cin · Cout) and their ratio to the useful ones, and the median time of a run in onnxruntime
 (2 threads, the forms taking turns) and, with --toolchains, in OpenVINO and TVM (the nna segment on the
-toolchain, the index part in onnxruntime with the library); the outputs of both forms are compared.
+toolchain, the index part in onnxruntime with the library; median of half as many runs, each form
+compiled once); every output is compared with the per-level form's in onnxruntime.
 
     python tools/pair_list.py [--repeat 5] [--layout rows] [--toolchains openvino tvm]
 """
@@ -25,7 +26,7 @@ import onnxruntime as ort
 import sparse_lower
 from sparse_lower.bench.run import alternating_medians
 from sparse_lower.capacity import level_rows, pair_rows
-from sparse_lower.frames.sample import data_places, load_voxels
+from sparse_lower.frames.sample import real_feeds
 from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd
 from sparse_lower.onnx_conventions import SOURCE_DOMAIN
 from sparse_lower.report import render
@@ -58,16 +59,14 @@ def product_macs(lowered: onnx.ModelProto) -> int:
     return total
 
 
-def toolchain_ms(lowered: onnx.ModelProto, name: str, feeds: dict, repeat: int) -> tuple[float, dict]:
-    """Median ms of the partitioned model with its nna segment on toolchain `name`, and its outputs."""
-    compiled = compile_partition(sparse_lower.partition(lowered), name, tempfile.mkdtemp(prefix=f"pairs-{name}-"))
-    outputs = compiled.run(feeds)
+def median_run_ms(compiled, feeds: dict, repeat: int) -> float:
+    """Median ms of `repeat` runs of a compiled partition on `feeds` (after the run that checked it)."""
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         compiled.run(feeds)
         times.append(time.perf_counter() - start)
-    return float(np.median(times)) * 1000, outputs
+    return float(np.median(times)) * 1000
 
 
 def main() -> None:
@@ -77,10 +76,7 @@ def main() -> None:
     parser.add_argument("--toolchains", nargs="*", default=[], choices=["openvino", "tvm"])
     args = parser.parse_args()
     model = sp_middle_resnet_fhd(CanonicalEmitter(), np.random.default_rng(0))
-    frames = []
-    for name in FRAMES:
-        features, coords, _ = load_voxels(next(p for p in data_places(name) if p.is_file()))
-        frames.append({"features": features, "coords": coords})
+    frames = [real_feeds(name) for name in FRAMES]
     levels, pairs = level_rows(model, frames), pair_rows(model, frames)
     print(f"capacities per level (most over both frames): {levels}; pairs per tap measured on the same frames")
     forms = {"per level (gather)": {"combine": "gather"}, "pairs": {"combine": "pairs", "max_pairs": pairs}}
@@ -93,6 +89,9 @@ def main() -> None:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     sessions = {title: sparse_lower.create_session(m, sess_options=options) for title, m in lowered.items()}
+    compiled = {(toolchain, title): compile_partition(sparse_lower.partition(m), toolchain,
+                                                      tempfile.mkdtemp(prefix=f"pairs-{toolchain}-"))
+                for toolchain in args.toolchains for title, m in lowered.items()}
     rows = []
     for name, feeds in zip(FRAMES, frames):
         useful = useful_macs(model, pair_rows(model, [feeds]))
@@ -100,16 +99,16 @@ def main() -> None:
         error = relative_error(*outputs.values())
         times = alternating_medians(sessions, feeds, args.repeat)
         extra = {title: [] for title in forms}
-        for toolchain in args.toolchains:
-            for title, m in lowered.items():
-                ms, got = toolchain_ms(m, toolchain, feeds, max(1, args.repeat // 2))
-                extra[title].append(f"{ms:,.0f}")
-                error = max(error, relative_error(next(iter(got.values())), outputs[title]))
+        for (toolchain, title), partition in compiled.items():
+            got = partition.run(feeds)
+            error = max(error, relative_error(next(iter(got.values())), outputs[title]))
+            extra[title].append(f"{median_run_ms(partition, feeds, max(1, args.repeat // 2)):,.0f}")
         for title in forms:
             rows.append([name.split("_")[1], title, f"{useful / 1e9:.1f}", f"{macs[title] / 1e9:.1f}",
                          f"{macs[title] / useful:.2f}", f"{times[title]:,.0f}",
                          f"{times['per level (gather)'] / times[title]:.2f}", *extra[title]])
-        print(f"{name}: the two forms' outputs differ by {error:.1e} (relative to the largest value)", flush=True)
+        print(f"{name}: the outputs differ by at most {error:.1e} (relative to the largest value), between the forms "
+              f"and between the runtimes", flush=True)
     print(render(["frame", "form", "useful GMACs", "product GMACs", "x useful", "onnxruntime ms", "speed-up",
                   *(f"{t} ms" for t in args.toolchains)], rows))
     print(f"{args.layout} layout; onnxruntime {ort.__version__}, 2 threads, median of {args.repeat} runs, the forms "

@@ -27,7 +27,7 @@ import onnxruntime as ort
 import sparse_lower
 from sparse_lower.bench.memory import process_peak_mb
 from sparse_lower.bench.run import alternating_medians
-from sparse_lower.frames.sample import data_places, load_voxels
+from sparse_lower.frames.sample import real_feeds
 from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd
 from sparse_lower.report import render
 from sparse_lower.runtime import pad_rows
@@ -57,14 +57,6 @@ def session(system: str, model, threads: int):
     return Padded(lowered, plain) if system == SYSTEMS[2] else plain
 
 
-def frame_feeds(name: str) -> dict:
-    path = next((p for p in data_places(name) if p.is_file()), None)
-    if path is None:
-        raise SystemExit(f"no {name}: run from the checkout root with ../shared/data, or set SPARSE_LOWER_DATA")
-    features, coords, _ = load_voxels(path)
-    return {"features": features, "coords": coords}
-
-
 def peak_child(system: str, frame: str, threads: int) -> float:
     """Peak resident MiB of a process that lowers the backbone for `system` and runs `frame` twice."""
     child = subprocess.run([sys.executable, __file__, "--peak", system, frame, "--threads", str(threads)],
@@ -84,13 +76,13 @@ def main() -> None:
         system, frame = args.peak
         run = session(system, model, args.threads)
         for _ in range(2):
-            run.run(None, frame_feeds(frame))
+            run.run(None, real_feeds(frame))
         print(json.dumps({"peak_mb": round(process_peak_mb(), 1)}))
         return
     sessions = {system: session(system, model, args.threads) for system in SYSTEMS}
     rows = []
     for frame in FRAMES:
-        feeds = frame_feeds(frame)
+        feeds = real_feeds(frame)
         outputs = [s.run(None, feeds)[0] for s in sessions.values()]
         difference = max(float(np.abs(out - outputs[0]).max() / np.abs(outputs[0]).max()) for out in outputs[1:])
         medians = alternating_medians(sessions, feeds, args.repeat)

@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 
 import sparse_lower
-from sparse_lower.frames.sample import data_places, load_voxels
+from sparse_lower.frames.sample import real_feeds
 from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd
 from sparse_lower.report import render
 
@@ -37,11 +37,7 @@ PATHS = {"widest": {}, "avx2": {"SPARSE_LOWER_NO_AVX512": "1"}, "portable": {"SP
 
 
 def frames() -> list[dict]:
-    found = []
-    for name in FRAMES:
-        features, coords, _ = load_voxels(next(p for p in data_places(name) if p.is_file()))
-        found.append({"features": features, "coords": coords})
-    return found
+    return [real_feeds(name) for name in FRAMES]
 
 
 def child(folder: Path, threads: int, repeat: int) -> None:

@@ -15,7 +15,7 @@ namespace sparse_lower {
 // sources [Σ_k (c_k + 1)]: tap k's block holds the input row of each of its pairs in output order, then
 // N (the zero row) up to c_k + 1 entries, c_k being capacities[k] or, without capacities, its pair count.
 // positions [K, M]: where output m finds its pair of tap k within tap k's block (its first N: none).
-// offsets [K + 1]: where each block starts, and the total.
+// offsets [K + 1]: where each tap's block starts, then the total (the bounds of a Slice per tap).
 class PairLists {
  public:
   static constexpr const char* kName = "PairLists";

@@ -54,9 +54,12 @@ def alternating_medians(sessions: dict, feeds: dict, repeat: int) -> dict[str, f
     return {title: _median_ms(values) for title, values in samples.items()}
 
 
-MEMORY_SYSTEMS = ("ours-gpu-auto", "ours-gpu-auto-2threads", "spconv-2.3.8")  # measured on network cases
+# measured on network cases; a fitted nna system's peak includes measuring its capacities on the frame
+MEMORY_SYSTEMS = ("ours-gpu-auto", "ours-gpu-auto-2threads", "spconv-2.3.8", "ours-nna-levels-2threads",
+                  "ours-nna-pairs-2threads")
 PROFILED_SYSTEM = "ours-gpu-auto-2threads"  # how a user runs it; its profile is printed for network cases
-SCALING_SYSTEMS = ("ours-gpu-auto", "ours-gpu-auto-2threads", "spconv-2.3.8", "minkowski-0.5.4")
+SCALING_SYSTEMS = ("ours-gpu-auto", "ours-gpu-auto-2threads", "spconv-2.3.8", "minkowski-0.5.4",
+                   "ours-nna-levels-2threads", "ours-nna-pairs-2threads")
 
 
 def run_case(case, systems, repeat: int, log=print, quick: bool = False) -> dict:

@@ -17,6 +17,7 @@ import onnx
 import onnxruntime as ort
 
 from ..api import lower
+from ..capacity import level_rows, pair_rows
 from ..onnx_conventions import IR_VERSION, OPSET
 from ..runtime import create_session
 from .cases import Built, Skip
@@ -97,15 +98,25 @@ class Prepared:
 
 
 class Ours:
-    def __init__(self, name: str, target: str, nna_max_rows: int | None = None, threads: int = THREADS, **options):
+    """Our lowering for `target` with `options`. `fitted` (nna): static shapes fitted to the case's own
+    frame, a capacity per level (capacity.level_rows) and, for the pairs combine, the pairs per tap
+    (capacity.pair_rows), as a deployment measures them on its frames."""
+
+    def __init__(self, name: str, target: str, nna_max_rows: int | None = None, threads: int = THREADS,
+                 fitted: bool = False, **options):
         self.name, self.target, self.options, self.nna_max_rows = name, target, options, nna_max_rows
-        self.threads = threads
+        self.threads, self.fitted = threads, fitted
 
     def prepare(self, built: Built) -> Prepared:
         if self.target == "nna" and self.nna_max_rows is not None and built.rows_in > self.nna_max_rows:
             raise Skip(f"nna skipped above {self.nna_max_rows:,} input rows (has {built.rows_in:,}); "
                        "--nna-max-rows raises it")
-        lowered = lower(built.source, target=self.target, **self.options)
+        options = dict(self.options)
+        if self.fitted:
+            options["max_active"] = level_rows(built.source, [built.feeds])
+            if options.get("combine") == "pairs":
+                options["max_pairs"] = pair_rows(built.source, [built.feeds])
+        lowered = lower(built.source, target=self.target, **options)
         session = create_session(lowered, sess_options=session_options(self.threads))
         feeds = dict(built.feeds)
         first = session.run(None, feeds)
@@ -162,6 +173,10 @@ def default_systems(nna_max_rows: int | None = 50_000) -> list:
             Ours("ours-gpu-rulebook", "gpu", strategy="rulebook"),
             Ours("ours-nna-gather", "nna", nna_max_rows, combine="gather"),
             Ours("ours-nna-scatter", "nna", nna_max_rows, combine="scatter"),
+            Ours("ours-nna-levels-2threads", "nna", nna_max_rows, threads=2, fitted=True, combine="gather",
+                 layout="rows"),
+            Ours("ours-nna-pairs-2threads", "nna", nna_max_rows, threads=2, fitted=True, combine="pairs",
+                 layout="rows"),
             Spconv(), Minkowski(), DenseOrt()]
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import SparseLowerError
+
 CENTERPOINT_GRID = (41, 1440, 1440)  # CenterPoint's nuScenes voxel grid (z, y, x), the reference networks' default
 CENTERPOINT_FILE = "nuscenes_centerpoint_voxels.npz"
 
@@ -34,6 +36,17 @@ def load_voxels(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, tuple]
     data = np.load(path)
     return (data["features"].astype(np.float32), data["coords"].astype(np.int64),
             tuple(int(v) for v in data["spatial_shape"]))
+
+
+def real_feeds(name: str = CENTERPOINT_FILE) -> dict[str, np.ndarray]:
+    """The shared data frame `name` as the reference networks' feeds, {"features", "coords"}; the tools'
+    one way of reading the real frames, refusing with the fix where the file is not found."""
+    path = find_data(name)
+    if path is None:
+        raise SparseLowerError(f"no {name} at {', '.join(map(str, data_places(name)))}",
+                               fix="run from the checkout root with ../shared/data beside it, or set SPARSE_LOWER_DATA")
+    features, coords, _ = load_voxels(path)
+    return {"features": features, "coords": coords}
 
 
 def synthetic_voxels(count: int = 20000, seed: int = 0, grid=CENTERPOINT_GRID) -> tuple[np.ndarray, np.ndarray, tuple]:

@@ -76,6 +76,11 @@ class Toolchain(ABC):
         self.precision = QUANTIZED_PRECISION[activation_bits]
         return quantize_qdq(model, samples, keep_float, activation_bits)
 
+    def adapted(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """The prepared segment as this toolchain must be given it: the same computation in other standard
+        ops where the toolchain computes a form wrong; by default the segment itself."""
+        return model
+
     @abstractmethod
     def build(self, model: onnx.ModelProto, path: Path) -> None:
         """Compile the (prepared) segment model into the artifact `path`; `path.with_suffix(".onnx")`

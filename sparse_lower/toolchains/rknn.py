@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_graphsurgeon as gs
 
 from ..errors import SparseLowerError
 from .base import QUANTIZED_PRECISION, Run, Toolchain
@@ -83,6 +84,40 @@ class Rknn(Toolchain):
         listing = onnx_path.with_name(f"{onnx_path.stem}.calibration.txt")
         listing.write_text("\n".join(lines) + "\n")
         return str(listing)
+
+    def adapted(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """Every group of `Gather`s of one tensor along one axis made one `Gather` of their indices, side
+        by side, and a `Slice` per former gather: rknn-toolkit2 computes every `Gather` of a tensor after
+        the first as if it were the first (the same rows whatever its indices; of another length, a shape
+        error), measured on 2.5 with the pairs combine's per-tap gathers of the input rows."""
+        graph = gs.import_onnx(model)
+        groups: dict[tuple[str, int], list[gs.Node]] = {}
+        for node in graph.nodes:
+            if node.op == "Gather" and node.inputs[1].shape and len(node.inputs[1].shape) == 1:
+                groups.setdefault((node.inputs[0].name, node.attrs.get("axis", 0)), []).append(node)
+        for (_, axis), nodes in groups.items():
+            if len(nodes) < 2 or not all(isinstance(n.inputs[1].shape[0], int) for n in nodes):
+                continue
+            lengths = [n.inputs[1].shape[0] for n in nodes]
+            base = nodes[0].name or nodes[0].outputs[0].name
+            indices = gs.Variable(f"{base}/indices", dtype=nodes[0].inputs[1].dtype, shape=[sum(lengths)])
+            graph.nodes.append(gs.Node("Concat", f"{base}/Concat", {"axis": 0}, [n.inputs[1] for n in nodes], [indices]))
+            data = nodes[0].inputs[0]
+            gathered = gs.Variable(f"{base}/gathered", dtype=data.dtype)
+            graph.nodes.append(gs.Node("Gather", f"{base}/Gather", {"axis": axis}, [data, indices], [gathered]))
+            ends = np.cumsum(lengths)
+            for node, start, end in zip(nodes, ends - lengths, ends):
+                bounds = [gs.Constant(f"{node.name}/{what}", np.array([value], np.int64))
+                          for what, value in (("start", start), ("end", end), ("axis", axis))]
+                graph.nodes.append(gs.Node("Slice", f"{node.name}/Slice", inputs=[gathered, *bounds],
+                                           outputs=list(node.outputs)))
+                node.outputs.clear()
+        graph.cleanup().toposort()
+        adapted = gs.export_onnx(graph, do_type_check=False)
+        adapted.ir_version = model.ir_version  # onnx-graphsurgeon stamps its own
+        del adapted.opset_import[:]
+        adapted.opset_import.extend(model.opset_import)
+        return adapted
 
     def build(self, model: onnx.ModelProto, path: Path) -> None:
         onnx_path = path.with_suffix(".onnx")

@@ -57,7 +57,7 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
         segment = _accepted(parts.segment_model(entry["index"]), entry["index"], chain)
         if samples is not None:
             segment = chain.quantized(segment, samples[entry["index"]], keep_float, activation_bits)
-        prepared = prepare(segment)
+        prepared = chain.adapted(prepare(segment))
         onnx.save(prepared, file)  # the file the toolchain took
         artifact = file.with_suffix(chain.suffix)
         chain.build(prepared, artifact)

@@ -1,7 +1,8 @@
 """The `pairs` combine: multiply only the rows that have a partner. Per tap k, `Gather` the input rows
 paired through k (`P_k` of them, listed by pair_lists.py, then the zero row), multiply them by `W_k`,
 and `Gather` for each output its pair's product row (the zero row's product where it has none), then
-`Add` over taps.
+`Add` over taps. Each tap's rows are gathered, multiplied and dropped in turn: no tensor holds every
+tap's rows at once.
 
 Why: the other combines multiply every input row by every tap, K·N·Cin·Cout multiply-adds, where a
 sparse conv needs only Σ_k P_k·Cin·Cout; on LiDAR frames most taps pair a fraction of the rows (the
@@ -40,10 +41,10 @@ class PairCombine(Combine):
         capacities = self.capacities(conv, sizes)
         inputs = conv.coords if capacities is None else ctx.shared_constant(
             f"rows_{sizes.inputs}", np.zeros((sizes.inputs, 0), np.int64))  # its row count is the zero row's index
-        sources, positions = pair_lists(ctx, nbr, inputs, capacities, f"max_pairs['{conv.base}']")
+        tables = pair_lists(ctx, nbr, inputs, capacities, f"max_pairs['{conv.base}']")
         shape = self.layout.shape(conv.cout, sizes.outputs)
         moved = []
-        for k, (source, position) in enumerate(zip(sources, positions)):
+        for k, (source, position) in enumerate(zip(tables.sources, tables.positions)):
             columns = capacities[k] + 1 if capacities else None
             (rows,) = ctx.standard("Gather", f"{conv.base}/tap{k}", [x, source],
                                    [("paired", FLOAT, self.layout.shape(conv.cin, columns))], {"axis": self.layout.axis})
