@@ -106,10 +106,10 @@ class Rknn(Toolchain):
             gathered = gs.Variable(f"{base}/gathered", dtype=data.dtype)
             graph.nodes.append(gs.Node("Gather", f"{base}/Gather", {"axis": axis}, [data, indices], [gathered]))
             ends = np.cumsum(lengths)
-            for node, start, end in zip(nodes, ends - lengths, ends):
-                bounds = [gs.Constant(f"{node.name}/{what}", np.array([value], np.int64))
+            for i, (node, start, end) in enumerate(zip(nodes, ends - lengths, ends)):
+                bounds = [gs.Constant(f"{base}/slice{i}/{what}", np.array([value], np.int64))
                           for what, value in (("start", start), ("end", end), ("axis", axis))]
-                graph.nodes.append(gs.Node("Slice", f"{node.name}/Slice", inputs=[gathered, *bounds],
+                graph.nodes.append(gs.Node("Slice", f"{base}/slice{i}", inputs=[gathered, *bounds],
                                            outputs=list(node.outputs)))
                 node.outputs.clear()
         graph.cleanup().toposort()
