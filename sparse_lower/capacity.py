@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import onnx
 
 from .api import lower
@@ -46,14 +47,7 @@ def level_rows(model: onnx.ModelProto | str | os.PathLike, frames: list[dict]) -
     """The most active sites at each level (0: the model's input sites; schemas.coords_levels) over
     `frames` (feeds by input name): `lower(model, "nna", max_active=level_rows(model, frames))` runs
     every one of them."""
-    model = load(model)
-    levels = coords_levels(model.graph)
-    rows = [0] * (1 + max([0, *levels.values()]))
-    for coords in _coords_runs(model, _conv_nodes(model), frames):
-        for name, value in coords.items():
-            level = levels.get(name, 0)
-            rows[level] = max(rows[level], len(value))
-    return rows
+    return _measured(model, frames, pairs=False)[0]
 
 
 def pair_rows(model: onnx.ModelProto | str | os.PathLike, frames: list[dict]) -> dict[str, list[int]]:
@@ -61,17 +55,42 @@ def pair_rows(model: onnx.ModelProto | str | os.PathLike, frames: list[dict]) ->
     `lower(model, "nna", combine="pairs", max_active=level_rows(...), max_pairs=pair_rows(...))` runs
     every one of them with no more products than they need. Convs without a name are left out (they
     hold every row per tap)."""
+    return _measured(model, frames, pairs=True)[1]
+
+
+def level_and_pair_rows(model: onnx.ModelProto | str | os.PathLike,
+                        frames: list[dict]) -> tuple[list[int], dict[str, list[int]]]:
+    """`level_rows` and `pair_rows` from one run of the model over the frames, for callers that need both."""
+    return _measured(model, frames, pairs=True)
+
+
+def _measured(model, frames: list[dict], pairs: bool) -> tuple[list[int], dict[str, list[int]]]:
+    """The most rows per level and, with `pairs`, the most pairs per tap of every named conv."""
     model = load(model)
-    convs = [n for n in _conv_nodes(model) if n.name]
+    convs = _conv_nodes(model)
+    levels = coords_levels(model.graph)
+    rows = [0] * (1 + max([0, *levels.values()]))
     most: dict[str, list[int]] = {}
     for coords in _coords_runs(model, convs, frames):
-        counted = {}  # layers with the same coords and attributes have the same pairs
-        for node in convs:
-            targets = coords[node.input[4]] if len(node.input) > 4 and node.input[4] else None
-            key = (node.op_type, node.input[1], node.input[4] if targets is not None else "",
-                   tuple(a.SerializeToString() for a in node.attribute))
-            if key not in counted:
-                pairs, _ = conv_pairs(node, coords[node.input[1]], targets)
-                counted[key] = [len(rows) for _, rows, _ in pairs]
-            most[node.name] = [max(a, b) for a, b in zip(most.get(node.name, counted[key]), counted[key])]
-    return most
+        for name, value in coords.items():
+            level = levels.get(name, 0)
+            rows[level] = max(rows[level], len(value))
+        if pairs:
+            for name, counts in _pair_counts([n for n in convs if n.name], coords).items():
+                most[name] = [max(a, b) for a, b in zip(most.get(name, counts), counts)]
+    return rows, most
+
+
+def _pair_counts(convs: list[onnx.NodeProto], coords: dict[str, np.ndarray]) -> dict[str, list[int]]:
+    """Per conv, the pairs of each tap on one frame's coords (the reference's pairs)."""
+    counted = {}  # layers with the same coords and attributes have the same pairs
+    found = {}
+    for node in convs:
+        targets = coords[node.input[4]] if len(node.input) > 4 and node.input[4] else None
+        key = (node.op_type, node.input[1], node.input[4] if targets is not None else "",
+               tuple(a.SerializeToString() for a in node.attribute))
+        if key not in counted:
+            pairs, _ = conv_pairs(node, coords[node.input[1]], targets)
+            counted[key] = [len(rows) for _, rows, _ in pairs]
+        found[node.name] = counted[key]
+    return found

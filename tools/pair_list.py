@@ -25,7 +25,7 @@ import onnxruntime as ort
 
 import sparse_lower
 from sparse_lower.bench.run import alternating_medians
-from sparse_lower.capacity import level_rows, pair_rows
+from sparse_lower.capacity import level_and_pair_rows, pair_rows
 from sparse_lower.frames.sample import real_feeds
 from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd
 from sparse_lower.onnx_conventions import SOURCE_DOMAIN
@@ -77,7 +77,7 @@ def main() -> None:
     args = parser.parse_args()
     model = sp_middle_resnet_fhd(CanonicalEmitter(), np.random.default_rng(0))
     frames = [real_feeds(name) for name in FRAMES]
-    levels, pairs = level_rows(model, frames), pair_rows(model, frames)
+    levels, pairs = level_and_pair_rows(model, frames)
     print(f"capacities per level (most over both frames): {levels}; pairs per tap measured on the same frames")
     forms = {"per level (gather)": {"combine": "gather"}, "pairs": {"combine": "pairs", "max_pairs": pairs}}
     lowered = {title: sparse_lower.lower(model, target="nna", max_active=levels, layout="rows", **options)

@@ -17,7 +17,7 @@ import onnx
 import onnxruntime as ort
 
 from ..api import lower
-from ..capacity import level_rows, pair_rows
+from ..capacity import level_and_pair_rows, level_rows
 from ..onnx_conventions import IR_VERSION, OPSET
 from ..runtime import create_session
 from .cases import Built, Skip
@@ -112,10 +112,10 @@ class Ours:
             raise Skip(f"nna skipped above {self.nna_max_rows:,} input rows (has {built.rows_in:,}); "
                        "--nna-max-rows raises it")
         options = dict(self.options)
-        if self.fitted:
+        if self.fitted and options.get("combine") == "pairs":
+            options["max_active"], options["max_pairs"] = level_and_pair_rows(built.source, [built.feeds])
+        elif self.fitted:
             options["max_active"] = level_rows(built.source, [built.feeds])
-            if options.get("combine") == "pairs":
-                options["max_pairs"] = pair_rows(built.source, [built.feeds])
         lowered = lower(built.source, target=self.target, **options)
         session = create_session(lowered, sess_options=session_options(self.threads))
         feeds = dict(built.feeds)

@@ -13,7 +13,7 @@ from onnx import numpy_helper
 
 from ..api import load
 from ..assumed_active import assumed_active
-from ..capacity import level_rows, pair_rows
+from ..capacity import level_and_pair_rows
 from ..errors import SparseLowerError
 from ..frames.files import feeds_of, read_frames
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model, nothing_to_lower
@@ -149,14 +149,14 @@ class InspectCommand:
         if frames:
             feeds = feeds_of(model, frames)
             grown = partial(_with_margin, args.margin)
-            self._levels(model, feeds, len(frames), grown, out)
-            self._pairs(model, feeds, grown, args.max_pairs_out)
+            rows, pairs = level_and_pair_rows(model, feeds)
+            self._levels(rows, len(frames), grown, out)
+            self._pairs(pairs, grown, args.max_pairs_out)
         return 0
 
     @staticmethod
-    def _levels(model: onnx.ModelProto, feeds: list[dict], frames: int, grown, out: Verbosity) -> None:
+    def _levels(rows: list[int], frames: int, grown, out: Verbosity) -> None:
         """The most active sites per level over the frames, and the capacity per level that holds them."""
-        rows = level_rows(model, feeds)
         out.say(render(["level", "active sites (most, over the frames)"],
                        [[level, f"{n:,}"] for level, n in enumerate(rows)]))
         capacities = ",".join(str(max(grown(n), 1)) for n in rows)  # a level no frame reached still needs a valid one
@@ -165,9 +165,9 @@ class InspectCommand:
               f"margin; other frames may need more)")
 
     @staticmethod
-    def _pairs(model: onnx.ModelProto, feeds: list[dict], grown, path: str | None) -> None:
+    def _pairs(measured: dict[str, list[int]], grown, path: str | None) -> None:
         """The most pairs per tap of every named conv over the frames: the pairs combine's capacities."""
-        pairs = {name: [grown(n) for n in counts] for name, counts in pair_rows(model, feeds).items()}
+        pairs = {name: [grown(n) for n in counts] for name, counts in measured.items()}
         print(f"pairs per kernel tap (most over the frames, plus {grown.args[0]:g} %; what --combine pairs multiplies, "
               f"in the kernel's row-major tap order):")
         print(render(["sparse layer", "pairs", "per tap"], [[name, f"{sum(counts):,}", ",".join(map(str, counts))]
