@@ -26,7 +26,7 @@ from .runtime import create_session
 from .schemas import CONV_OPS, coords_levels
 
 
-def _conv_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+def conv_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     convs = [n for n in model.graph.node if n.domain == SOURCE_DOMAIN and n.op_type in CONV_OPS]
     if not convs:
         raise SparseLowerError("the levels are those of the model's sparse convs, and it has none (a lowered model, "
@@ -34,7 +34,7 @@ def _conv_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     return convs
 
 
-def _coords_runs(model: onnx.ModelProto, convs: list[onnx.NodeProto], frames: list[dict]):
+def coords_runs(model: onnx.ModelProto, convs: list[onnx.NodeProto], frames: list[dict]):
     """Per frame, every coords tensor the convs read or write, by name (the model run on the gpu target)."""
     watched = list(dict.fromkeys([*(n.input[1] for n in convs), *(n.output[1] for n in convs),
                                   *(n.input[4] for n in convs if len(n.input) > 4 and n.input[4])]))
@@ -67,11 +67,11 @@ def level_and_pair_rows(model: onnx.ModelProto | str | os.PathLike,
 def _measured(model, frames: list[dict], pairs: bool) -> tuple[list[int], dict[str, list[int]]]:
     """The most rows per level and, with `pairs`, the most pairs per tap of every named conv."""
     model = load(model)
-    convs = _conv_nodes(model)
+    convs = conv_nodes(model)
     levels = coords_levels(model.graph)
     rows = [0] * (1 + max([0, *levels.values()]))
     most: dict[str, list[int]] = {}
-    for coords in _coords_runs(model, convs, frames):
+    for coords in coords_runs(model, convs, frames):
         for name, value in coords.items():
             level = levels.get(name, 0)
             rows[level] = max(rows[level], len(value))
