@@ -33,7 +33,8 @@ TOOLS = ROOT / "tools"
 
 # The Python modules of the optional extras (pyproject.toml) that a documented example may import.
 EXTRA_OF_MODULE = {"openvino": "openvino", "tvm": "tvm", "ray": "ray", "torch": "spconv", "spconv": "spconv",
-                   "rknn": "rknn", "onnx2tf": "tflite", "ai_edge_litert": "tflite"}
+                   "rknn": "rknn", "onnx2tf": "tflite", "ai_edge_litert": "tflite",
+                   "onnxruntime_qnn": "qnn"}
 
 
 @dataclass

@@ -60,7 +60,8 @@ def assert_runs_across_runtimes(lowered, feeds, name, directory, tolerance=None)
 FORMS = [("openvino", "image", "gather"), ("openvino", "image", "scatter"), ("openvino", "rows", "matmul"),
          ("openvino", "rows", "pairs"), ("tvm", "image", "gather"), ("tvm", "rows", "scatter"),
          ("tvm", "image", "matmul"), ("tvm", "image", "pairs"), ("rknn", "rows", "matmul"),
-         ("tflite", "rows", "gather"), ("tflite", "rows", "matmul"), ("tflite", "rows", "pairs")]
+         ("tflite", "rows", "gather"), ("tflite", "rows", "matmul"), ("tflite", "rows", "pairs"),
+         ("qnn", "rows", "gather"), ("qnn", "rows", "matmul"), ("qnn", "rows", "pairs")]
 
 
 @pytest.mark.parametrize("case", range(len(MODELS)), ids=[m[0] for m in MODELS])
@@ -85,6 +86,47 @@ def test_rknn_places_gathers_on_its_cpu(combine, tmp_path):
                                            "rknn", tmp_path)
     # the pairs combine's per-tap gathers of one tensor reach rknn as one, of their indices side by side
     assert {op for _, op, _, _ in compiled.fallbacks} == {"Gather", "Pad"} | ({"Concat"} if combine == "pairs" else set())
+
+
+def test_qnn_runs_scatter_add_on_the_cpu_and_the_rest_on_its_htp(tmp_path):
+    available("qnn")
+    _, model, active, capacity = MODELS[0]
+    lowered = sparse_lower.lower(model, target="nna", combine="scatter", max_active=capacity, layout="rows")
+    compiled = assert_runs_across_runtimes(lowered, example_inputs(model, np.random.default_rng(0), active=active),
+                                           "qnn", tmp_path)
+    assert {op for _, op, _, _ in compiled.fallbacks} == {"ScatterElements"}
+    (entry,) = [e for e in compiled.manifest["segments"] if e["device"] == "nna"]
+    assert {unit for _, unit, _ in entry["placement"]} == {"HTP", "CPU"}
+    assert {op for op, unit, _ in entry["placement"] if unit == "HTP"} >= {"MatMul", "Add"}
+
+
+def test_qnn_writes_a_context_model_that_runs_without_compiling(tmp_path):
+    available("qnn")
+    _, model, active, capacity = MODELS[3]
+    lowered = sparse_lower.lower(model, target="nna", combine="gather", max_active=capacity, layout="rows")
+    assert_runs_across_runtimes(lowered, example_inputs(model, np.random.default_rng(3), active=active), "qnn",
+                                tmp_path)
+    artifact = onnx.load(tmp_path / "01_nna.qnn")
+    assert [node.op_type for node in artifact.graph.node] == ["EPContext"], "the whole segment is one HTP graph"
+    assert dict((a.name, a.i) for a in artifact.graph.node[0].attribute if a.name == "embed_mode") == {"embed_mode": 1}
+
+
+@pytest.mark.parametrize("network", [MODELS[3], MODELS[4]], ids=["patent 2D stack", "head stack"])
+def test_qnn_refuses_the_image_layout_its_htp_computes_wrong(network, tmp_path):
+    available("qnn")
+    parts = sparse_lower.partition(sparse_lower.lower(network.model, target="nna", max_active=network.capacity))
+    with pytest.raises(SparseLowerError, match="QNN's HTP computes the nna image layout wrong.*fix: lower with "
+                                               "layout='rows'"):
+        compile_partition(parts, "qnn", tmp_path)
+
+
+def test_qnn_refuses_int8(tmp_path):
+    available("qnn")
+    network = MODELS[0]
+    parts = sparse_lower.partition(sparse_lower.lower(network.model, target="nna", max_active=network.capacity,
+                                                      layout="rows"))
+    with pytest.raises(SparseLowerError, match="int8 for QNN is not supported.*fix: run QNN in fp16"):
+        compile_partition(parts, "qnn", tmp_path, calibration=calibration_frames(network.model))
 
 
 def test_litert_refuses_the_image_layout_that_onnx2tf_mistranslates(tmp_path):
@@ -262,7 +304,7 @@ def test_index_inputs_read_only_as_indices_become_int32():
 def test_dynamic_accelerator_segments_and_unknown_toolchains_are_refused(tmp_path):
     _, model, _, _ = MODELS[0]
     with pytest.raises(SparseLowerError,
-                       match="unknown toolchain 'tensorrt'.*fix: use one of onnxruntime, openvino, tvm, rknn, tflite"):
+                       match="unknown toolchain 'tensorrt'.*fix: use one of onnxruntime, openvino, tvm, rknn, tflite, qnn"):
         toolchain("tensorrt")
     available("openvino")
     parts = sparse_lower.partition(sparse_lower.lower(model, target="nna"), static_shapes=False)

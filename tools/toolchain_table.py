@@ -50,7 +50,7 @@ DOC = ROOT / "docs" / "toolchains.md"
 RESULTS = ROOT / "docs" / "toolchains_results.jsonl"
 BEGIN, END = "<!-- toolchain-table -->", "<!-- /toolchain-table -->"
 LAYOUTS = {"onnxruntime": ("image", "rows"), "openvino": ("image", "rows"), "tvm": ("image", "rows"),
-           "rknn": ("rows",), "tflite": ("rows", "image")}  # first: the layout measured on the real frames
+           "rknn": ("rows",), "tflite": ("rows", "image"), "qnn": ("rows", "image")}  # first: on the real frames
 COMBINES = ("gather", "scatter", "matmul")
 REAL_FRAME = "nuscenes_bevfusion_voxels.npz"
 FRAMES = ("nuscenes_bevfusion_voxels.npz", "nuscenes_centerpoint_voxels.npz")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -44,13 +45,14 @@ class PartitionCommand:
     model's max_active for its first level, else 500).
 
     --for TOOLCHAIN also compiles every nna segment with an accelerator toolchain (onnxruntime, openvino,
-    tvm, rknn, tflite; each but onnxruntime a pip extra: docs/toolchains.md) and writes its artifact
-    next to the segment (NN_nna.xml, .so, .rknn, .tflite); --calibrate FRAME.npz ... quantizes those
+    tvm, rknn, tflite, qnn; each but onnxruntime a pip extra: docs/toolchains.md) and writes its artifact
+    next to the segment (NN_nna.xml, .so, .rknn, .tflite, .qnn); --calibrate FRAME.npz ... quantizes those
     segments to int8 first, calibrated on the frames (--activation-bits 16: int8 weights and int16
     activations). --inputs then runs the host segments in onnxruntime and the nna segments in the
     toolchain's runtime, and compares with the unpartitioned model within the toolchain's precision
-    (1e-4 relative for fp32, 2e-3 for fp16, 2e-2 for int8).
-    Ops the toolchain placed off its accelerator are listed.
+    (1e-4 relative for fp32, 5e-3 for fp16, 2e-2 for int8).
+    Ops the toolchain placed off its accelerator are listed, and where the toolchain reports placement
+    (rknn, qnn) how many ops of each segment ran on each unit.
 
     example: sparse-lower partition model.nna.onnx --out-dir segments --picture
     example: sparse-lower partition model.nna.onnx --out-dir segments --for openvino --inputs frame.npz
@@ -118,9 +120,11 @@ class PartitionCommand:
         if compiled is not None:
             for entry in compiled.manifest["segments"]:
                 if "artifact" in entry:
+                    units = Counter(unit for _, unit, _ in entry["placement"])
+                    placed = f" ({', '.join(f'{n} ops on its {unit}' for unit, n in units.items())})" if units else ""
                     print(f"compiled segment {entry['index']:02d} ({entry['device']}) with {compiled.toolchain.name} "
                           f"{compiled.manifest['toolchain']['version']} ({compiled.toolchain.precision}): "
-                          f"{compiled.directory / entry['artifact']}")
+                          f"{compiled.directory / entry['artifact']}{placed}")
         count = len(parts.segments)
         print(f"wrote {count} segment{'s' if count != 1 else ''} and {manifest}")
         if args.picture:

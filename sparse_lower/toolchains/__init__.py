@@ -1,5 +1,6 @@
-"""Accelerator toolchains for the nna segments of a partition: OpenVINO, Apache TVM, rknn-toolkit2 and
-LiteRT (through onnx2tf), each an optional extra (docs/toolchains.md).
+"""Accelerator toolchains for the nna segments of a partition: OpenVINO, Apache TVM, rknn-toolkit2,
+LiteRT (through onnx2tf) and Qualcomm's QNN HTP (through onnxruntime-qnn), each an optional extra
+(docs/toolchains.md).
 
     from sparse_lower.toolchains import compile_partition
     parts = sparse_lower.partition(sparse_lower.lower(model, target="nna", max_active=20_000))

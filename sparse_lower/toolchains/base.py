@@ -29,8 +29,10 @@ def image_tensor(model: onnx.ModelProto) -> str | None:
 
 # the precision of a segment quantized with int8 weights, by the width of its activations
 QUANTIZED_PRECISION = {8: "int8", 16: "w8a16"}
-# the largest error relative to the output's magnitude expected from a precision; every quantized one: 2 %
-TOLERANCE = {"fp32": 1e-4, "fp16": 2e-3, **{precision: 2e-2 for precision in QUANTIZED_PRECISION.values()}}
+# the largest error relative to the output's magnitude expected from a precision; every quantized one: 2 %.
+# fp16 (unit roundoff 4.9e-4) through the 20 layers of the CenterPoint backbone: 1.2-2.1e-3 measured on
+# the real frames (rknn, QNN's HTP), so 5e-3
+TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3, **{precision: 2e-2 for precision in QUANTIZED_PRECISION.values()}}
 
 
 class Toolchain(ABC):

@@ -30,7 +30,7 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
                       calibration: Iterable[Mapping[str, np.ndarray]] | None = None,
                       activation_bits: int = 8) -> "CompiledPartition":
     """Write `parts` into `directory` with its accelerator segments compiled by toolchain `name`
-    ("onnxruntime", "openvino", "tvm", "rknn", "tflite"); returns the compiled partition, ready to run.
+    ("onnxruntime", "openvino", "tvm", "rknn", "tflite", "qnn"); returns the compiled partition, ready to run.
     With `calibration` (graph feeds, e.g. real frames) the accelerator segments are quantized
     (quantize.py) on what they read from those feeds: int8 weights, and int8 activations or, with
     `activation_bits=16`, int16 ones (precision "w8a16": on the CenterPoint backbone the 8-bit
