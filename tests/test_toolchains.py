@@ -7,6 +7,10 @@ skip, with the reason, where its pip extra is not installed."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -22,6 +26,7 @@ from sparse_lower.frames.sample import load_voxels
 from sparse_lower.models import CanonicalEmitter, centerpoint_head_stack, small_networks
 from sparse_lower.partition.segments import NodeGraph
 from sparse_lower.toolchains import TOOLCHAINS, CompiledPartition, compile_partition, toolchain
+from sparse_lower.toolchains.mixed_precision import choose_wide_layers
 from sparse_lower.toolchains.prepare import fed, narrowable_inputs, prepare
 from sparse_lower.toolchains.segment_int8 import (activation_ranges, first_and_last_products, quantize_qdq,
                                                    segment_samples, weight_products)
@@ -204,6 +209,31 @@ def test_int8_segments_stay_within_two_percent(name, layout, combine, bits, tmp_
         assert segment_quantized_type(segment) == {8: TensorProto.INT8, 16: TensorProto.INT16}[bits]
 
 
+def test_openvino_int8_is_right_on_cpus_without_vnni(tmp_path):
+    """OpenVINO's int8 on a CPU without VNNI (forced here with oneDNN's ISA cap) sums u8·s8 pairs in 16 bits,
+    which saturate with 8-bit weights; its segments take 7-bit weights and come out as in onnxruntime."""
+    available("openvino")
+    network = MODELS[0]
+    lowered = sparse_lower.lower(network.model, target="nna", max_active=network.capacity)
+    frames = [example_inputs(network.model, np.random.default_rng(100 + i), active=network.active) for i in range(4)]
+    compile_partition(sparse_lower.partition(lowered), "openvino", tmp_path / "ov", calibration=frames[:3])
+    compile_partition(sparse_lower.partition(lowered), "onnxruntime", tmp_path / "ort", calibration=frames[:3])
+    segment = onnx.load(tmp_path / "ov" / "01_nna.onnx")
+    codes = [onnx.numpy_helper.to_array(t) for t in segment.graph.initializer if t.data_type == TensorProto.INT8
+             and t.dims and len(t.dims) > 1]
+    assert codes and max(int(np.abs(c).max()) for c in codes) <= 64
+    np.savez(tmp_path / "frame.npz", **frames[3])
+    script = ("import sys, numpy as np; from sparse_lower.toolchains import CompiledPartition; "
+              "out = CompiledPartition(sys.argv[1]).run(dict(np.load(sys.argv[2]))); "
+              "np.save(sys.argv[3], next(iter(out.values())))")
+    for isa in ("AVX2", "AVX512_CORE_VNNI"):
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / "ov"), str(tmp_path / "frame.npz"),
+                        str(tmp_path / f"{isa}.npy")], check=True, env={**os.environ, "ONEDNN_MAX_CPU_ISA": isa})
+    expected = next(iter(whole(lowered, frames[3]).values()))
+    for isa in ("AVX2", "AVX512_CORE_VNNI"):
+        assert relative_error(np.load(tmp_path / f"{isa}.npy"), expected) <= 2e-2, isa
+
+
 def segment_quantized_type(segment):
     """The element type activations are quantized to: that of the QuantizeLinear zero points."""
     zero_points = {n.input[2] for n in segment.graph.node if n.op_type == "QuantizeLinear"}
@@ -242,6 +272,76 @@ def test_the_command_line_quantizes_with_16_bit_activations(tmp_path, capsys):
     assert "run (onnxruntime, w8a16):" in out and "(within 0.02)" in out, out
     assert main([*command, "--activation-bits", "16"]) == 2
     assert "--activation-bits quantizes" in capsys.readouterr().err
+
+
+def patent_stack_frames(count=3):
+    network = MODELS[3]  # the patent 2-D stack: two quantized layers between its float first and last
+    return network, [example_inputs(network.model, np.random.default_rng(200 + i), active=network.active)
+                     for i in range(count)]
+
+
+def test_mixed_precision_widens_the_most_sensitive_layers_until_the_limit(tmp_path):
+    network, frames = patent_stack_frames()
+    lowered = sparse_lower.lower(network.model, target="nna", max_active=network.capacity, layout="rows")
+    parts = sparse_lower.partition(lowered)
+    nothing = choose_wide_layers(parts, frames, limit=1.0)
+    assert nothing.wide == [] and len(nothing.errors) == 1
+    assert list(nothing.sensitivity) == ["subm0", "subm1"] or list(nothing.sensitivity) == ["subm1", "subm0"]
+    assert list(nothing.sensitivity.values()) == sorted(nothing.sensitivity.values(), reverse=True)
+    everything = choose_wide_layers(parts, frames, limit=0.0)  # unreachable: every layer widened, in rank order
+    assert everything.wide == list(nothing.sensitivity) and len(everything.errors) == 3
+    assert everything.errors[0] == nothing.errors[0]
+    one = choose_wide_layers(parts, frames, limit=(everything.errors[0] + everything.errors[1]) / 2)
+    assert one.wide == everything.wide[:1] and one.errors == everything.errors[:2]
+
+    def outputs(directory, **options):
+        compiled = compile_partition(parts, "onnxruntime", tmp_path / directory, calibration=frames, **options)
+        return compiled, [compiled.run(feeds) for feeds in frames]
+
+    expected = [whole(lowered, feeds) for feeds in frames]
+    mixed, got = outputs("mixed", wide_layers=one.wide)
+    assert mixed.manifest["toolchain"]["wide_layers"] == one.wide
+    assert max(relative_error(g[n], e[n]) for g, e in zip(got, expected) for n in e) == pytest.approx(one.errors[-1])
+    segment = onnx.load(tmp_path / "mixed" / "01_nna.onnx")
+    stored = {t.name: t.data_type for t in segment.graph.initializer}
+    producer = {n.output[0]: n for n in segment.graph.node}
+    widths = {n.name.split("/")[0]: stored[producer[n.input[0]].input[2]] for n in segment.graph.node
+              if n.op_type == "MatMul" and getattr(producer.get(n.input[0]), "op_type", "") == "DequantizeLinear"}
+    assert widths == {one.wide[0]: TensorProto.INT16, everything.wide[1]: TensorProto.INT8}
+    # every layer wide is int16 activations everywhere, to the bit
+    _, all_wide = outputs("all", wide_layers=everything.wide)
+    _, w8a16 = outputs("w8a16", activation_bits=16)
+    assert all(np.array_equal(a[n], b[n]) for a, b in zip(all_wide, w8a16) for n in a)
+
+
+def test_wide_layers_are_checked(tmp_path):
+    network, frames = patent_stack_frames(1)
+    parts = sparse_lower.partition(sparse_lower.lower(network.model, target="nna", max_active=network.capacity,
+                                                      layout="rows"))
+    with pytest.raises(SparseLowerError,
+                       match=r"wide_layers names \['conv9'\], which are no layers.*fix: name some of .*subm0, subm1"):
+        compile_partition(parts, "onnxruntime", tmp_path, calibration=frames, wide_layers=["subm0", "conv9"])
+    with pytest.raises(SparseLowerError, match="wide_layers widens quantized layers.*fix: pass calibration"):
+        compile_partition(parts, "onnxruntime", tmp_path, wide_layers=["subm0"])
+
+
+def test_the_command_line_chooses_the_wide_layers(tmp_path, capsys):
+    network, frames = patent_stack_frames()
+    onnx.save(sparse_lower.lower(network.model, target="nna", max_active=network.capacity, layout="rows"),
+              tmp_path / "stack.nna.onnx")
+    paths = []
+    for i, feeds in enumerate(frames):
+        np.savez(tmp_path / f"frame{i}.npz", **feeds)
+        paths.append(str(tmp_path / f"frame{i}.npz"))
+    command = ["partition", str(tmp_path / "stack.nna.onnx"), "--out-dir", str(tmp_path / "mixed"),
+               "--for", "onnxruntime"]
+    assert main([*command, "--calibrate", *paths, "--wide-layers", "auto", "--inputs", paths[0]]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"wide layers \(16-bit activations\): (none|subm\d(,subm\d)?), \d of 2; the calibration frames "
+                     r"within [\d.]+ % in onnxruntime", out), out
+    assert "(within 0.02)" in out
+    assert main([*command, "--wide-layers", "subm0"]) == 2
+    assert "--wide-layers quantizes" in capsys.readouterr().err
 
 
 def test_activations_quantize_to_8_or_16_bits(tmp_path):

@@ -14,7 +14,6 @@ more on 2 cores (a run of the model on both frames, and a quantization).
 from __future__ import annotations
 
 import argparse
-import re
 
 import numpy as np
 import onnx
@@ -23,8 +22,8 @@ from onnx import numpy_helper
 import sparse_lower
 from sparse_lower.runtime import create_session
 from sparse_lower.toolchains.base import ACCELERATOR
-from sparse_lower.toolchains.segment_int8 import (activation_ranges, first_and_last_products, quantize_qdq,
-                                                   segment_samples, weight_products)
+from sparse_lower.toolchains.segment_int8 import (activation_ranges, first_and_last_products, layer_products,
+                                                   quantize_qdq, run_segments, segment_samples, weight_products)
 from sparse_lower.verify import relative_error, snr_db
 from toolchain_table import FRAMES, capacities_for, frame, real_models
 
@@ -75,9 +74,7 @@ def main() -> None:
         sessions[index] = create_session(replacement)
         cells = []
         for feeds, want in zip(frames, wanted):
-            values = dict(feeds)
-            for s in parts.segments:
-                values.update(zip(s.outputs, sessions[s.index].run(list(s.outputs), {n: values[n] for n in s.inputs})))
+            values = run_segments(parts, sessions, feeds)
             floats = [n for n in names if want[n].dtype.kind == "f"]
             error = max(relative_error(values[n], want[n]) for n in floats)
             cells.append(f"{100 * error:.2f} % ({min(snr_db(values[n], want[n]) for n in floats):.1f} dB)")
@@ -91,10 +88,7 @@ def main() -> None:
     report("int8 weights, int8 activations", quantize_qdq(segment, samples[index], edges, ranges=ranges))
     report("int8 weights, int16 activations", quantize_qdq(segment, samples[index], edges, 16, ranges))
     if args.layers:
-        layers: dict[str, list[str]] = {}
-        for product in products:  # the lowering names a layer's products LAYER/tapK/...
-            layers.setdefault(re.sub(r"/tap\d+/.*$", "", product), []).append(product)
-        for layer, members in layers.items():
+        for layer, members in layer_products(products).items():
             if not set(members) <= edges:
                 report(f"only {layer} in int8",
                        quantize_qdq(segment, samples[index], set(products) - set(members), ranges=ranges))

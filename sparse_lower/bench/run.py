@@ -43,15 +43,21 @@ def median_ms(run, repeat: int) -> float:
     return _median_ms([_timed(run) for _ in range(repeat)])
 
 
-def alternating_medians(sessions: dict, feeds: dict, repeat: int) -> dict[str, float]:
-    """Median ms of `repeat` runs of each onnxruntime session on `feeds`, the sessions taking turns, so
-    that the drift of a shared machine's speed falls on all of them alike (the tools' side-by-side
+def alternating_runs(runs: dict, repeat: int) -> dict[str, float]:
+    """Median ms of `repeat` calls of each of `runs` (title: a function of no arguments), taking turns,
+    so that the drift of a shared machine's speed falls on all of them alike (the tools' side-by-side
     comparisons)."""
-    samples: dict[str, list[float]] = {title: [] for title in sessions}
+    samples: dict[str, list[float]] = {title: [] for title in runs}
     for _ in range(repeat):
-        for title, session in sessions.items():
-            samples[title].append(_timed(lambda s=session: s.run(None, feeds)))
+        for title, run in runs.items():
+            samples[title].append(_timed(run))
     return {title: _median_ms(values) for title, values in samples.items()}
+
+
+def alternating_medians(sessions: dict, feeds: dict, repeat: int) -> dict[str, float]:
+    """`alternating_runs` of onnxruntime sessions (title: session) on `feeds`."""
+    return alternating_runs({title: lambda s=session: s.run(None, feeds) for title, session in sessions.items()},
+                            repeat)
 
 
 # measured on network cases; a fitted nna system's peak includes measuring its capacities on the frame

@@ -15,6 +15,7 @@ from ..partition import DEFAULT_DEVICES
 from ..report import render
 from ..runtime import create_session
 from ..toolchains import TOOLCHAINS, compile_partition
+from ..toolchains.mixed_precision import choose_wide_layers
 from ..verify import relative_error
 from .active import add_active_argument
 from .verbosity import Verbosity
@@ -48,9 +49,11 @@ class PartitionCommand:
     tvm, rknn, tflite, qnn; each but onnxruntime a pip extra: docs/toolchains.md) and writes its artifact
     next to the segment (NN_nna.xml, .so, .rknn, .tflite, .qnn); --calibrate FRAME.npz ... quantizes those
     segments to int8 first, calibrated on the frames (--activation-bits 16: int8 weights and int16
-    activations). --inputs then runs the host segments in onnxruntime and the nna segments in the
-    toolchain's runtime, and compares with the unpartitioned model within the toolchain's precision
-    (1e-4 relative for fp32, 5e-3 for fp16, 2e-2 for int8).
+    activations; --wide-layers A,B: those layers int16, the rest int8; --wide-layers auto: the fewest
+    such layers, chosen by measuring each layer on the calibration frames, that keep them within 2 %).
+    --inputs then runs the host segments in onnxruntime and the nna segments in the toolchain's runtime,
+    and compares with the unpartitioned model within the toolchain's precision (1e-4 relative for fp32,
+    5e-3 for fp16, 2e-2 for int8).
     Ops the toolchain placed off its accelerator are listed, and where the toolchain reports placement
     (rknn, qnn) how many ops of each segment ran on each unit.
 
@@ -77,14 +80,18 @@ class PartitionCommand:
                             help="with --for: quantize the nna segments to int8, calibrated on these inputs")
         parser.add_argument("--activation-bits", type=int, choices=(8, 16), default=8,
                             help="with --calibrate: activations in int8 (default) or int16 (weights stay int8)")
+        parser.add_argument("--wide-layers", metavar="LAYER,...|auto",
+                            help="with --calibrate: these layers read 16-bit activations, the rest --activation-bits; "
+                                 "auto: the fewest that keep the calibration frames within 2 %% (measured)")
         parser.add_argument("--reasons", action="store_true",
                             help="list the nodes that did not get the first device, and why")
 
     def run(self, args, out: Verbosity) -> int:
         devices = [device.strip() for device in args.devices.split(",") if device.strip()]
-        if args.activation_bits != 8 and not args.calibrate:
-            raise SparseLowerError("--activation-bits quantizes, and quantizing needs calibration frames",
-                                   fix="add --calibrate FRAME.npz ...")
+        for option, given in (("--activation-bits", args.activation_bits != 8), ("--wide-layers", args.wide_layers)):
+            if given and not args.calibrate:
+                raise SparseLowerError(f"{option} quantizes, and quantizing needs calibration frames",
+                                       fix="add --calibrate FRAME.npz ...")
         if args.calibrate and not args.toolchain:
             raise SparseLowerError("--calibrate quantizes for a toolchain",
                                    fix="add --for TOOLCHAIN (e.g. --for onnxruntime)")
@@ -94,10 +101,17 @@ class PartitionCommand:
         parts = partition(args.input, devices=devices, static_shapes=not args.dynamic)
         calibration_feeds = feeds_of(parts.model, calibration)
         (feeds,) = feeds_of(parts.model, inputs) or [None]
+        wide = [layer.strip() for layer in (args.wide_layers or "").split(",") if layer.strip()]
+        if wide == ["auto"]:
+            plan = choose_wide_layers(parts, calibration_feeds, log=out.say)
+            print(f"wide layers (16-bit activations): {','.join(plan.wide) or 'none'}, {len(plan.wide)} of "
+                  f"{len(plan.sensitivity)}; the calibration frames within {100 * plan.errors[-1]:.2f} % "
+                  f"in onnxruntime")
+            wide = plan.wide
         if args.toolchain:
             with out.captured():  # the toolchain's own build log: shown with -v
                 compiled = compile_partition(parts, args.toolchain, args.out_dir, calibration_feeds or None,
-                                             args.activation_bits)
+                                             args.activation_bits, wide)
             manifest = compiled.directory / "manifest.json"
         else:
             compiled, manifest = None, parts.to_onnx(args.out_dir)

@@ -42,6 +42,7 @@ class Toolchain(ABC):
     distribution: str  # the PyPI distribution whose version is reported
     suffix: str  # of the artifact file
     precision: str = "fp32"  # what the accelerator computes in; once quantized, one of QUANTIZED_PRECISION
+    seven_bit_weights: bool = False  # with 8-bit activations: weights in −63…63 (segment_int8.quantize_qdq)
 
     @property
     def extra(self) -> str:
@@ -69,14 +70,16 @@ class Toolchain(ABC):
         return None
 
     def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
-                  activation_bits: int = 8) -> onnx.ModelProto:
-        """The segment with int8 weights and `activation_bits` (8 or 16) activations: by default
-        onnxruntime's QDQ form (quantize.py), which the toolchains that read QDQ run as such; a toolchain
-        that quantizes by itself keeps the samples instead."""
+                  activation_bits: int = 8, wide: set[str] = frozenset()) -> onnx.ModelProto:
+        """The segment with int8 weights and `activation_bits` (8 or 16) activations, the products in
+        `wide` with 16-bit ones (mixed_precision.py): by default onnxruntime's QDQ form (segment_int8.py),
+        which the toolchains that read QDQ run as such; a toolchain that quantizes by itself keeps the
+        samples instead."""
         from .segment_int8 import quantize_qdq
 
         self.precision = QUANTIZED_PRECISION[activation_bits]
-        return quantize_qdq(model, samples, keep_float, activation_bits)
+        return quantize_qdq(model, samples, keep_float, activation_bits, wide=wide,
+                            reduce_range=self.seven_bit_weights and activation_bits == 8)
 
     def adapted(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """The prepared segment as this toolchain must be given it: the same computation in other standard

@@ -1,7 +1,13 @@
 """OpenVINO: the segment converted to OpenVINO IR (`.xml` + `.bin`) and run by its CPU plugin in fp32.
 
-Measured: every combine method and both layouts match onnxruntime to ~1e-7 (docs/toolchains.md); nothing needs changing for it. With int16 activations it computes the rows layout's
-scatter and matmul combines wrong, which is refused.
+Measured: every combine method and both layouts match onnxruntime to ~1e-7 (docs/toolchains.md); nothing
+needs changing for it. With int16 activations it computes the rows layout's scatter and matmul combines
+wrong, which is refused. With 8-bit activations its CPU plugin multiplies
+u8 activations by s8 weights in pairs summed in 16 bits where the CPU has no VNNI (`vpmaddubsw`, which
+saturates): 17-30 % off on the small models under AVX2 (`ONEDNN_MAX_CPU_ISA=AVX2` on this machine) where
+onnxruntime is 0.3-5 %. Its int8 segments therefore take 7-bit weights, whose pair sums cannot saturate:
+OpenVINO then computes them as onnxruntime does on every CPU, at the cost of a bit of weight resolution
+(the single SubM model: 0.53 % against 0.37 % with 8-bit weights).
 """
 
 from __future__ import annotations
@@ -21,21 +27,22 @@ class OpenVino(Toolchain):
     modules = ("openvino",)
     distribution = "openvino"
     suffix = ".xml"
+    seven_bit_weights = True  # an IR may run on a CPU without VNNI (module docstring)
 
     def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
-                  activation_bits: int = 8) -> onnx.ModelProto:
+                  activation_bits: int = 8, wide: set[str] = frozenset()) -> onnx.ModelProto:
         """Refused for int16 activations in the rows layout with the scatter or matmul combine: OpenVINO's
         numbers there are 5.5 % off on the head stack and 83 % on the patent 2-D stack, where the QDQ
         model in onnxruntime is 0.08 % and 3.0 % off (docs/toolchains.md)."""
         stored = {tensor.name for tensor in model.graph.initializer}
         combined_by = {node.op_type for node in model.graph.node if node.op_type == "ScatterElements"
                        or (node.op_type == "MatMul" and not stored & set(node.input))}
-        if activation_bits == 16 and combined_by and image_tensor(model) is None:
+        if (activation_bits == 16 or wide) and combined_by and image_tensor(model) is None:
             raise SparseLowerError(f"OpenVINO computes the rows layout's {'/'.join(sorted(combined_by))} combine wrong "
                                    f"with int16 activations (83 % off on the patent 2-D stack, measured)",
                                    fix="lower with combine='gather' or layout='image', or quantize with 8-bit "
                                        "activations")
-        return super().quantized(model, samples, keep_float, activation_bits)
+        return super().quantized(model, samples, keep_float, activation_bits, wide)
 
     def build(self, model: onnx.ModelProto, path: Path) -> None:
         import openvino as ov

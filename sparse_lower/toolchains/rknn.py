@@ -41,14 +41,14 @@ class Rknn(Toolchain):
         self.dataset: list[dict[str, np.ndarray]] | None = None  # int8 calibration inputs; None: fp16
 
     def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
-                  activation_bits: int = 8) -> onnx.ModelProto:
+                  activation_bits: int = 8, wide: set[str] = frozenset()) -> onnx.ModelProto:
         """rknn quantizes by itself at build time (`do_quantization`, its own calibration on `samples`);
         it takes no list of layers to keep float, and for the RK3588 only 8-bit activations."""
-        if activation_bits != 8:
+        if activation_bits != 8 or wide:
             raise SparseLowerError(f"rknn-toolkit2 quantizes {TARGET} segments with 8-bit activations only (its "
                                    f"message: The quantized_dtype = 'w8a16' not support in '{TARGET}')",
-                                   fix="quantize for rknn with 8-bit activations, or run 16-bit activations with "
-                                       "onnxruntime, OpenVINO or TVM")
+                                   fix="quantize for rknn with 8-bit activations and no wide layers, or run 16-bit "
+                                       "activations with onnxruntime, OpenVINO or TVM")
         self.precision = QUANTIZED_PRECISION[activation_bits]
         self.dataset = samples
         return model

@@ -24,15 +24,15 @@ from ..runtime import create_session
 from .base import ACCELERATOR, QUANTIZED_PRECISION, Run, Toolchain
 from .prepare import prepare
 from .registry import toolchain
-from .segment_int8 import first_and_last_products, segment_samples
+from .segment_int8 import first_and_last_products, layer_products, segment_samples, weight_products
 
 def compile_partition(parts: Partition, name: str | Toolchain, directory: str | os.PathLike,
                       calibration: Iterable[Mapping[str, np.ndarray]] | None = None,
-                      activation_bits: int = 8) -> "CompiledPartition":
+                      activation_bits: int = 8, wide_layers: Iterable[str] = ()) -> "CompiledPartition":
     """Write `parts` into `directory` with its accelerator segments compiled by toolchain `name`
     ("onnxruntime", "openvino", "tvm", "rknn", "tflite", "qnn"); returns the compiled partition, ready to run.
     With `calibration` (graph feeds, e.g. real frames) the accelerator segments are quantized
-    (quantize.py) on what they read from those feeds: int8 weights, and int8 activations or, with
+    (segment_int8.py) on what they read from those feeds: int8 weights, and int8 activations or, with
     `activation_bits=16`, int16 ones (precision "w8a16": on the CenterPoint backbone the 8-bit
     activations, not the weights, take its error above 2 %, docs/toolchains.md)."""
     if activation_bits not in QUANTIZED_PRECISION:
@@ -40,6 +40,10 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
                                fix="pass activation_bits=8 (int8) or 16 (int8 weights, int16 activations)")
     if activation_bits != 8 and calibration is None:
         raise SparseLowerError(f"activation_bits={activation_bits} quantizes, and quantizing needs calibration frames",
+                               fix="pass calibration=[feeds, ...]")
+    wide_layers = set(wide_layers)
+    if wide_layers and calibration is None:
+        raise SparseLowerError("wide_layers widens quantized layers, and quantizing needs calibration frames",
                                fix="pass calibration=[feeds, ...]")
     chain = toolchain(name) if isinstance(name, str) else name
     reason = chain.missing()
@@ -50,20 +54,28 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
     manifest = json.loads(manifest_path.read_text())
     samples = segment_samples(parts, calibration) if calibration is not None else None
     keep_float = first_and_last_products(parts.graph) if calibration is not None else set()
+    layers = {layer for index in (samples or {})
+              for layer in layer_products(weight_products(parts.segment_model(index)))}
+    if wide_layers - layers:
+        raise SparseLowerError(f"wide_layers names {sorted(wide_layers - layers)}, which are no layers of the nna "
+                               f"segments", fix=f"name some of {', '.join(sorted(layers))}")
     for entry in manifest["segments"]:
         if entry["device"] != ACCELERATOR:
             continue
         file = directory / entry["file"]
         segment = _accepted(parts.segment_model(entry["index"]), entry["index"], chain)
         if samples is not None:
-            segment = chain.quantized(segment, samples[entry["index"]], keep_float, activation_bits)
+            layers = layer_products(weight_products(segment))
+            wide = {product for layer in wide_layers & set(layers) for product in layers[layer]}
+            segment = chain.quantized(segment, samples[entry["index"]], keep_float, activation_bits, wide)
         prepared = chain.adapted(prepare(segment))
         onnx.save(prepared, file)  # the file the toolchain took
         artifact = file.with_suffix(chain.suffix)
         chain.build(prepared, artifact)
         entry["artifact"] = artifact.name
         entry["placement"] = [list(row) for row in chain.placement(artifact)]
-    manifest["toolchain"] = {"name": chain.name, "version": chain.version(), "precision": chain.precision}
+    manifest["toolchain"] = {"name": chain.name, "version": chain.version(), "precision": chain.precision,
+                             **({"wide_layers": sorted(wide_layers)} if wide_layers else {})}
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     return CompiledPartition(directory, chain)
 

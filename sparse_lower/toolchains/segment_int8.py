@@ -20,6 +20,7 @@ docs/toolchains.md).
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -35,18 +36,23 @@ from ..runtime import create_session
 from .base import ACCELERATOR
 
 
+def run_segments(parts: Partition, sessions: Mapping[int, object], feeds: Mapping[str, np.ndarray]) -> dict:
+    """Every value at a segment boundary on `feeds` (the graph inputs and outputs among them): the
+    segments run in order, each in `sessions[index]` (an onnxruntime session, or one with a quantized
+    segment in its place)."""
+    values = dict(feeds)
+    for segment in parts.segments:
+        inputs = {name: values[name] for name in segment.inputs}
+        values.update(zip(segment.outputs, sessions[segment.index].run(list(segment.outputs), inputs)))
+    return values
+
+
 def segment_samples(parts: Partition, calibration: Iterable[Mapping[str, np.ndarray]]) -> dict[int, list[dict]]:
     """For every accelerator segment of `parts`, its inputs on each calibration feed (in onnxruntime)."""
     sessions = {s.index: create_session(parts.segment_model(s.index)) for s in parts.segments}
-    samples: dict[int, list[dict]] = {s.index: [] for s in parts.segments if s.device == ACCELERATOR}
-    for feeds in calibration:
-        values = dict(feeds)
-        for segment in parts.segments:
-            inputs = {name: values[name] for name in segment.inputs}
-            if segment.index in samples:
-                samples[segment.index].append(inputs)
-            values.update(zip(segment.outputs, sessions[segment.index].run(list(segment.outputs), inputs)))
-    return samples
+    runs = [run_segments(parts, sessions, feeds) for feeds in calibration]
+    return {s.index: [{name: values[name] for name in s.inputs} for values in runs]
+            for s in parts.segments if s.device == ACCELERATOR}
 
 
 def _multiplies_by_a_weight(node: onnx.NodeProto, stored: set[str]) -> bool:
@@ -101,13 +107,25 @@ def activation_ranges(model: onnx.ModelProto, samples: list[dict], products: lis
     return ranges
 
 
+def layer_products(products: list[str]) -> dict[str, list[str]]:
+    """The products by layer: the lowering names a layer's products `LAYER/tapK/…`."""
+    layers: dict[str, list[str]] = {}
+    for product in products:
+        layers.setdefault(re.sub(r"/tap\d+/.*$", "", product), []).append(product)
+    return layers
+
+
 def quantize_qdq(model: onnx.ModelProto, samples: list[dict], keep_float: set[str] = frozenset(),
-                 activation_bits: int = 8, ranges: dict[str, tuple] | None = None) -> onnx.ModelProto:
+                 activation_bits: int = 8, ranges: dict[str, tuple] | None = None,
+                 wide: set[str] = frozenset(), reduce_range: bool = False) -> onnx.ModelProto:
     """`model` with its weight products but `keep_float` in QDQ form, calibrated on `samples` (its
     inputs): int8 weights, and int8 or (`activation_bits=16`, onnxruntime's int16 QuantizeLinear of its
-    com.microsoft domain) int16 activations. `ranges`: `activation_ranges` of these samples for at
-    least the quantized products, when the caller quantizes the same model several ways (computed here
-    otherwise)."""
+    com.microsoft domain) int16 activations; the products in `wide` read int16 activations whatever
+    `activation_bits` (mixed precision, mixed_precision.py). `ranges`: `activation_ranges` of these
+    samples for at least the quantized products, when the caller quantizes the same model several ways
+    (computed here otherwise). `reduce_range`: the products that read 8-bit activations take 7-bit
+    weights (−63…63), whose products with them cannot overflow the 16-bit pair sums of CPUs without
+    VNNI (`vpmaddubsw`)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.calibrate import CalibrationMethod, TensorData, TensorsData, save_tensors_data
 
@@ -115,7 +133,13 @@ def quantize_qdq(model: onnx.ModelProto, samples: list[dict], keep_float: set[st
     if not chosen:  # onnxruntime reads an empty nodes_to_quantize as "every node"
         return model
     read = set(activations_read(model, chosen))
-    ranges = {name: span for name, span in (ranges or activation_ranges(model, samples, chosen)).items() if name in read}
+    ranges = {name: span for name, span in (ranges or activation_ranges(model, samples, chosen)).items()
+              if name in read}
+    narrow = [n for n in chosen if n not in wide] if activation_bits == 8 else []
+    widened = {name: [{"quant_type": QuantType.QInt16}]
+               for name in activations_read(model, [n for n in chosen if n in wide])} if activation_bits == 8 else {}
+    seven_bits = {node.input[1]: [{"axis": 0 if node.op_type == "Conv" else 1, "reduce_range": True}]
+                  for node in model.graph.node if reduce_range and node.name in narrow}
     with tempfile.TemporaryDirectory() as work:
         source, target, cache = Path(work) / "float.onnx", Path(work) / "int8.onnx", Path(work) / "ranges.json"
         onnx.save(model, source)
@@ -128,5 +152,6 @@ def quantize_qdq(model: onnx.ModelProto, samples: list[dict], keep_float: set[st
                         activation_type={8: QuantType.QInt8, 16: QuantType.QInt16}[activation_bits],
                         extra_options={"QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},
                                        "OpTypesToExcludeOutputQuantization": ["Conv", "MatMul"],
-                                       "UseQDQContribOps": activation_bits == 16})
+                                       "UseQDQContribOps": activation_bits == 16 or bool(widened),
+                                       "TensorQuantOverrides": {**widened, **seven_bits}})
         return onnx.load(target)
