@@ -49,8 +49,9 @@ class Qnn(Toolchain):
         toolchains run, a float op between runs on the CPU, or in fp16 with the int8 weights dequantized
         first (the same error at 8 and 16 bits: not int8). The whole-graph uint8 QDQ of onnxruntime's QNN
         quantization config, which onnxruntime's CPU runs 1.2-1.8 % off on the single SubM model, comes
-        out 94-99 % off on the HTP; with every intermediate tensor made a graph output the HTP computes
-        it right (0.15 %), so one of QNN's graph fusions is wrong there (not found yet). uint16: 0.3-6 %."""
+        out 94-99 % off on the HTP: its quantized Gather of 16-column uint8 rows is wrong (1.3-2.2
+        relative; 4 or 32 columns are right), and so is a 4-column uint16 one on some data
+        (tools/qnn_gather_check.py). uint16 segments: 0.3-6 % off on the small models."""
         raise SparseLowerError("int8 for QNN is not supported: the HTP computes the segments' whole-graph uint8 QDQ "
                                "form 94-99 % off where onnxruntime's CPU runs the same file within 2 % (measured)",
                                fix="run QNN in fp16 (no calibration), or int8 with onnxruntime, OpenVINO, TVM or rknn")
@@ -59,7 +60,7 @@ class Qnn(Toolchain):
         log = path.with_suffix(".log")
         log.unlink(missing_ok=True)
         path.unlink(missing_ok=True)  # onnxruntime refuses to write over a context model
-        options = _options()
+        options = htp_session_options()
         options.add_session_config_entry("ep.context_enable", "1")
         options.add_session_config_entry("ep.context_embed_mode", "1")
         options.add_session_config_entry("ep.context_file_path", str(path))
@@ -73,7 +74,7 @@ class Qnn(Toolchain):
         return [tuple(row) for row in json.loads(path.with_suffix(".placement.json").read_text())]
 
     def load(self, path: Path, model: onnx.ModelProto) -> Run:
-        session = _session(path, _options(), path.with_suffix(".log"))
+        session = _session(path, htp_session_options(), path.with_suffix(".log"))
         names = [value.name for value in model.graph.output]
         return lambda inputs: dict(zip(names, session.run(names, fed(model, inputs))))
 
@@ -84,7 +85,7 @@ def _ep_name() -> str:
     return onnxruntime_qnn.get_ep_name()
 
 
-def _options():
+def htp_session_options():
     """Session options with the QNN provider on the HTP backend (fp16 for float ops) ahead of the CPU."""
     import onnxruntime as ort
     import onnxruntime_qnn
