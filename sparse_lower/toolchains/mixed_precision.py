@@ -56,7 +56,7 @@ def choose_wide_layers(parts: Partition, calibration: Iterable[Mapping[str, np.n
     edges = first_and_last_products(parts.graph)
     layers = layer_products([p for index in segments for p in products[index] if p not in edges])
     sessions = {s.index: create_session(parts.segment_model(s.index)) for s in parts.segments}
-    outputs = [name for name in parts.graph.graph_outputs]
+    outputs = list(parts.graph.graph_outputs)
     expected = [run_segments(parts, sessions, feeds) for feeds in frames]
 
     def error(quantized: set[str], wide: set[str]) -> float:
