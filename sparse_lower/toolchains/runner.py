@@ -65,8 +65,8 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
         file = directory / entry["file"]
         segment = _accepted(parts.segment_model(entry["index"]), entry["index"], chain)
         if samples is not None:
-            layers = layer_products(weight_products(segment))
-            wide = {product for layer in wide_layers & set(layers) for product in layers[layer]}
+            by_layer = layer_products(weight_products(segment))
+            wide = {product for layer in wide_layers & set(by_layer) for product in by_layer[layer]}
             segment = chain.quantized(segment, samples[entry["index"]], keep_float, activation_bits, wide)
         prepared = chain.adapted(prepare(segment))
         onnx.save(prepared, file)  # the file the toolchain took

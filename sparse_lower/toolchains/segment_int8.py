@@ -50,9 +50,13 @@ def run_segments(parts: Partition, sessions: Mapping[int, object], feeds: Mappin
 def segment_samples(parts: Partition, calibration: Iterable[Mapping[str, np.ndarray]]) -> dict[int, list[dict]]:
     """For every accelerator segment of `parts`, its inputs on each calibration feed (in onnxruntime)."""
     sessions = {s.index: create_session(parts.segment_model(s.index)) for s in parts.segments}
-    runs = [run_segments(parts, sessions, feeds) for feeds in calibration]
-    return {s.index: [{name: values[name] for name in s.inputs} for values in runs]
-            for s in parts.segments if s.device == ACCELERATOR}
+    accelerated = [s for s in parts.segments if s.device == ACCELERATOR]
+    samples: dict[int, list[dict]] = {s.index: [] for s in accelerated}
+    for feeds in calibration:  # one frame's values at a time
+        values = run_segments(parts, sessions, feeds)
+        for segment in accelerated:
+            samples[segment.index].append({name: values[name] for name in segment.inputs})
+    return samples
 
 
 def _multiplies_by_a_weight(node: onnx.NodeProto, stored: set[str]) -> bool:
