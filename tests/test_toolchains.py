@@ -116,40 +116,28 @@ def test_qnn_writes_a_context_model_that_runs_without_compiling(tmp_path):
     assert dict((a.name, a.i) for a in artifact.graph.node[0].attribute if a.name == "embed_mode") == {"embed_mode": 1}
 
 
-@pytest.mark.parametrize("network", [MODELS[3], MODELS[4]], ids=["patent 2D stack", "head stack"])
-def test_qnn_refuses_the_image_layout_its_htp_computes_wrong(network, tmp_path):
-    available("qnn")
-    parts = sparse_lower.partition(sparse_lower.lower(network.model, target="nna", max_active=network.capacity))
-    with pytest.raises(SparseLowerError, match="QNN's HTP computes the nna image layout wrong.*fix: lower with "
-                                               "layout='rows'"):
-        compile_partition(parts, "qnn", tmp_path)
+@pytest.mark.parametrize("name,case,combine,why", [
+    ("qnn", 3, "gather", "QNN's HTP computes the nna image layout wrong"),
+    ("qnn", 4, "gather", "QNN's HTP computes the nna image layout wrong"),
+    ("tflite", 0, "matmul", "onnx2tf mistranslates the nna image layout")])
+def test_the_image_layout_is_refused_where_a_toolchain_computes_it_wrong(name, case, combine, why, tmp_path):
+    available(name)
+    network = MODELS[case]
+    parts = sparse_lower.partition(sparse_lower.lower(network.model, target="nna", combine=combine,
+                                                      max_active=network.capacity))
+    with pytest.raises(SparseLowerError, match=f"{why}.*fix: lower with layout='rows'"):
+        compile_partition(parts, name, tmp_path)
 
 
-def test_qnn_refuses_int8(tmp_path):
-    available("qnn")
+@pytest.mark.parametrize("name,why", [("qnn", "int8 for QNN is not supported.*fix: run QNN in fp16"),
+                                      ("tflite", "int8 for LiteRT is not supported")])
+def test_int8_is_refused_where_a_toolchain_computes_it_wrong(name, why, tmp_path):
+    available(name)
     network = MODELS[0]
     parts = sparse_lower.partition(sparse_lower.lower(network.model, target="nna", max_active=network.capacity,
                                                       layout="rows"))
-    with pytest.raises(SparseLowerError, match="int8 for QNN is not supported.*fix: run QNN in fp16"):
-        compile_partition(parts, "qnn", tmp_path, calibration=calibration_frames(network.model))
-
-
-def test_litert_refuses_the_image_layout_that_onnx2tf_mistranslates(tmp_path):
-    available("tflite")
-    _, model, _, capacity = MODELS[0]
-    parts = sparse_lower.partition(sparse_lower.lower(model, target="nna", combine="matmul", max_active=capacity))
-    with pytest.raises(SparseLowerError, match="onnx2tf mistranslates the nna image layout.*fix: lower with "
-                                               "layout='rows'"):
-        compile_partition(parts, "tflite", tmp_path)
-
-
-def test_litert_refuses_int8(tmp_path):
-    available("tflite")
-    network = MODELS[0]
-    parts = sparse_lower.partition(sparse_lower.lower(network.model, target="nna", max_active=network.capacity,
-                                                      layout="rows"))
-    with pytest.raises(SparseLowerError, match="int8 for LiteRT is not supported"):
-        compile_partition(parts, "tflite", tmp_path, calibration=calibration_frames(network.model))
+    with pytest.raises(SparseLowerError, match=why):
+        compile_partition(parts, name, tmp_path, calibration=calibration_frames(network.model))
 
 
 def test_litert_reports_onnx2tf_refusing_scatter_add(tmp_path):

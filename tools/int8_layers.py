@@ -23,7 +23,8 @@ import sparse_lower
 from sparse_lower.runtime import create_session
 from sparse_lower.toolchains.base import ACCELERATOR
 from sparse_lower.toolchains.segment_int8 import (activation_ranges, first_and_last_products, layer_products,
-                                                   quantize_qdq, run_segments, segment_samples, weight_products)
+                                                   quantize_qdq, run_segments, segment_samples, segment_sessions,
+                                                   weight_products)
 from sparse_lower.verify import relative_error, snr_db
 from toolchain_table import FRAMES, capacities_for, frame, real_models
 
@@ -67,7 +68,7 @@ def main() -> None:
     samples = segment_samples(parts, frames)
     (index,) = [segment.index for segment in parts.segments if segment.device == ACCELERATOR]
     segment = parts.segment_model(index)
-    sessions = {s.index: create_session(parts.segment_model(s.index)) for s in parts.segments}
+    sessions = segment_sessions(parts)
 
     def report(label: str, replacement: onnx.ModelProto) -> None:
         """Run the partition with the nna segment replaced; print its error on each frame."""

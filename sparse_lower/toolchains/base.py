@@ -43,6 +43,9 @@ class Toolchain(ABC):
     suffix: str  # of the artifact file
     precision: str = "fp32"  # what the accelerator computes in; once quantized, one of QUANTIZED_PRECISION
     seven_bit_weights: bool = False  # with 8-bit activations: weights in −63…63 (segment_int8.quantize_qdq)
+    # what the toolchain measurably does wrong with the nna image layout, "{image}" naming a 4-D tensor
+    # of the segment; None where it takes that layout
+    image_layout_wrong: str | None = None
 
     @property
     def extra(self) -> str:
@@ -66,8 +69,11 @@ class Toolchain(ABC):
 
     def refuses(self, model: onnx.ModelProto) -> tuple[str, str] | None:
         """(why, fix) when this toolchain must not be given the segment (a form measured to convert
-        wrongly); None when it may."""
-        return None
+        wrongly: by default the image layout where `image_layout_wrong` says why); None when it may."""
+        image = image_tensor(model)
+        if self.image_layout_wrong is None or image is None:
+            return None
+        return self.image_layout_wrong.format(image=image), "lower with layout='rows'"
 
     def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
                   activation_bits: int = 8, wide: set[str] = frozenset()) -> onnx.ModelProto:
@@ -79,7 +85,7 @@ class Toolchain(ABC):
 
         self.precision = QUANTIZED_PRECISION[activation_bits]
         return quantize_qdq(model, samples, keep_float, activation_bits, wide=wide,
-                            reduce_range=self.seven_bit_weights and activation_bits == 8)
+                            reduce_range=self.seven_bit_weights)
 
     def adapted(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """The prepared segment as this toolchain must be given it: the same computation in other standard

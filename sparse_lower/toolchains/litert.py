@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from ..errors import SparseLowerError
-from .base import Run, Toolchain, image_tensor
+from .base import Run, Toolchain
 from .prepare import fed
 from .quiet import output_to
 
@@ -28,13 +28,8 @@ class LiteRt(Toolchain):
     modules = ("onnx2tf", "ai_edge_litert")
     distribution = "onnx2tf"
     suffix = ".tflite"
-
-    def refuses(self, model: onnx.ModelProto) -> tuple[str, str] | None:
-        image = image_tensor(model)
-        if image is None:
-            return None
-        return (f"onnx2tf mistranslates the nna image layout (4-D '{image}': a gather on its last axis fails to "
-                f"convert, the matmul combine converts to wrong numbers)", "lower with layout='rows'")
+    image_layout_wrong = ("onnx2tf mistranslates the nna image layout (4-D '{image}': a gather on its last axis "
+                          "fails to convert, the matmul combine converts to wrong numbers)")
 
     def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
                   activation_bits: int = 8, wide: set[str] = frozenset()) -> onnx.ModelProto:

@@ -30,8 +30,8 @@ import numpy as np
 from ..partition import Partition
 from ..runtime import create_session
 from ..verify import relative_error
-from .segment_int8 import (activation_ranges, first_and_last_products, layer_products, quantize_qdq, run_segments,
-                           segment_samples, weight_products)
+from .segment_int8 import (accelerator_inputs, activation_ranges, first_and_last_products, layer_products,
+                           quantize_qdq, run_segments, segment_sessions, weight_products)
 
 LIMIT = 0.02  # the largest error relative to an output's magnitude that int8 is held to (base.TOLERANCE)
 
@@ -49,15 +49,16 @@ def choose_wide_layers(parts: Partition, calibration: Iterable[Mapping[str, np.n
     """The fewest layers, most sensitive first, that must read 16-bit activations for the partition's
     int8 nna segments to stay within `limit` on every calibration frame (module docstring)."""
     frames = list(calibration)
-    samples = segment_samples(parts, frames)
+    sessions = segment_sessions(parts)
+    expected = [run_segments(parts, sessions, feeds) for feeds in frames]  # in float; every segment's inputs too
+    runs = [accelerator_inputs(parts, values) for values in expected]
+    samples = {index: [run[index] for run in runs] for index in runs[0]} if runs else {}
     segments = {index: parts.segment_model(index) for index in samples}
     products = {index: weight_products(model) for index, model in segments.items()}
     ranges = {index: activation_ranges(segments[index], samples[index], products[index]) for index in segments}
     edges = first_and_last_products(parts.graph)
     layers = layer_products([p for index in segments for p in products[index] if p not in edges])
-    sessions = {s.index: create_session(parts.segment_model(s.index)) for s in parts.segments}
     outputs = list(parts.graph.graph_outputs)
-    expected = [run_segments(parts, sessions, feeds) for feeds in frames]
 
     def error(quantized: set[str], wide: set[str]) -> float:
         """The largest error over frames and float outputs with `quantized` products in QDQ form."""

@@ -20,7 +20,7 @@ from pathlib import Path
 import onnx
 
 from ..errors import SparseLowerError
-from .base import Run, Toolchain, image_tensor
+from .base import Run, Toolchain
 from .prepare import fed
 from .quiet import output_to
 
@@ -35,13 +35,8 @@ class Qnn(Toolchain):
     distribution = "onnxruntime-qnn"
     suffix = ".qnn"  # an onnxruntime model (EPContext) with the context binary inside
     precision = "fp16"
-
-    def refuses(self, model: onnx.ModelProto) -> tuple[str, str] | None:
-        image = image_tensor(model)
-        if image is None:
-            return None
-        return (f"QNN's HTP computes the nna image layout wrong (4-D '{image}': 32 % and 160 % off on the patent "
-                f"2-D and head stacks, measured)", "lower with layout='rows'")
+    image_layout_wrong = ("QNN's HTP computes the nna image layout wrong (4-D '{image}': 32 % and 160 % off on the "
+                          "patent 2-D and head stacks, measured)")
 
     def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
                   activation_bits: int = 8, wide: set[str] = frozenset()) -> onnx.ModelProto:

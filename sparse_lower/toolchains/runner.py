@@ -54,8 +54,8 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
     manifest = json.loads(manifest_path.read_text())
     samples = segment_samples(parts, calibration) if calibration is not None else None
     keep_float = first_and_last_products(parts.graph) if calibration is not None else set()
-    layers = {layer for index in (samples or {})
-              for layer in layer_products(weight_products(parts.segment_model(index)))}
+    by_layer = {index: layer_products(weight_products(parts.segment_model(index))) for index in samples or {}}
+    layers = {layer for products in by_layer.values() for layer in products}
     if wide_layers - layers:
         raise SparseLowerError(f"wide_layers names {sorted(wide_layers - layers)}, which are no layers of the nna "
                                f"segments", fix=f"name some of {', '.join(sorted(layers))}")
@@ -65,8 +65,8 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
         file = directory / entry["file"]
         segment = _accepted(parts.segment_model(entry["index"]), entry["index"], chain)
         if samples is not None:
-            by_layer = layer_products(weight_products(segment))
-            wide = {product for layer in wide_layers & set(by_layer) for product in by_layer[layer]}
+            own = by_layer[entry["index"]]
+            wide = {product for layer in wide_layers & set(own) for product in own[layer]}
             segment = chain.quantized(segment, samples[entry["index"]], keep_float, activation_bits, wide)
         prepared = chain.adapted(prepare(segment))
         onnx.save(prepared, file)  # the file the toolchain took

@@ -47,15 +47,23 @@ def run_segments(parts: Partition, sessions: Mapping[int, object], feeds: Mappin
     return values
 
 
+def segment_sessions(parts: Partition) -> dict[int, object]:
+    """An onnxruntime session of every segment of `parts`, by index: what `run_segments` runs."""
+    return {s.index: create_session(parts.segment_model(s.index)) for s in parts.segments}
+
+
+def accelerator_inputs(parts: Partition, values: Mapping[str, np.ndarray]) -> dict[int, dict]:
+    """What each accelerator segment of `parts` reads, from one run's `run_segments` values."""
+    return {s.index: {name: values[name] for name in s.inputs} for s in parts.segments if s.device == ACCELERATOR}
+
+
 def segment_samples(parts: Partition, calibration: Iterable[Mapping[str, np.ndarray]]) -> dict[int, list[dict]]:
     """For every accelerator segment of `parts`, its inputs on each calibration feed (in onnxruntime)."""
-    sessions = {s.index: create_session(parts.segment_model(s.index)) for s in parts.segments}
-    accelerated = [s for s in parts.segments if s.device == ACCELERATOR]
-    samples: dict[int, list[dict]] = {s.index: [] for s in accelerated}
+    sessions = segment_sessions(parts)
+    samples: dict[int, list[dict]] = {s.index: [] for s in parts.segments if s.device == ACCELERATOR}
     for feeds in calibration:  # one frame's values at a time
-        values = run_segments(parts, sessions, feeds)
-        for segment in accelerated:
-            samples[segment.index].append({name: values[name] for name in segment.inputs})
+        for index, inputs in accelerator_inputs(parts, run_segments(parts, sessions, feeds)).items():
+            samples[index].append(inputs)
     return samples
 
 
