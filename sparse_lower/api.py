@@ -88,8 +88,9 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
       input). A `Relu` or residual `Add` (+ `Relu`) right after an `IndexedConv` becomes part of it.
     * target "nna": the index tables from the custom ops, the compute in standard ops only: one 1×1
       Conv per kernel tap on `[1, C, 1, N]` (`fuse_taps`: one Conv with K·Cout outputs) and a
-      `combine` method ("gather", "scatter", "matmul"; "pairs" multiplies only the rows each tap pairs,
-      docs/lowered_forms.md). `max_active` fixes the row capacity so that
+      `combine` method ("gather", "scatter", "matmul"; "pairs" multiplies only the rows each tap pairs;
+      "unfold" gathers each output's K input rows side by side and multiplies them once, one rounding
+      per output for accelerators that quantize every tensor; docs/lowered_forms.md). `max_active` fixes the row capacity so that
       the compute part has static shapes; more active rows than that is a run-time error. A sequence
       gives one capacity per level (the model's input sites are level 0, each SparseConv's outputs the
       next; a SparseDeconv returns to its targets' level, or one up), the last one for deeper levels:
@@ -118,10 +119,11 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     _choice("combine method", combine, COMBINES)
     _choice("nna layout", layout, LAYOUTS)
     max_active = _capacities(max_active)
-    if combine == "pairs" and fuse_taps:
-        raise SparseLowerError("fuse_taps multiplies every row by all taps in one product, and the pairs combine "
-                               "multiplies each tap's own rows", fix="leave fuse_taps (--fuse-taps) off with the pairs "
-                                                                     "combine")
+    if combine in ("pairs", "unfold") and fuse_taps:
+        why = {"pairs": "the pairs combine multiplies each tap's own rows",
+               "unfold": "the unfold combine has one product for all taps already"}[combine]
+        raise SparseLowerError(f"fuse_taps multiplies every row by all taps in one product, and {why}",
+                               fix=f"leave fuse_taps (--fuse-taps) off with the {combine} combine")
     if target == "gpu" and max_active is not None:
         warnings.warn(f"max_active={max_active} has no effect on the gpu target, whose custom ops take any row "
                       f"count; it fixes the rows of the nna part (target 'nna' or 'hybrid')", SparseLowerWarning,

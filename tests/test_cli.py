@@ -110,7 +110,8 @@ def test_pair_capacities_on_the_command_line(model_path, tmp_path, capsys):
         (["--target", "gpu", "--max-pairs", str(pairs_file)], "--max-pairs does nothing for --target gpu"),
         (["--target", "nna", "--max-active", capacities, "--max-pairs", str(pairs_file)],
          "max_pairs sizes the pairs combine's per-tap lists"),
-        (["--target", "nna", "--combine", "pairs", "--fuse-taps"], "leave fuse_taps (--fuse-taps) off"),
+        (["--target", "nna", "--combine", "pairs", "--fuse-taps"], "leave fuse_taps (--fuse-taps) off with the pairs"),
+        (["--target", "nna", "--combine", "unfold", "--fuse-taps"], "has one product for all taps already"),
     ]
     for options, message in refusals:
         assert main(["convert", str(model_path), "-o", str(tmp_path / "x.onnx"), *options]) == 2, options
@@ -161,10 +162,10 @@ def test_help_is_the_subcommand_docstring():
     assert "Then, unless --no-verify, it checks OUT" in result.stdout
 
 
-@pytest.mark.parametrize("combine", ["gather", "scatter", "matmul", "pairs"])
+@pytest.mark.parametrize("combine", ["gather", "scatter", "matmul", "pairs", "unfold"])
 def test_convert_nna_verify(model_path, tmp_path, capsys, combine):
     out = tmp_path / "nna.onnx"
-    fused = [] if combine == "pairs" else ["--fuse-taps"]  # the pairs combine multiplies each tap's own rows
+    fused = [] if combine in ("pairs", "unfold") else ["--fuse-taps"]  # they multiply each tap's own rows
     assert main(["convert", str(model_path), "-o", str(out), "--target", "nna", "--combine", combine,
                  "--max-active", "600", *fused, "--verify"]) == 0
     assert "verify: ok" in capsys.readouterr().out

@@ -24,7 +24,8 @@ from sparse_lower.capacity import level_rows, pair_rows
 from sparse_lower.frames.sample import load_voxels
 from sparse_lower.models import SparseModelBuilder, centerpoint_head_stack
 
-COMBINES = ("gather", "scatter", "matmul", "pairs")
+COMBINES = ("gather", "scatter", "matmul", "pairs", "unfold")
+ONE_PRODUCT_PER_TAP = ("gather", "scatter", "matmul", "pairs")  # unfold: one per layer
 FRAME_FILES = ("nuscenes_centerpoint_voxels.npz", "nuscenes_bevfusion_voxels.npz")
 
 
@@ -43,7 +44,7 @@ def test_random_config_matches_dense_oracle(seed, combine, capacity):
     taps = int(np.prod(config.attrs["kernel_shape"]))
     try:
         lowered = sparse_lower.lower(model, target="nna", combine=combine, max_active=max_active,
-                                     fuse_taps=bool(seed % 2) and combine != "pairs",
+                                     fuse_taps=bool(seed % 2) and combine not in ("pairs", "unfold"),
                                      layout="rows" if seed % 4 >= 2 else "image",
                                      check_each_pass=True)
     except sparse_lower.SparseLowerError as error:
@@ -64,7 +65,7 @@ def test_the_compute_is_standard_ops_with_static_shapes_under_a_capacity():
                                                                        max_active=2000))
         values = {v.name: v for v in (*lowered.graph.value_info, *lowered.graph.output)}
         convs = [n for n in lowered.graph.node if n.op_type == "Conv"]
-        assert len(convs) == 3 * 27, "one 1x1 Conv per tap and layer"
+        assert len(convs) == 3 * (27 if combine in ONE_PRODUCT_PER_TAP else 1), "one 1x1 Conv per tap (or layer)"
         for node in convs:
             assert node.domain == "" and list(node.attribute[0].ints) == [1, 1]
             for name in (*node.input[:1], *node.output):
@@ -83,7 +84,8 @@ def test_the_rows_layout_computes_on_two_dimensional_tensors(combine):
     nna = [name for name, device in parts.assignment.items() if device == "nna"]
     values = {v.name: v for v in (*lowered.graph.value_info, *lowered.graph.output, *lowered.graph.input)}
     nodes = {n.name: n for n in lowered.graph.node}
-    assert Counter(nodes[name].op_type for name in nna)["MatMul"] == 3 * 27 * (2 if combine == "matmul" else 1)
+    per_layer = 27 * (2 if combine == "matmul" else 1) if combine in ONE_PRODUCT_PER_TAP else 1
+    assert Counter(nodes[name].op_type for name in nna)["MatMul"] == 3 * per_layer
     # no image, and no transpose of features (the pairs combine transposes its int64 tables on the host)
     assert not [n for n in lowered.graph.node if n.op_type == "Conv" or (n.op_type == "Transpose" and n.name in nna)]
     for name in nna:
@@ -114,7 +116,8 @@ def test_multi_layer_stack_matches_the_reference(target, combine, max_active, la
     if target == "hybrid":
         per_tap = "Conv" if layout == "image" else "MatMul"
         products = ops[per_tap] - (2 * 27 if combine == "matmul" and per_tap == "MatMul" else 0)
-        assert ops["IndexedConv"] == 1 and products == 2 * 27, "first layer on the gpu path, the rest nna"
+        per_layer = 27 if combine in ONE_PRODUCT_PER_TAP else 1
+        assert ops["IndexedConv"] == 1 and products == 2 * per_layer, "first layer on the gpu path, the rest nna"
     if max_active:  # padded rows flow through the ReLUs: only the model output is sliced back
         nna_layers = 2 if target == "hybrid" else 3
         listed = re.compile(r"/tap\d+/tap_sources|/bound")  # the pairs combine's int64 lists, cut per tap
@@ -172,7 +175,7 @@ def test_patent_three_site_example(combine):
     q2 = w[4] * p[0] + w[5] * p[1] + w[8] * p[2]
     q3 = w[1] * p[0] + w[2] * p[1] + w[5] * p[2]
     lowered = patent_example_model(combine)
-    assert Counter(n.op_type for n in lowered.graph.node)["Conv"] == 9
+    assert Counter(n.op_type for n in lowered.graph.node)["Conv"] == (9 if combine in ONE_PRODUCT_PER_TAP else 1)
     q, q_coords = session(lowered).run(None, {"p": p, "coords": coords})
     np.testing.assert_array_equal(q_coords, coords)
     np.testing.assert_allclose(q, np.stack([q1, q2, q3]), rtol=1e-6)

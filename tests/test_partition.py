@@ -238,7 +238,7 @@ def test_centerpoint_stack_alternates_gpu_and_nna_and_reruns(rng):
         assert_runs_like_the_whole_model(parts, model, {"features": features, "coords": coords})
 
 
-@pytest.mark.parametrize("combine", ["gather", "scatter", "matmul", "pairs"])
+@pytest.mark.parametrize("combine", ["gather", "scatter", "matmul", "pairs", "unfold"])
 def test_nna_lowered_models_put_index_work_on_the_gpu_and_convs_on_the_nna(rng, combine):
     source = centerpoint_head_stack(spatial_shape=(10, 40, 40))
     model = sparse_lower.lower(source, target="nna", combine=combine, max_active=1200)
@@ -466,7 +466,7 @@ def test_cli_partition_end_to_end(tmp_path, rng, capsys):
     assert "not lowered; run sparse_lower.lower first" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("combine", ["gather", "scatter", "matmul", "pairs"])
+@pytest.mark.parametrize("combine", ["gather", "scatter", "matmul", "pairs", "unfold"])
 def test_the_nna_segment_holds_only_table_ops_with_static_shapes(combine):
     model = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="nna", combine=combine,
                                max_active=1200, fuse_taps=combine == "scatter")
@@ -479,7 +479,7 @@ def test_the_nna_segment_holds_only_table_ops_with_static_shapes(combine):
         assert node.domain == "" and node.op_type in NNA_OPS, node.op_type
         for tensor_name in (*node.input, *node.output):
             assert not tensor_name or parts.types.static_shape(tensor_name) is not None, (name, tensor_name)
-    assert sum(nodes[n].op_type == "Conv" for n in nna.nodes) == (3 if combine == "scatter" else 3 * 27)
+    assert sum(nodes[n].op_type == "Conv" for n in nna.nodes) == (3 if combine in ("scatter", "unfold") else 3 * 27)
 
 
 @pytest.mark.skipif(not (DATA / "nuscenes_centerpoint_voxels.npz").exists(), reason="shared data absent")

@@ -209,15 +209,15 @@ def test_gpu_target_matches_the_reference(graph, strategy):
     assert_lowered_matches_reference(graph, "gpu", strategy=strategy)
 
 
-@given(graph=sparse_graphs(), combine=st.sampled_from(["gather", "scatter", "matmul", "pairs"]), fuse_taps=st.booleans(),
+@given(graph=sparse_graphs(), combine=st.sampled_from(["gather", "scatter", "matmul", "pairs", "unfold"]), fuse_taps=st.booleans(),
        capacity=st.booleans())
 def test_nna_target_matches_the_reference(graph, combine, fuse_taps, capacity):
     assume(combine != "matmul" or graph.max_rows <= MATMUL_MAX_ROWS)
-    assert_lowered_matches_reference(graph, "nna", combine=combine, fuse_taps=fuse_taps and combine != "pairs",
+    assert_lowered_matches_reference(graph, "nna", combine=combine, fuse_taps=fuse_taps and combine not in ("pairs", "unfold"),
                                      max_active=max(graph.max_rows, 1) if capacity else None)
 
 
-@given(graph=sparse_graphs(), combine=st.sampled_from(["gather", "scatter", "pairs"]))
+@given(graph=sparse_graphs(), combine=st.sampled_from(["gather", "scatter", "pairs", "unfold"]))
 def test_hybrid_target_matches_the_reference(graph, combine):
     assert_lowered_matches_reference(graph, "hybrid", combine=combine)
 

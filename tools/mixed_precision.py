@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+import time
 
 import sparse_lower
 from sparse_lower.bench.run import alternating_runs
 from sparse_lower.report import render
-from sparse_lower.toolchains import compile_partition
-from sparse_lower.toolchains.mixed_precision import choose_wide_layers
+from sparse_lower.lowering import COMBINES
+from sparse_lower.toolchains import compile_partition, toolchain
+from sparse_lower.toolchains.mixed_precision import QuantizedRuns, choose_wide_layers
 from sparse_lower.verify import relative_error
 from toolchain_table import FRAMES, capacities_for, frame, real_models
 
@@ -29,16 +31,23 @@ from toolchain_table import FRAMES, capacities_for, frame, real_models
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="CenterPoint backbone", choices=[name for name, _ in real_models()])
-    parser.add_argument("--toolchains", nargs="*", default=["openvino"], choices=["openvino", "tvm"])
+    parser.add_argument("--combine", default="gather", choices=COMBINES)
+    parser.add_argument("--toolchains", nargs="*", default=["openvino"], choices=["openvino", "tvm", "qnn"],
+                        help="qnn: the plan chosen in QNN's form (every tensor quantized; --combine unfold), "
+                             "measured there and in onnxruntime")
     parser.add_argument("--repeat", type=int, default=3, help="onnxruntime runs timed per form and frame")
     parser.add_argument("--wide", help="LAYER,...: measure these wide layers instead of choosing them")
     args = parser.parse_args()
     model = dict(real_models())[args.model]
     frames = [frame(name) for name in FRAMES]
     capacity = capacities_for(model, frames)
-    lowered = sparse_lower.lower(model, target="nna", combine="gather", max_active=capacity, layout="rows")
+    lowered = sparse_lower.lower(model, target="nna", combine=args.combine, max_active=capacity, layout="rows")
     parts = sparse_lower.partition(lowered)
-    print(f"{args.model}, capacity per level {capacity}; calibrated on {' and '.join(FRAMES)}", flush=True)
+    print(f"{args.model}, {args.combine} combine, capacity per level {capacity}; calibrated on "
+          f"{' and '.join(FRAMES)}", flush=True)
+    if "qnn" in args.toolchains:
+        measure_qnn(lowered, parts, frames, args.wide)
+        return
     if args.wide is None:
         plan = choose_wide_layers(parts, frames, log=lambda line: print(f"  {line}", flush=True))
         wide = plan.wide
@@ -58,12 +67,7 @@ def main() -> None:
             compiled = compile_partition(parts, chain, tempfile.mkdtemp(prefix="mixed-"), calibration, **options)
             if chain == "onnxruntime":
                 in_onnxruntime[title] = compiled
-            cells = []
-            for feeds, want in zip(frames, expected):
-                got = compiled.run(feeds)
-                error = max(relative_error(got[n], want[n]) for n in names if want[n].dtype.kind == "f")
-                cells.append(f"{100 * error:.2f} %")
-            rows.append([title, chain, *cells])
+            rows.append([title, chain, *(f"{100 * error:.2f} %" for error in frame_errors(compiled, frames, expected))])
             print(" | ".join(rows[-1]), flush=True)
     print(render(["form", "runtime", *FRAMES], rows))
     for name, feeds in zip(FRAMES, frames):
@@ -71,6 +75,47 @@ def main() -> None:
                                  args.repeat)
         print(f"{name}, onnxruntime ms (median of {args.repeat}, the forms taking turns): "
               + ", ".join(f"{title} {ms:,.0f}" for title, ms in times.items()))
+
+
+def frame_errors(compiled, frames: list[dict], expected: list[dict]) -> list[float]:
+    """Per frame, the largest error of a compiled partition's float outputs relative to their magnitude."""
+    errors = []
+    for feeds, want in zip(frames, expected):
+        got = compiled.run(feeds)
+        errors.append(max(relative_error(got[n], want[n]) for n in want if want[n].dtype.kind == "f"))
+    return errors
+
+
+def measure_qnn(lowered, parts, frames: list[dict], wide_given: str | None) -> None:
+    """The plan in QNN's whole-graph form: int8 everywhere, the plan and w8a16 in onnxruntime (QNN's QDQ
+    files on the CPU), then the plan compiled for the HTP and run there (simulated), timed."""
+    qnn = toolchain("qnn")
+    runs = QuantizedRuns(parts, frames, qnn)
+    if wide_given is None:
+        plan = choose_wide_layers(parts, frames, log=lambda line: print(f"  {line}", flush=True), chain=qnn)
+        wide = plan.wide
+    else:
+        wide = [layer for layer in wide_given.split(",") if layer]
+    layers = list(runs.layers)
+    print(f"wide: {len(wide)} of {len(layers)} quantized layers ({', '.join(wide) or 'none'}); the first and last "
+          f"layers wide too (16-bit tensors and weights)", flush=True)
+    rows = [["int8 everywhere", "onnxruntime", *runs.errors(layers)],
+            [f"w8a8, {len(wide)} wide", "onnxruntime", *runs.errors(layers, wide)],
+            ["16 bits everywhere", "onnxruntime", *runs.errors(layers, layers)]]
+    for row in rows:
+        print(" | ".join([*row[:2], *(f"{100 * e:.2f} %" for e in row[2:])]), flush=True)
+    started = time.perf_counter()
+    compiled = compile_partition(parts, qnn, tempfile.mkdtemp(prefix="mixed-qnn-"), frames, wide_layers=wide)
+    built = time.perf_counter() - started
+    session = sparse_lower.create_session(lowered)
+    names = [output.name for output in session.get_outputs()]
+    expected = [dict(zip(names, session.run(None, feeds))) for feeds in frames]
+    started = time.perf_counter()
+    errors = frame_errors(compiled, frames, expected)
+    rows.append([f"w8a8, {len(wide)} wide", "QNN HTP (simulated)", *errors])
+    print(render(["form", "runtime", *FRAMES], [[*row[:2], *(f"{100 * e:.2f} %" for e in row[2:])] for row in rows]))
+    print(f"QNN: compiled in {built:.0f} s, {(time.perf_counter() - started) / len(frames):.0f} s a frame in the "
+          f"simulator; {len(compiled.fallbacks)} ops off the HTP")
 
 
 if __name__ == "__main__":

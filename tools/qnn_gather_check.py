@@ -1,4 +1,5 @@
-"""QNN's HTP and a quantized Gather (docs/toolchains.md, QNN): why the qnn toolchain refuses int8. One
+"""QNN's HTP and a quantized Gather (docs/toolchains.md, int8 on QNN's HTP): why the qnn toolchain pads
+the gathered rows of its int8 segments to 32 columns (htp_int8.htp_form). One
 `Gather` (axis 0) of `[rows, columns]` uint8 rows between QuantizeLinear/DequantizeLinear pairs, the
 form of every tap's gather in the nna rows layout, run on onnxruntime-qnn's HTP backend (simulated) and
 on onnxruntime's CPU, for several column counts; the relative error between them (one quantization
@@ -8,7 +9,7 @@ step is 0.01 of these values' range).
 
 Measured with onnxruntime-qnn 2.7.0 (QNN 2.40): at 8 bits, 16 columns come out 1.3-2.2 off (every
 seed), 4 and 32 columns one step off; at 16 bits, 4 columns 191 off on one seed of three. A
-reproduction to send upstream, and to try again on a new version.
+reproduction to send upstream, and to try again on a new version (the padding can go where it passes).
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ the tensor a conversion failed on).
 
 On the real frames only the gather combine is measured, in the toolchain's first layout: at their
 capacity the scatter combine's broadcast int64 indices (K·Cout·N per layer, all built by the host
-segment before the nna segment runs) and the matmul combine's scatter matrices (K·N²) take tens of GB.
+segment before the nna segment runs) and the matmul combine's scatter matrices (K·N²) take tens of GB;
+the unfold combine, the form for QNN's int8, is measured there by tools/mixed_precision.py.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ RESULTS = ROOT / "docs" / "toolchains_results.jsonl"
 BEGIN, END = "<!-- toolchain-table -->", "<!-- /toolchain-table -->"
 LAYOUTS = {"onnxruntime": ("image", "rows"), "openvino": ("image", "rows"), "tvm": ("image", "rows"),
            "rknn": ("rows",), "tflite": ("rows", "image"), "qnn": ("rows", "image")}  # first: on the real frames
-COMBINES = ("gather", "scatter", "matmul")
+COMBINES = ("gather", "scatter", "matmul", "unfold")
 REAL_FRAME = "nuscenes_bevfusion_voxels.npz"
 FRAMES = ("nuscenes_bevfusion_voxels.npz", "nuscenes_centerpoint_voxels.npz")
 
@@ -147,6 +148,8 @@ def work(chain_name: str, out: Path, models: list[str]) -> None:
     for name, model, capacity, measured, calibration, repeats, layouts in cases:
         for layout in layouts:
             for combine in COMBINES:
+                if repeats == 1 and combine == "unfold":  # on the real frames: tools/mixed_precision.py
+                    continue
                 if repeats == 1 and combine != "gather":
                     taps, channels = _widest(model)
                     widest = max(capacity)

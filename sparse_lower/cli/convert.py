@@ -75,7 +75,9 @@ class ConvertCommand:
               kernel tap on [1, C, 1, N] (--layout rows: one MatMul per tap on [N, C] rows;
               --fuse-taps: one product with K*Cout outputs) and a combine
               method: gather (default), scatter, matmul (scatter matrices, O(K*N^2) memory) or
-              pairs (each tap multiplies only the rows it pairs, gathered first).
+              pairs (each tap multiplies only the rows it pairs, gathered first) or unfold (each
+              output's rows of every tap gathered side by side, one product: one rounding per
+              output where an accelerator quantizes every tensor, as QNN's HTP int8).
               --max-active N fixes the row capacity so that the compute has static shapes;
               N1,N2,... gives one per level: the input sites, then each SparseConv's outputs.
               With --combine pairs, --max-pairs FILE (JSON written by `sparse-lower inspect

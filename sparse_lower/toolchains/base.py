@@ -43,6 +43,9 @@ class Toolchain(ABC):
     suffix: str  # of the artifact file
     precision: str = "fp32"  # what the accelerator computes in; once quantized, one of QUANTIZED_PRECISION
     seven_bit_weights: bool = False  # with 8-bit activations: weights in −63…63 (segment_int8.quantize_qdq)
+    # whether its quantized form (`quantized`) is its own, so that the mixed-precision search measures that
+    # form rather than onnxruntime's (which the toolchains that read QDQ files run as onnxruntime does)
+    own_quantized_form: bool = False
     # what the toolchain measurably does wrong with the nna image layout, "{image}" naming a 4-D tensor
     # of the segment; None where it takes that layout
     image_layout_wrong: str | None = None
@@ -75,16 +78,24 @@ class Toolchain(ABC):
             return None
         return self.image_layout_wrong.format(image=image), "lower with layout='rows'"
 
+    def quantization_ranges(self, model: onnx.ModelProto, samples: list[dict]) -> dict[str, tuple]:
+        """The MinMax ranges `quantized` calibrates `model` with on `samples`: computed once where a
+        caller quantizes one segment several ways (mixed_precision.py)."""
+        from .segment_int8 import activation_ranges, weight_products
+
+        return activation_ranges(model, samples, weight_products(model))
+
     def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
-                  activation_bits: int = 8, wide: set[str] = frozenset()) -> onnx.ModelProto:
+                  activation_bits: int = 8, wide: set[str] = frozenset(),
+                  ranges: dict[str, tuple] | None = None) -> onnx.ModelProto:
         """The segment with int8 weights and `activation_bits` (8 or 16) activations, the products in
         `wide` with 16-bit ones (mixed_precision.py): by default onnxruntime's QDQ form (segment_int8.py),
         which the toolchains that read QDQ run as such; a toolchain that quantizes by itself keeps the
-        samples instead."""
+        samples instead. `ranges`: `quantization_ranges(model, samples)`, computed here when absent."""
         from .segment_int8 import quantize_qdq
 
         self.precision = QUANTIZED_PRECISION[activation_bits]
-        return quantize_qdq(model, samples, keep_float, activation_bits, wide=wide,
+        return quantize_qdq(model, samples, keep_float, activation_bits, ranges, wide=wide,
                             reduce_range=self.seven_bit_weights)
 
     def adapted(self, model: onnx.ModelProto) -> onnx.ModelProto:

@@ -32,7 +32,8 @@ class LiteRt(Toolchain):
                           "fails to convert, the matmul combine converts to wrong numbers)")
 
     def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
-                  activation_bits: int = 8, wide: set[str] = frozenset()) -> onnx.ModelProto:
+                  activation_bits: int = 8, wide: set[str] = frozenset(),
+                  ranges: dict[str, tuple] | None = None) -> onnx.ModelProto:
         """Refused: onnx2tf converts onnxruntime's QDQ segments to wrong numbers (32 % error on one SubM
         layer, measured), and its own int8 path (calibrated TFLite conversion) is not wired up here."""
         raise SparseLowerError("int8 for LiteRT is not supported: onnx2tf converts the QDQ segments to wrong numbers",

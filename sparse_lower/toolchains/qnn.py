@@ -2,7 +2,8 @@
 processor, simulated on x86) for the Snapdragon Ride Flex SoC (SA8255P, HTP v73), into an onnxruntime
 EPContext model that holds the compiled context binary: a deployment loads it without compiling again.
 
-Segments run on the HTP in fp16 (`enable_htp_fp16_precision`); int8 is refused (`quantized` says why).
+Segments run on the HTP in fp16 (`enable_htp_fp16_precision`), or quantized with every tensor in QDQ
+form, 8 or 16 bits per layer (htp_int8.py).
 Where each node runs is onnxruntime's own record of what each execution provider took
 (`session.record_ep_graph_assignment_info`): the QNN provider's nodes run on the HTP, the rest fall back
 to onnxruntime's CPU provider and are listed as fallbacks.
@@ -20,7 +21,8 @@ from pathlib import Path
 import onnx
 
 from ..errors import SparseLowerError
-from .base import Run, Toolchain
+from .base import QUANTIZED_PRECISION, Run, Toolchain
+from .htp_int8 import htp_form, htp_ranges, quantize_for_htp
 from .prepare import fed
 from .quiet import output_to
 
@@ -35,21 +37,23 @@ class Qnn(Toolchain):
     distribution = "onnxruntime-qnn"
     suffix = ".qnn"  # an onnxruntime model (EPContext) with the context binary inside
     precision = "fp16"
+    own_quantized_form = True  # every tensor quantized (htp_int8.py)
     image_layout_wrong = ("QNN's HTP computes the nna image layout wrong (4-D '{image}': 32 % and 160 % off on the "
                           "patent 2-D and head stacks, measured)")
 
+    def quantization_ranges(self, model: onnx.ModelProto, samples: list[dict]) -> dict[str, tuple]:
+        return htp_ranges(htp_form(model), samples)
+
     def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
-                  activation_bits: int = 8, wide: set[str] = frozenset()) -> onnx.ModelProto:
-        """Refused. The HTP runs a quantized op only in whole-graph QDQ form: in the partial form the other
-        toolchains run, a float op between runs on the CPU, or in fp16 with the int8 weights dequantized
-        first (the same error at 8 and 16 bits: not int8). The whole-graph uint8 QDQ of onnxruntime's QNN
-        quantization config, which onnxruntime's CPU runs 1.2-1.8 % off on the single SubM model, comes
-        out 94-99 % off on the HTP: its quantized Gather of 16-column uint8 rows is wrong (1.3-2.2
-        relative; 4 or 32 columns are right), and so is a 4-column uint16 one on some data
-        (tools/qnn_gather_check.py). uint16 segments: 0.3-6 % off on the small models."""
-        raise SparseLowerError("int8 for QNN is not supported: the HTP computes the segments' whole-graph uint8 QDQ "
-                               "form 94-99 % off where onnxruntime's CPU runs the same file within 2 % (measured)",
-                               fix="run QNN in fp16 (no calibration), or int8 with onnxruntime, OpenVINO, TVM or rknn")
+                  activation_bits: int = 8, wide: set[str] = frozenset(),
+                  ranges: dict[str, tuple] | None = None) -> onnx.ModelProto:
+        """The segment in the HTP's whole-graph QDQ form (htp_int8.py): uint8 tensors and int8 weights, or
+        uint16 ones with `activation_bits=16`; the products in `wide` and in `keep_float` (the HTP has no
+        float beside int8: 16 bits is the widest) with uint16 tensors and int16 weights."""
+        self.precision = QUANTIZED_PRECISION[activation_bits]
+        form = htp_form(model)
+        return quantize_for_htp(form, ranges or htp_ranges(form, samples), set(wide) | set(keep_float),
+                                activation_bits)
 
     def build(self, model: onnx.ModelProto, path: Path) -> None:
         log = path.with_suffix(".log")

@@ -41,7 +41,8 @@ class Rknn(Toolchain):
         self.dataset: list[dict[str, np.ndarray]] | None = None  # int8 calibration inputs; None: fp16
 
     def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
-                  activation_bits: int = 8, wide: set[str] = frozenset()) -> onnx.ModelProto:
+                  activation_bits: int = 8, wide: set[str] = frozenset(),
+                  ranges: dict[str, tuple] | None = None) -> onnx.ModelProto:
         """rknn quantizes by itself at build time (`do_quantization`, its own calibration on `samples`);
         it takes no list of layers to keep float, and for the RK3588 only 8-bit activations."""
         if activation_bits != 8 or wide:

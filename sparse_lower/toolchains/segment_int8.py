@@ -103,15 +103,13 @@ def activations_read(model: onnx.ModelProto, products: list[str]) -> list[str]:
     return sorted({node.input[0] for node in model.graph.node if node.name in named})
 
 
-def activation_ranges(model: onnx.ModelProto, samples: list[dict], products: list[str]) -> dict[str, tuple]:
-    """MinMax over `samples` of the activations that `products` read: the only ranges a QDQ model whose
-    products keep float outputs needs. onnxruntime's own calibrator would also keep every product's
-    output, 27 partials of `[capacity, Cout]` per layer: tens of GB on a real frame."""
-    wanted = activations_read(model, products)
-    session = create_session(exposing(model, wanted, onnx.TensorProto.FLOAT))
+def tensor_ranges(model: onnx.ModelProto, samples: list[dict], names: list[str]) -> dict[str, tuple]:
+    """MinMax over `samples` (the model's inputs) of the float tensors `names`, each range holding 0,
+    one sample's values at a time."""
+    session = create_session(exposing(model, names, onnx.TensorProto.FLOAT))
     ranges: dict[str, tuple] = {}
     for sample in samples:
-        for name, value in zip(wanted, session.run(wanted, sample)):
+        for name, value in zip(names, session.run(names, sample)):
             low, high = np.float32(value.min(initial=0.0)), np.float32(value.max(initial=0.0))
             if name in ranges:
                 low, high = min(low, ranges[name][0]), max(high, ranges[name][1])
@@ -119,11 +117,24 @@ def activation_ranges(model: onnx.ModelProto, samples: list[dict], products: lis
     return ranges
 
 
+def activation_ranges(model: onnx.ModelProto, samples: list[dict], products: list[str]) -> dict[str, tuple]:
+    """MinMax over `samples` of the activations that `products` read: the only ranges a QDQ model whose
+    products keep float outputs needs. onnxruntime's own calibrator would also keep every product's
+    output, 27 partials of `[capacity, Cout]` per layer: tens of GB on a real frame."""
+    return tensor_ranges(model, samples, activations_read(model, products))
+
+
+def layer_of(product: str) -> str:
+    """The layer (source conv) of a product node: the lowering names a layer's products `LAYER/tapK/OP`
+    (one per tap), or `LAYER/OP` (one for all taps: fuse_taps, the unfold combine)."""
+    return re.sub(r"/tap\d+/.*$|/[^/]*$", "", product)
+
+
 def layer_products(products: list[str]) -> dict[str, list[str]]:
-    """The products by layer: the lowering names a layer's products `LAYER/tapK/…`."""
+    """The products by layer (`layer_of`)."""
     layers: dict[str, list[str]] = {}
     for product in products:
-        layers.setdefault(re.sub(r"/tap\d+/.*$", "", product), []).append(product)
+        layers.setdefault(layer_of(product), []).append(product)
     return layers
 
 
@@ -138,8 +149,7 @@ def quantize_qdq(model: onnx.ModelProto, samples: list[dict], keep_float: set[st
     (computed here otherwise). `reduce_range`: the products that read 8-bit activations take 7-bit
     weights (−63…63), whose products with them cannot overflow the 16-bit pair sums of CPUs without
     VNNI (`vpmaddubsw`)."""
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.calibrate import CalibrationMethod, TensorData, TensorsData, save_tensors_data
+    from onnxruntime.quantization import QuantType
 
     chosen = [name for name in weight_products(model) if name not in keep_float]
     if not chosen:  # onnxruntime reads an empty nodes_to_quantize as "every node"
@@ -152,6 +162,21 @@ def quantize_qdq(model: onnx.ModelProto, samples: list[dict], keep_float: set[st
                for name in activations_read(model, [n for n in chosen if n in wide])} if activation_bits == 8 else {}
     seven_bits = {node.input[1]: [{"axis": 0 if node.op_type == "Conv" else 1, "reduce_range": True}]
                   for node in model.graph.node if reduce_range and node.name in narrow}
+    return static_quantized(model, ranges, op_types_to_quantize=["Conv", "MatMul"], nodes_to_quantize=chosen,
+                            per_channel=True, weight_type=QuantType.QInt8,
+                            activation_type={8: QuantType.QInt8, 16: QuantType.QInt16}[activation_bits],
+                            extra_options={"QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},
+                                           "OpTypesToExcludeOutputQuantization": ["Conv", "MatMul"],
+                                           "UseQDQContribOps": activation_bits == 16 or bool(widened),
+                                           "TensorQuantOverrides": {**widened, **seven_bits}})
+
+
+def static_quantized(model: onnx.ModelProto, ranges: dict[str, tuple], **options) -> onnx.ModelProto:
+    """`model` through onnxruntime's `quantize_static` in QDQ form with `options`, calibrated with the
+    MinMax `ranges` given (as its calibration cache) instead of running its own calibrator."""
+    from onnxruntime.quantization import QuantFormat, quantize_static
+    from onnxruntime.quantization.calibrate import CalibrationMethod, TensorData, TensorsData, save_tensors_data
+
     with tempfile.TemporaryDirectory() as work:
         source, target, cache = Path(work) / "float.onnx", Path(work) / "int8.onnx", Path(work) / "ranges.json"
         onnx.save(model, source)
@@ -159,11 +184,5 @@ def quantize_qdq(model: onnx.ModelProto, samples: list[dict], keep_float: set[st
             name: TensorData(lowest=np.array(low), highest=np.array(high)) for name, (low, high) in ranges.items()}),
             cache)
         quantize_static(str(source), str(target), None, quant_format=QuantFormat.QDQ, calibration_cache_path=cache,
-                        op_types_to_quantize=["Conv", "MatMul"], nodes_to_quantize=chosen,
-                        per_channel=True, weight_type=QuantType.QInt8,
-                        activation_type={8: QuantType.QInt8, 16: QuantType.QInt16}[activation_bits],
-                        extra_options={"QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},
-                                       "OpTypesToExcludeOutputQuantization": ["Conv", "MatMul"],
-                                       "UseQDQContribOps": activation_bits == 16 or bool(widened),
-                                       "TensorQuantOverrides": {**widened, **seven_bits}})
+                        **options)
         return onnx.load(target)

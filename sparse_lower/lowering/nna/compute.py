@@ -5,7 +5,8 @@ The accelerator runs standard ops only. The features enter as the image `[1, Cin
 `fuse_taps`, one product with K·Cout outputs split per tap: products.py) gives each input's partial
 output for that tap, `P_k [1, Cout, 1, N]`; a combine method moves the partials to the output sites
 `[1, Cout, 1, M]`: `gather` (gather_combine.py), `scatter` (scatter_combine.py) or `matmul`
-(matmul_combine.py). The `pairs` combine (pair_combine.py) multiplies each tap's paired rows only.
+(matmul_combine.py). The `pairs` combine (pair_combine.py) multiplies each tap's paired rows only;
+`unfold` (unfold_combine.py) gathers every tap's input rows side by side and multiplies them once.
 
 The index tables the combine reads are computed outside the accelerator, from the same neighbour
 tables the gpu target uses, by the custom-op index builders and int64 standard ops (sites.py).
@@ -28,9 +29,11 @@ from .padding import pad_to_capacity, padded_rows
 from .pair_combine import PairCombine
 from .products import TapProducts
 from .scatter_combine import ScatterCombine
+from .unfold_combine import UnfoldCombine
 from .sites import Sizes, row_count, valid_rows
 
-_COMBINES = {"gather": GatherCombine, "scatter": ScatterCombine, "matmul": MatmulCombine, "pairs": PairCombine}
+_COMBINES = {"gather": GatherCombine, "scatter": ScatterCombine, "matmul": MatmulCombine, "pairs": PairCombine,
+             "unfold": UnfoldCombine}
 COMBINES = tuple(_COMBINES)
 
 
@@ -39,8 +42,9 @@ class NnaCompute:
 
     def __init__(self, combine: str, max_active: int | tuple[int, ...] | None, fuse_taps: bool,
                  layout_name: str = "image", max_pairs: Mapping[str, Sequence[int]] | None = None):
-        """`fuse_taps` with the pairs combine is refused by `lower` (one product cannot serve taps that
-        multiply different rows); here the pairs combine just asks for each tap's product alone."""
+        """`fuse_taps` with the pairs or unfold combine is refused by `lower` (one product cannot serve taps
+        that multiply different rows, and unfold has one product already); here those combines just ask
+        for the products they multiply."""
         self.max_active = max_active
         self.layout = layout(layout_name)
         self.products = TapProducts(self.layout, fuse_taps)

@@ -4,14 +4,13 @@
 
 from __future__ import annotations
 
-import numpy as np
 import onnx_graphsurgeon as gs
 
 from ..compute import ConvParts
-from ..context import FLOAT, INT64, LoweringContext
+from ..context import FLOAT, LoweringContext
 from .combine import Combine
 from .products import TapProducts
-from .sites import Sizes, per_tap, row_count, sum_over_taps
+from .sites import Sizes, row_count, sum_over_taps, tap_columns
 
 
 class GatherCombine(Combine):
@@ -21,15 +20,7 @@ class GatherCombine(Combine):
                  products: TapProducts) -> gs.Tensor:
         partials = products.every_tap(ctx, conv, x, sizes.columns)
         shape = self.layout.shape(conv.cout, sizes.outputs)
-        indices = self._tap_columns(ctx, nbr, row_count(ctx, conv.coords, sizes.inputs), conv.taps, sizes)
+        indices = tap_columns(ctx, nbr, row_count(ctx, conv.coords, sizes.inputs), conv.taps, sizes.outputs)
         moved = [ctx.standard("Gather", f"{conv.base}/tap{k}", [partial, index], [("moved", FLOAT, shape)],
                               {"axis": self.layout.axis})[0] for k, (partial, index) in enumerate(zip(partials, indices))]
         return sum_over_taps(ctx, conv.base, moved, shape)
-
-    def _tap_columns(self, ctx, nbr, zero_column, taps, sizes: Sizes) -> list[gs.Tensor]:
-        """Per tap, the input column each output reads ([M] int64), N (the zero column) for none."""
-        zero = ctx.shared_constant("zero_scalar", np.array(0, np.int64))
-        (missing,) = ctx.shared_node("Less", nbr.name, [nbr, zero], [("missing", np.bool_, nbr.shape)], {}, domain="")
-        (columns,) = ctx.shared_node("Where", nbr.name, [missing, zero_column, nbr], [("columns", INT64, nbr.shape)], {},
-                                     domain="")
-        return per_tap(ctx, columns, taps, 1, sizes.outputs)

@@ -1,7 +1,8 @@
 """The products of the nna form: the rows (image columns) a tap reads times that tap's `[Cin, Cout]`
 weight, by one 1×1 `Conv` per tap (a `MatMul` on rows). The combine methods ask for them: gather,
 scatter and matmul multiply every input row by every tap (`every_tap`, where `fuse_taps` makes it one
-product with K·Cout outputs, split per tap); pairs multiplies each tap's own gathered rows (`one_tap`)."""
+product with K·Cout outputs, split per tap); pairs multiplies each tap's own gathered rows (`one_tap`);
+unfold multiplies every tap's gathered rows side by side at once (`all_taps`)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,12 @@ class TapProducts:
         split = ctx.shared_constant(f"split_{taps}x{cout}", np.full(taps, cout, np.int64))
         spec = ("partial", FLOAT, self.layout.shape(cout, columns))
         return ctx.standard("Split", conv.base, [fused, split], [spec] * taps, {"axis": 1})
+
+    def all_taps(self, ctx: LoweringContext, conv: ConvParts, unfolded: gs.Tensor, columns: int | None) -> gs.Tensor:
+        """The output itself from every tap's rows side by side (`layout.shape(K·Cin, columns)`, tap-major
+        as the layer's matrix stacks them): one product by the `[K·Cin, Cout]` weight."""
+        spec = ("summed", FLOAT, self.layout.shape(conv.cout, columns))
+        return self.layout.multiply(ctx, conv.base, unfolded, conv.matrix, spec)
 
     @staticmethod
     def _weight(conv: ConvParts, k: int) -> np.ndarray:

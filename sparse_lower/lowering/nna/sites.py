@@ -51,6 +51,17 @@ def per_tap(ctx: LoweringContext, table: gs.Tensor, taps: int, axis: int, length
                             [("tap", INT64, [length])], {"axis": axis}, domain="")[0] for k in range(taps)]
 
 
+def tap_columns(ctx: LoweringContext, nbr: gs.Tensor, zero_column: gs.Tensor, taps: int,
+                outputs: int | None) -> list[gs.Tensor]:
+    """Per tap, the input column each output reads ([M] int64), `zero_column` (the index of the zero
+    column appended to what is gathered) where it reads nothing."""
+    zero = ctx.shared_constant("zero_scalar", np.array(0, np.int64))
+    (missing,) = ctx.shared_node("Less", nbr.name, [nbr, zero], [("missing", np.bool_, nbr.shape)], {}, domain="")
+    (columns,) = ctx.shared_node("Where", nbr.name, [missing, zero_column, nbr], [("columns", INT64, nbr.shape)], {},
+                                 domain="")
+    return per_tap(ctx, columns, taps, 1, outputs)
+
+
 def sum_over_taps(ctx: LoweringContext, base: str, moved: list[gs.Tensor], shape: list) -> gs.Tensor:
     """The partial outputs of every tap, moved to the output sites, added up one tap at a time."""
     total = moved[0]
