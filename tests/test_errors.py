@@ -378,7 +378,7 @@ def test_attributes_of_the_wrong_type_or_value_are_refused(case):
 OPTIONS = {
     "target": ({"target": "tpu"}, "unknown target 'tpu' (fix: use one of gpu, nna, hybrid, portable)"),
     "strategy": ({"strategy": "fast"}, "unknown strategy 'fast' (fix: use one of auto, unfold, rulebook, fused)"),
-    "combine": ({"combine": "sum"}, "unknown combine method 'sum' (fix: use one of gather, scatter, matmul, pairs)"),
+    "combine": ({"combine": "sum"}, "unknown combine method 'sum' (fix: use one of gather, scatter, matmul, pairs, unfold)"),
     "max_active": ({"max_active": 0}, "max_active=0 is neither a positive int nor a sequence of them (fix: give "
                                       "None, an int >= 1, or one int >= 1 per level, e.g. [80000, 60000, 30000, "
                                       "15000])"),

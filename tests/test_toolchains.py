@@ -66,7 +66,8 @@ FORMS = [("openvino", "image", "gather"), ("openvino", "image", "scatter"), ("op
          ("openvino", "rows", "pairs"), ("tvm", "image", "gather"), ("tvm", "rows", "scatter"),
          ("tvm", "image", "matmul"), ("tvm", "image", "pairs"), ("rknn", "rows", "matmul"),
          ("tflite", "rows", "gather"), ("tflite", "rows", "matmul"), ("tflite", "rows", "pairs"),
-         ("qnn", "rows", "gather"), ("qnn", "rows", "matmul"), ("qnn", "rows", "pairs")]
+         ("qnn", "rows", "gather"), ("qnn", "rows", "matmul"), ("qnn", "rows", "pairs"), ("qnn", "rows", "unfold"),
+         ("openvino", "image", "unfold"), ("tvm", "rows", "unfold")]
 
 
 @pytest.mark.parametrize("case", range(len(MODELS)), ids=[m[0] for m in MODELS])

@@ -46,6 +46,9 @@ class Toolchain(ABC):
     # whether its quantized form (`quantized`) is its own, so that the mixed-precision search measures that
     # form rather than onnxruntime's (which the toolchains that read QDQ files run as onnxruntime does)
     own_quantized_form: bool = False
+    # what the mixed-precision search holds its own form to in onnxruntime (mixed_precision.py): below the
+    # 2 % where the accelerator computes the same files measurably further off than onnxruntime's CPU
+    search_limit: float = TOLERANCE["int8"]
     # what the toolchain measurably does wrong with the nna image layout, "{image}" naming a 4-D tensor
     # of the segment; None where it takes that layout
     image_layout_wrong: str | None = None

@@ -23,8 +23,8 @@ calibrator would hold every tensor of every sample at once). One exception to th
 gives a MatMul's weight one scale ("QNN does not support per-channel MatMul"), which is 57 % off on the
 CenterPoint backbone's first layer; here each output column has its own, and the HTP (QNN 2.40) runs
 that as it runs the same product as a per-channel 1×1 Conv (the same error on the head stack and the
-single SubM, measured), and onnxruntime's CPU, where the mixed-precision search runs, about 8× faster
-than a Conv over `[rows, Cin, 1, 1]` on the backbone.
+single SubM, measured), and onnxruntime's CPU, where the mixed-precision search runs, far faster than
+a Conv over `[rows, Cin, 1, 1]` (a search step on the backbone: about 8 s against 60 s).
 """
 
 from __future__ import annotations
@@ -72,11 +72,11 @@ def _gather_padded(graph: gs.Graph, node: gs.Node, padded: dict[str, gs.Variable
     x, y = node.inputs[0], node.outputs[0]
     columns = x.shape[1]
     if x.name not in padded:
-        padded[x.name] = gs.Variable(f"{x.name}/columns_padded", np.float32, [x.shape[0], GATHER_COLUMNS])
+        padded[x.name] = gs.Variable(f"{x.name}/columns_padded", x.dtype, [x.shape[0], GATHER_COLUMNS])
         graph.nodes.append(gs.Node("Pad", f"{x.name}/pad_columns",
                                    inputs=[x, constants(f"pads_columns_{columns}", [0, 0, 0, GATHER_COLUMNS - columns])],
                                    outputs=[padded[x.name]]))
-    wide = gs.Variable(f"{y.name}/columns_padded", np.float32, [y.shape[0], GATHER_COLUMNS])
+    wide = gs.Variable(f"{y.name}/columns_padded", x.dtype, [y.shape[0], GATHER_COLUMNS])
     node.inputs[0], node.outputs[0] = padded[x.name], wide
     graph.nodes.append(gs.Node("Slice", f"{node.name}/columns", outputs=[y], inputs=[
         wide, constants("zero_1", [0]), constants(f"columns_{columns}", [columns]), constants("one_1", [1])]))

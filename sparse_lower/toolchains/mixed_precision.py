@@ -38,8 +38,6 @@ from .registry import toolchain
 from .segment_int8 import (accelerator_inputs, first_and_last_products, layer_products, run_segments,
                            segment_sessions, weight_products)
 
-LIMIT = 0.02  # the largest error relative to an output's magnitude that int8 is held to (base.TOLERANCE)
-
 
 @dataclass
 class Plan:
@@ -86,12 +84,14 @@ class QuantizedRuns:
         return errors
 
 
-def choose_wide_layers(parts: Partition, calibration: Iterable[Mapping[str, np.ndarray]], limit: float = LIMIT,
+def choose_wide_layers(parts: Partition, calibration: Iterable[Mapping[str, np.ndarray]], limit: float | None = None,
                        log: Callable[[str], None] = lambda line: None, chain: Toolchain | None = None) -> Plan:
     """The fewest layers, most sensitive first, that must read 16-bit activations for the partition's
     int8 nna segments to stay within `limit` on every calibration frame (module docstring), in the QDQ
-    form toolchain `chain` runs (`QuantizedRuns`)."""
+    form toolchain `chain` runs (`QuantizedRuns`). `limit`: by default 2 %, or what the toolchain with
+    its own form holds it to (`Toolchain.search_limit`: QNN's HTP 1.5 %, as it computes further off)."""
     runs = QuantizedRuns(parts, calibration, chain)
+    limit = limit if limit is not None else runs.chain.search_limit
     layers = list(runs.layers)
 
     def error(quantized: Iterable[str], wide: Iterable[str] = ()) -> float:

@@ -10,7 +10,8 @@ to onnxruntime's CPU provider and are listed as fallbacks.
 
 Measured (docs/toolchains.md): in the rows layout every combine runs wholly on the HTP except
 `ScatterElements` (onnxruntime's CPU); the image layout computes wrong numbers on the HTP for the patent
-2-D and head stacks (32 % and 160 % off) and is refused.
+2-D and head stacks (32 % and 160 % off) and is refused. Quantized, the CenterPoint backbone (unfold
+combine, 16 of 19 layers at 16 bits) runs wholly on the HTP within 2 % of float on the real frames.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class Qnn(Toolchain):
     suffix = ".qnn"  # an onnxruntime model (EPContext) with the context binary inside
     precision = "fp16"
     own_quantized_form = True  # every tensor quantized (htp_int8.py)
+    # the HTP computed the CenterPoint backbone's plan (15 wide) 0.2-0.5 % further off than onnxruntime's
+    # CPU computes its files: 2.11 % and 2.03 % on the real frames against 1.64 % and 1.81 %
+    search_limit = 1.5e-2
     image_layout_wrong = ("QNN's HTP computes the nna image layout wrong (4-D '{image}': 32 % and 160 % off on the "
                           "patent 2-D and head stacks, measured)")
 
