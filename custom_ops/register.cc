@@ -14,6 +14,7 @@
 #include "fold/indexed_fold.h"
 #include "index/active_sites.h"
 #include "index/capacity_pads.h"
+#include "index/coalesce_map.h"
 #include "index/inverse_map.h"
 #include "index/pair_lists.h"
 #include "index/pair_rows.h"
@@ -70,11 +71,12 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     static const Op<CapacityPads> capacity_pads;
     static const Op<PairRows> pair_rows;
     static const Op<PairLists> pair_lists;
+    static const Op<CoalesceMap> coalesce_map;
     Ort::CustomOpDomain domain(kDomain);
     for (const OrtCustomOp* op : std::initializer_list<const OrtCustomOp*>{
              &active_sites, &submanifold_map, &strided_map, &transposed_map, &target_map, &rulebook, &site_index,
              &indexed_unfold, &indexed_fold, &indexed_conv, &indexed_conv_int8, &inverse_map, &scatter_matrices,
-             &capacity_pads, &pair_rows, &pair_lists}) {
+             &capacity_pads, &pair_rows, &pair_lists, &coalesce_map}) {
       domain.Add(op);
     }
     AddProviderOps(domain);

@@ -78,7 +78,7 @@ def _pair_capacities(max_pairs, model: onnx.ModelProto, target: str, combine: st
 def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, strategy: str = "auto",
           combine: str = "gather", max_active: int | Sequence[int] | None = None, max_batch: int | None = None,
           fuse_taps: bool = False, layout: str = "image", max_pairs: Mapping[str, Sequence[int]] | None = None,
-          dump_dir: str | os.PathLike | None = None, check_each_pass: bool = False) -> onnx.ModelProto:
+          max_members: int | None = None, dump_dir: str | os.PathLike | None = None, check_each_pass: bool = False) -> onnx.ModelProto:
     """Rewrite the sparse-convolution nodes of `model` for `target`; run the result with
     `create_session`.
 
@@ -100,7 +100,9 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
       gives each sparse conv (by node name) its pairs per tap, as `capacity.pair_rows` measures them on
       frames (a conv it leaves out holds all its rows per tap; more pairs is a run-time error). NaN/Inf
       features propagate as in a dense conv, except with "matmul": its 0/1 scatter matrices turn one
-      non-finite value into NaN in every output of the layer (0·NaN = NaN).
+      non-finite value into NaN in every output of the layer (0·NaN = NaN). A Coalesce under
+      `max_active` also needs `max_members`, the most rows one of its sites may merge (more is a run-time
+      error; `capacity.level_rows` measures the row counts, `capacity.most_members` this one).
     * target "hybrid": the first sparse layer of each branch on the gpu path, the rest on the nna path.
     * target "portable": standard ONNX ops only, no library: the index tables are built inside the graph
       from a two-level site grid per coords tensor (refused where one batch of it could take more than
@@ -134,8 +136,12 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     model = load(model)
     max_pairs = _pair_capacities(max_pairs, model, target, combine, max_active)
     max_batch = None if max_batch is None else int(max_batch)  # None: the lowering reads the ToDense batch_size
+    if max_members is not None and not _positive(max_members):
+        raise SparseLowerError(f"max_members={max_members!r} is the most rows one site of a Coalesce merges",
+                               fix="give an int >= 1, or leave it out")
     options = Options(strategy=strategy, combine=combine, max_active=max_active, max_batch=max_batch,
-                      fuse_taps=bool(fuse_taps), layout=layout, max_pairs=max_pairs)
+                      fuse_taps=bool(fuse_taps), layout=layout, max_pairs=max_pairs,
+                      max_members=None if max_members is None else int(max_members))
     found = detect_format(model)
     if found != SOURCE_FORMAT:
         raise SparseLowerError(f"the model is an export in the {format_title(found)} format",

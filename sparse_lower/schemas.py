@@ -16,9 +16,14 @@ from onnx import helper
 
 from .errors import SparseLowerError
 from .onnx_conventions import SOURCE_DOMAIN
+
 CONV_OPS = ("SubmanifoldConv", "SparseConv", "SparseDeconv")
 BOUNDARY_OPS = ("ToSparse", "ToDense")
-SOURCE_OPS = CONV_OPS + BOUNDARY_OPS
+# The ops of fully sparse detectors: a pooling on a convolution's geometry, and the merging of rows that
+# share a site. Neither has weights; each makes a new set of sites.
+MERGE_OPS = ("SparseMaxPool", "Coalesce")
+SOURCE_OPS = CONV_OPS + BOUNDARY_OPS + MERGE_OPS
+REDUCTIONS = ("sum", "max")
 
 _CONV_ATTRS = {"kernel_shape", "strides", "pads", "dilations", "spatial_shape", "group"}
 _KNOWN_ATTRS = {
@@ -27,13 +32,16 @@ _KNOWN_ATTRS = {
     "SparseDeconv": _CONV_ATTRS | {"output_padding"},
     "ToSparse": set(),
     "ToDense": {"spatial_shape", "batch_size"},
+    "SparseMaxPool": (_CONV_ATTRS - {"group"}) | {"submanifold"},
+    "Coalesce": {"spatial_shape", "reduction"},
 }
 
 
-# Every source-op attribute is an int or a list of ints. The ONNX type is checked, not only the value:
-# a FLOATS kernel_shape [3.5, 3.0] would otherwise be truncated to [3, 3], a STRING "3,3" read as its
-# bytes, and an empty list or a TENSOR would crash the graph editing later.
-_INT_ATTRS = {"group", "batch_size"}
+# Every source-op attribute is an int or a list of ints, but Coalesce's `reduction` (a string). The ONNX
+# type is checked, not only the value: a FLOATS kernel_shape [3.5, 3.0] would otherwise be truncated to
+# [3, 3], a STRING "3,3" read as its bytes, and an empty list or a TENSOR would crash the graph editing later.
+_INT_ATTRS = {"group", "batch_size", "submanifold"}
+_STRING_ATTRS = {"reduction"}
 
 
 def attributes(node: onnx.NodeProto) -> dict:
@@ -48,12 +56,18 @@ def attributes(node: onnx.NodeProto) -> dict:
                 node.name,
                 f"remove it; {node.op_type} takes {sorted(known) or 'no attributes'}",
             )
-        single = attr.name in _INT_ATTRS
-        expected = onnx.AttributeProto.INT if single else onnx.AttributeProto.INTS
+        single = attr.name in _INT_ATTRS | _STRING_ATTRS
+        expected = onnx.AttributeProto.STRING if attr.name in _STRING_ATTRS else \
+            onnx.AttributeProto.INT if single else onnx.AttributeProto.INTS
         kind = onnx.AttributeProto.AttributeType.Name
         if attr.type != expected:
+            written = {onnx.AttributeProto.STRING: "a string", onnx.AttributeProto.INT: "an int"}.get(expected,
+                                                                                                    "a list of ints")
             raise SparseLowerError(f"attribute '{attr.name}' is of type {kind(attr.type)}, expected {kind(expected)}",
-                                   node.name, f"write {attr.name} as {'an int' if single else 'a list of ints'}")
+                                   node.name, f"write {attr.name} as {written}")
+        if expected == onnx.AttributeProto.STRING:
+            values[attr.name] = attr.s.decode("utf-8", "replace")
+            continue
         if not single and not attr.ints:
             raise SparseLowerError(f"attribute '{attr.name}' is an empty list", node.name,
                                    f"give {attr.name} one value per spatial dimension, or leave it out")
@@ -87,6 +101,12 @@ class ConvGeometry:
     dilations: tuple
     spatial_shape: tuple
     output_padding: tuple
+    submanifold: bool = False  # a SparseMaxPool on its input sites, centred like a SubmanifoldConv
+
+    @property
+    def centred(self) -> bool:
+        """Whether the outputs are the input sites, each window centred on its own."""
+        return self.op_type == "SubmanifoldConv" or self.submanifold
 
     @property
     def ndim(self) -> int:
@@ -102,9 +122,9 @@ class ConvGeometry:
         d = range(self.ndim)
         S, K, s, p, dl = self.spatial_shape, self.kernel_shape, self.strides, self.pads, self.dilations
         n = self.ndim
-        if self.op_type == "SubmanifoldConv":
+        if self.centred:
             return S
-        if self.op_type == "SparseConv":
+        if self.op_type in ("SparseConv", "SparseMaxPool"):
             return tuple((S[i] + p[i] + p[n + i] - dl[i] * (K[i] - 1) - 1) // s[i] + 1 for i in d)
         return tuple(
             s[i] * (S[i] - 1) + self.output_padding[i] + dl[i] * (K[i] - 1) + 1 - p[i] - p[n + i] for i in d
@@ -112,7 +132,8 @@ class ConvGeometry:
 
 
 def conv_geometry(node: onnx.NodeProto) -> ConvGeometry:
-    """Parse and check the attributes of a SubmanifoldConv, SparseConv or SparseDeconv node."""
+    """Parse and check the attributes of a SubmanifoldConv, SparseConv, SparseDeconv or SparseMaxPool node
+    (a pooling window has a strided convolution's geometry and output sites)."""
     values = attributes(node)
     if "kernel_shape" not in values:
         raise SparseLowerError("attribute 'kernel_shape' is required", node.name, "set kernel_shape (length D)")
@@ -128,7 +149,11 @@ def conv_geometry(node: onnx.NodeProto) -> ConvGeometry:
         dilations=_ints(node, values, "dilations", n, (1,) * n),
         spatial_shape=_ints(node, values, "spatial_shape", n, None),
         output_padding=_ints(node, values, "output_padding", n, (0,) * n),
+        submanifold=bool(values.get("submanifold", 0)),
     )
+    if values.get("submanifold", 0) not in (0, 1):
+        raise SparseLowerError(f"submanifold={values['submanifold']} is not 0 or 1", node.name,
+                               "set submanifold=1 to pool on the input sites, or leave it out")
     _check_geometry(node, geometry, values.get("group", 1))
     return geometry
 
@@ -148,15 +173,17 @@ def _check_geometry(node, g: ConvGeometry, group) -> None:
         if any(v >= MAX_ATTRIBUTE for v in values):
             raise SparseLowerError(f"{attr}={list(values)} has a value of 2^30 or more", name,
                                    "use values below 2^30 (the custom ops compute coordinates in int64 from them)")
-    if g.op_type == "SubmanifoldConv":
+    if g.centred:
+        what = "SubmanifoldConv" if g.op_type == "SubmanifoldConv" else "a submanifold SparseMaxPool"
         if any(k % 2 == 0 for k in g.kernel_shape):
             raise SparseLowerError(
-                f"SubmanifoldConv needs odd kernel sizes, got kernel_shape={list(g.kernel_shape)}",
-                name, "use an odd kernel (a submanifold conv is centred on each active site)")
+                f"{what} needs odd kernel sizes, got kernel_shape={list(g.kernel_shape)}",
+                name, f"use an odd kernel ({what} is centred on each active site)")
         if any(s != 1 for s in g.strides):
             raise SparseLowerError(
-                f"SubmanifoldConv needs strides of 1, got strides={list(g.strides)}",
-                name, "use SparseConv for a strided convolution")
+                f"{what} needs strides of 1, got strides={list(g.strides)}", name,
+                "use SparseConv for a strided convolution" if g.op_type == "SubmanifoldConv" else
+                "leave out submanifold for a strided pooling")
     if g.op_type == "SparseDeconv":
         if any(op >= max(s, d) for op, s, d in zip(g.output_padding, g.strides, g.dilations)):
             raise SparseLowerError(
@@ -182,6 +209,30 @@ def _check_sites(node, role: str, extent) -> None:
     if prod(extent) > _MAX_SITES:
         raise SparseLowerError(f"the {role} {list(extent)} has {prod(extent)} sites, more than int64 can number",
                                node.name, "use a grid of at most 2**63 - 1 sites")
+
+
+@dataclass(frozen=True)
+class Merge:
+    """The attributes of Coalesce."""
+
+    spatial_shape: tuple
+    reduction: str
+
+
+def coalesce_attributes(node: onnx.NodeProto) -> Merge:
+    values = attributes(node)
+    if "spatial_shape" not in values:
+        raise SparseLowerError("attribute 'spatial_shape' is required", node.name, "set spatial_shape (length D)")
+    shape = _ints(node, values, "spatial_shape", len(values["spatial_shape"]), None)
+    if not 1 <= len(shape) <= 3 or any(v < 1 for v in shape) or any(v >= MAX_ATTRIBUTE for v in shape):
+        raise SparseLowerError(f"spatial_shape={list(shape)} is invalid", node.name,
+                               "give 1 to 3 extents, each at least 1 and below 2^30")
+    _check_sites(node, "spatial_shape", shape)
+    reduction = values.get("reduction", "sum")
+    if reduction not in REDUCTIONS:
+        raise SparseLowerError(f"reduction '{reduction}' is not defined", node.name,
+                               f"use one of {', '.join(REDUCTIONS)}")
+    return Merge(shape, reduction)
 
 
 @dataclass(frozen=True)
@@ -218,17 +269,32 @@ def conv_channels(op_type: str, shape) -> tuple[int, int]:
     return (shape[0], shape[1]) if op_type == "SparseDeconv" else (shape[1], shape[0])
 
 
+def _submanifold(node: onnx.NodeProto) -> bool:
+    return any(a.name == "submanifold" and a.i for a in node.attribute)
+
+
 def coords_levels(graph: onnx.GraphProto) -> dict[str, int]:
-    """The level of every coords tensor the sparse convs produce, where not 0: the model's inputs are
-    level 0, a SparseConv's outputs one more than its inputs (whatever its strides: a new set of sites),
-    a SparseDeconv's those of its targets, or one less without targets. Each level has its own number
-    of active sites: the nna lowering can give each its own row capacity (`max_active` per level)."""
+    """The level of every coords tensor the sparse ops read or produce, where not 0: the model's inputs are
+    level 0, a SparseConv's or SparseMaxPool's outputs one more than its inputs (whatever its strides: a
+    new set of sites), a SparseDeconv's those of its targets, or one less without targets. Coords computed
+    by standard ops (a Concat, a column dropped, a scaling) are at the deepest level they are computed
+    from, but a Coalesce's input rows are a set of their own, one level deeper, and its output one more.
+    Each level has its own number of active sites: the nna lowering can give each its own row capacity
+    (`max_active` per level)."""
     levels: dict[str, int] = {}
     for node in graph.node:
-        if node.domain != SOURCE_DOMAIN or node.op_type not in CONV_OPS:
+        if node.domain != SOURCE_DOMAIN:
+            derived = max((levels[name] for name in node.input if name in levels), default=0)
+            levels.update({name: derived for name in node.output if derived})
+            continue
+        if node.op_type not in CONV_OPS + MERGE_OPS:
             continue
         level = levels.get(node.input[1], 0)
-        if node.op_type == "SparseConv":
+        if node.op_type == "Coalesce":
+            level += 1
+            levels[node.input[1]] = level
+            level += 1
+        elif node.op_type == "SparseConv" or (node.op_type == "SparseMaxPool" and not _submanifold(node)):
             level += 1
         elif node.op_type == "SparseDeconv":
             targets = node.input[4] if len(node.input) > 4 else ""

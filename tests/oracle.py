@@ -235,3 +235,56 @@ def assert_matches_oracle(config: ConvConfig, W, B, out_features, out_coords, rt
 def _node(op_type, attrs):
     """A bare node with these attributes, for asking the schemas about a config."""
     return helper.make_node(op_type, [], [], name="config", domain=SOURCE_DOMAIN, **attrs)
+
+
+def _run_dense(node, inputs: dict) -> np.ndarray:
+    """One standard node with a float output, run by onnxruntime on one thread (ScatterND's reductions race on more)."""
+    graph = helper.make_graph(
+        [node], "dense_oracle",
+        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), list(value.shape))
+         for name, value in inputs.items()],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, inputs)[0]
+
+
+def max_pool_oracle(attrs, features, coords, batch):
+    """SparseMaxPool by onnxruntime's dense `MaxPool` of the input densified with −inf at inactive sites:
+    the outputs are the sites of the result above the lowest float32 (where onnxruntime's maximum starts:
+    a window without an active input), sorted, or with `submanifold` the input sites in their order.
+    Returns (out_features, out_coords)."""
+    spatial = list(attrs["spatial_shape"])
+    n = len(spatial)
+    dense = np.full((batch, *spatial, features.shape[1]), -np.inf, np.float32)
+    dense[tuple(coords.T)] = features
+    dense = np.ascontiguousarray(np.moveaxis(dense, -1, 1))
+    pool = {key: list(attrs[key]) for key in ("kernel_shape", "strides", "pads", "dilations") if key in attrs}
+    if attrs.get("submanifold"):
+        dilations = pool.get("dilations", [1] * n)
+        half = [(k - 1) // 2 * d for k, d in zip(pool["kernel_shape"], dilations)]
+        pool.update(strides=[1] * n, pads=half + half)
+    out = _run_dense(helper.make_node("MaxPool", ["X"], ["Y"], **pool), {"X": dense})
+    channels_last = np.moveaxis(out, 1, -1)
+    out_coords = coords if attrs.get("submanifold") else \
+        np.argwhere(channels_last[..., 0] > np.finfo(np.float32).min).astype(np.int64).reshape(-1, 1 + n)
+    return channels_last[tuple(out_coords.T)], out_coords
+
+
+def coalesce_oracle(attrs, features, coords, batch):
+    """Coalesce by onnxruntime's `ScatterND` with reduction add (or max, from −inf) of every row into a dense
+    `[B, *S, C]` grid; the outputs are the sites a `ScatterND` of ones counted, in grid order."""
+    spatial = list(attrs["spatial_shape"])
+    reduction = attrs.get("reduction", "sum")
+    shape = (batch, *spatial, features.shape[1])
+    start = np.zeros(shape, np.float32) if reduction == "sum" else np.full(shape, -np.inf, np.float32)
+    scatter = helper.make_node("ScatterND", ["data", "indices", "updates"], ["Y"],
+                               reduction="add" if reduction == "sum" else "max")
+    dense = _run_dense(scatter, {"data": start, "indices": coords, "updates": features})
+    counts = _run_dense(helper.make_node("ScatterND", ["data", "indices", "updates"], ["Y"], reduction="add"),
+                        {"data": np.zeros(shape[:-1], np.float32), "indices": coords,
+                         "updates": np.ones(len(coords), np.float32)})
+    out_coords = np.argwhere(counts > 0).astype(np.int64).reshape(-1, 1 + len(spatial))
+    return dense[tuple(out_coords.T)], out_coords

@@ -37,7 +37,8 @@ def compute_policy(target: str, options: Options) -> Callable[[gs.Node, Lowering
         portable = PortableCompute()
         return lambda node, ctx: portable
     gpu = _gpu_compute(options.strategy)
-    nna = NnaCompute(options.combine, options.max_active, options.fuse_taps, options.layout, options.max_pairs)
+    nna = NnaCompute(options.combine, options.max_active, options.fuse_taps, options.layout, options.max_pairs,
+                     options.max_members)
     if target == "gpu":
         return lambda node, ctx: gpu
     if target == "nna":

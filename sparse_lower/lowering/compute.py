@@ -53,3 +53,10 @@ class Compute(Protocol):
 
     def emit(self, ctx: LoweringContext, conv: ConvParts) -> None:
         """Append the nodes that write `conv.out_features` (bias included)."""
+
+    def row_capacity(self, ctx: LoweringContext, coords: gs.Tensor) -> int | None:
+        """The fixed row count of the sparse tensor on `coords` in this form (None: the frame's count): what
+        the ops without weights (table_reduce.py) pad their rows and tables to."""
+
+    def members(self, node: gs.Node) -> int:
+        """The fixed number of rows one site of a Coalesce may hold, where rows have a capacity."""

@@ -33,6 +33,18 @@ class IndexTables(Protocol):
     def target_map(self, ctx: LoweringContext, base: str, geometry: ConvGeometry, coords: gs.Tensor,
                    targets: gs.Tensor, source: str) -> gs.Tensor: ...
 
+    def coalesce_map(self, ctx: LoweringContext, base: str, spatial_shape: tuple, coords: gs.Tensor,
+                     width: int | None) -> tuple[gs.Tensor, gs.Tensor]:
+        """(distinct sites sorted, the rows at each `[M, R]`) of coords whose rows may repeat a site; R is
+        `width` where given (a site with more rows fails), else the most rows any site has."""
+
+    first_row: int  # what a table holds for input row 0 (a missing row: first_row − 1)
+
+    def paired_rows(self, ctx: LoweringContext, base: str, features: gs.Tensor, coords: gs.Tensor,
+                    table: gs.Tensor) -> tuple[gs.Tensor, gs.Tensor | None]:
+        """`features` checked to pair with `coords` where no sparse layer computed them (the user's feeds),
+        and the flag (bool [1]) of a frame that broke a rule, where the tables flag instead of failing."""
+
     def to_sparse(self, ctx: LoweringContext, base: str, dense: gs.Tensor, features: gs.Variable,
                   coords: gs.Variable) -> None:
         """Write `features` and `coords` (sorted) of the active sites of `dense [B, C, *S]`."""
@@ -61,6 +73,8 @@ def _coords(geometry: ConvGeometry) -> tuple:
 class CustomOpTables:
     """The library's index builders (docs/custom_ops.md), which check every coordinate at run time."""
 
+    first_row = 0
+
     def submanifold_map(self, ctx, base, geometry, coords, source):
         (nbr,) = ctx.shared_node("SubmanifoldMap", base, [coords], [_nbr(geometry)], _attrs(geometry, source))
         return nbr
@@ -79,6 +93,20 @@ class CustomOpTables:
         (nbr,) = ctx.shared_node("TargetMap", base, [coords, targets], [_nbr(geometry)],
                                  _attrs(geometry, source, "strides", "pads", "output_padding"))
         return nbr
+
+    def coalesce_map(self, ctx, base, spatial_shape, coords, width):
+        attrs = {"spatial_shape": list(spatial_shape), **({"members": width} if width else {})}
+        out_coords, members = ctx.shared_node("CoalesceMap", base, [coords],
+                                              [("out_coords", INT64, [None, 1 + len(spatial_shape)]),
+                                               ("members", INT64, [None, width])], attrs)
+        return out_coords, members
+
+    def paired_rows(self, ctx, base, features, coords, table):
+        """PairRows refuses rows that do not pair with the coords (an error, never a flag)."""
+        if not ctx.after_a_sparse_layer(features):
+            (features,) = ctx.shared_node("PairRows", features.name, [features, coords],
+                                          [("paired", FLOAT, features.shape)], {})
+        return features, None
 
     def to_sparse(self, ctx, base, dense, features, coords):
         """ActiveSites(X) gives the coords and the linear sites; the features are a gather of those sites.

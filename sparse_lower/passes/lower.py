@@ -14,7 +14,7 @@ from ..lowering import LoweringContext, Options, compute_policy, default_batches
 from ..lowering.graph import deep_graph, model_like
 from ..lowering.portable import padding_reader
 from ..onnx_conventions import CUSTOM_DOMAIN, OPSET, OPTIONS_KEY, RUNTIME_KEY, SOURCE_DOMAIN, VERSION_KEY
-from ..schemas import coords_levels
+from ..schemas import MERGE_OPS, coords_levels
 from ..version import VERSION
 
 # The oldest default-domain opset whose ops the lowering emits: Unsqueeze with an axes input (13) for
@@ -59,6 +59,11 @@ class LowerSparse:
                                    f"{onnx.__version__} knows ({newest})",
                                    fix=f"export the model at opset {newest} or older")
         if self.target == "portable" and self.options.max_active is not None:
+            merging = next((n for n in source_nodes(model) if n.op_type in MERGE_OPS), None)
+            if merging is not None:
+                raise SparseLowerError(f"the portable static form (max_active) does not take {merging.op_type} yet",
+                                       merging.name or merging.op_type,
+                                       "lower for the portable target without max_active, or for nna with max_active")
             found = padding_reader(model.graph)
             if found is not None:
                 node, tensor = found

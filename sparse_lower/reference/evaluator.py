@@ -49,6 +49,14 @@ class SparseDeconv(_SourceOp):
     definition = staticmethod(ops.sparse_deconv)
 
 
+class SparseMaxPool(_SourceOp):
+    definition = staticmethod(ops.sparse_max_pool)
+
+
+class Coalesce(_SourceOp):
+    definition = staticmethod(ops.coalesce)
+
+
 class ToSparse(_SourceOp):
     definition = staticmethod(ops.to_sparse)
 
@@ -57,7 +65,7 @@ class ToDense(_SourceOp):
     definition = staticmethod(ops.to_dense)
 
 
-SOURCE_OP_RUNS = (SubmanifoldConv, SparseConv, SparseDeconv, ToSparse, ToDense)
+SOURCE_OP_RUNS = (SubmanifoldConv, SparseConv, SparseDeconv, SparseMaxPool, Coalesce, ToSparse, ToDense)
 
 
 def run(model: onnx.ModelProto | str | os.PathLike, feeds: dict) -> dict[str, np.ndarray]:

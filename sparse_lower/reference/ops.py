@@ -19,9 +19,10 @@ from onnx import helper
 
 from ..errors import SparseLowerError
 from ..onnx_conventions import SOURCE_DOMAIN
-from ..schemas import conv_geometry, to_dense_attributes, weight_shape
+from ..schemas import coalesce_attributes, conv_geometry, to_dense_attributes, weight_shape
 
-__all__ = ["conv_pairs", "submanifold_conv", "sparse_conv", "sparse_deconv", "to_sparse", "to_dense"]
+__all__ = ["conv_pairs", "submanifold_conv", "sparse_conv", "sparse_deconv", "sparse_max_pool", "coalesce", "to_sparse",
+           "to_dense"]
 
 
 def submanifold_conv(features, coords, weight, bias=None, *, kernel_shape, spatial_shape, strides=None,
@@ -75,6 +76,52 @@ def sparse_deconv(features, coords, weight, bias=None, target_coords=None, *, ke
     taps = _conv_taps(node, geometry, weight, x.shape[1])
     pairs, out_coords = _strided_pairs(node, geometry, coords, target_coords)
     return _accumulate(x, taps, _bias(node, bias, taps.shape[2]), len(out_coords), pairs), out_coords
+
+
+def sparse_max_pool(features, coords, *, kernel_shape, spatial_shape, strides=None, pads=None, dilations=None,
+                    submanifold=None, name=None):
+    """SparseMaxPool: the largest value of each channel over the active inputs of a pooling window.
+
+    The output sites are SparseConv's for the same geometry (o is active when some active input i and
+    tap k satisfy `i = o·s − pb + k·d`), sorted; with `submanifold=1` they are the input rows (same
+    order) and each window is centred on its row, as a SubmanifoldConv's. `out[o, c]` is the maximum of
+    `x[i, c]` over the window's active inputs only (inactive sites are not zeros here). Returns
+    `(out_features [M, C], out_coords [M, 1+D])`.
+    """
+    node = _node("SparseMaxPool", name, kernel_shape=kernel_shape, spatial_shape=spatial_shape, strides=strides,
+                 pads=pads, dilations=dilations, submanifold=submanifold)
+    geometry = conv_geometry(node)
+    x, keys = _sparse_input(node, features, coords, geometry.spatial_shape)
+    if geometry.submanifold:
+        pairs, out_coords = _submanifold_pairs(node, geometry, coords, keys), coords.copy()
+    else:
+        pairs, out_coords = _strided_pairs(node, geometry, coords, None)
+    out = np.full((len(out_coords), x.shape[1]), -np.inf, np.float32)
+    for _, inputs, outputs in pairs:  # one tap: no output twice
+        out[outputs] = np.maximum(out[outputs], x[inputs])
+    return out, out_coords
+
+
+def coalesce(features, coords, *, spatial_shape, reduction=None, name=None):
+    """Coalesce: one row per distinct site, the rows sharing it summed (`reduction="sum"`, the default) or
+    their per-channel maximum taken (`"max"`).
+
+    Unlike every other op, the input rows may repeat a site (that is what it is for: a concatenation of
+    sparse tensors on one grid, or coordinates with a dimension dropped). Returns
+    `(out_features [M, C], out_coords [M, 1+D])`, the distinct sites sorted.
+    """
+    node = _node("Coalesce", name, spatial_shape=spatial_shape, reduction=reduction)
+    merge = coalesce_attributes(node)
+    x, _ = _sparse_input(node, features, coords, merge.spatial_shape, unique=False)
+    keys = _linear_keys(node, coords, merge.spatial_shape)
+    out_keys, owner = np.unique(keys, return_inverse=True)
+    if merge.reduction == "sum":
+        out = np.zeros((len(out_keys), x.shape[1]), np.float32)
+        np.add.at(out, owner.reshape(-1), x)
+    else:
+        out = np.full((len(out_keys), x.shape[1]), -np.inf, np.float32)
+        np.maximum.at(out, owner.reshape(-1), x)
+    return out, _coords_from_keys(out_keys, merge.spatial_shape)
 
 
 def conv_pairs(node, coords, target_coords=None):
@@ -156,10 +203,11 @@ def _node(op_type, name, **attrs):
     return helper.make_node(op_type, [], [], name=name or op_type, domain=SOURCE_DOMAIN, **given)
 
 
-def _sparse_input(node, features, coords, spatial_shape):
-    """Check a sparse tensor (§2) and return its features as float32 and its rows' linear keys."""
+def _sparse_input(node, features, coords, spatial_shape, unique=True):
+    """Check a sparse tensor (§2; with `unique=False` its rows may repeat a site) and return its features
+    as float32 and its rows' linear keys."""
     features = np.asarray(features)
-    keys = _check_coords(node, coords, spatial_shape, "coords")
+    keys = _check_coords(node, coords, spatial_shape, "coords", unique_rows=unique)
     if features.ndim != 2 or not np.issubdtype(features.dtype, np.floating):
         raise SparseLowerError(f"features must be a float matrix [N, C], got {features.dtype} "
                                f"{list(features.shape)}", node.name, "pass float32 (or float16) features")
@@ -169,8 +217,9 @@ def _sparse_input(node, features, coords, spatial_shape):
     return features.astype(np.float32), keys
 
 
-def _check_coords(node, coords, spatial_shape, what):
-    """Check int64 [N, 1+D] coordinates with unique rows inside the grid; return their linear keys."""
+def _check_coords(node, coords, spatial_shape, what, unique_rows=True):
+    """Check int64 [N, 1+D] coordinates inside the grid, with unique rows unless told otherwise; return their
+    linear keys."""
     ndim = len(spatial_shape)
     if not isinstance(coords, np.ndarray) or coords.dtype != np.int64 or coords.ndim != 2 \
             or coords.shape[1] != 1 + ndim:
@@ -186,10 +235,10 @@ def _check_coords(node, coords, spatial_shape, what):
                                f"keep 0 <= d_i < {list(spatial_shape)}[i] and batch >= 0")
     keys = _linear_keys(node, coords, spatial_shape)
     unique, counts = np.unique(keys, return_counts=True)
-    if (counts > 1).any():
+    if unique_rows and (counts > 1).any():
         row = int(np.flatnonzero(keys == unique[counts > 1][0])[1])
         raise SparseLowerError(f"{what} row {row} {coords[row].tolist()} is duplicated", node.name,
-                               "give each site once (sum or drop duplicate rows beforehand)")
+                               "give each site once (merge duplicate rows with a Coalesce beforehand)")
     return keys
 
 

@@ -46,6 +46,10 @@ class GpuCompute:
     def __init__(self, strategy: str):
         self.strategy = strategy
 
+    def row_capacity(self, ctx: LoweringContext, coords: gs.Tensor) -> None:
+        """Rows are as many as the frame has: no capacity."""
+        return None
+
     def emit(self, ctx: LoweringContext, conv: ConvParts) -> None:
         """Emit the strategy's nodes computing `conv.out_features` (bias included)."""
         if self.strategy == "fused" and not conv.dense:

@@ -20,6 +20,7 @@ import onnx_graphsurgeon as gs
 
 from collections.abc import Mapping, Sequence
 
+from ...errors import SparseLowerError
 from ..compute import ConvParts
 from ..context import FLOAT, LoweringContext, level_capacity
 from .gather_combine import GatherCombine
@@ -41,11 +42,13 @@ class NnaCompute:
     reads_dense = False
 
     def __init__(self, combine: str, max_active: int | tuple[int, ...] | None, fuse_taps: bool,
-                 layout_name: str = "image", max_pairs: Mapping[str, Sequence[int]] | None = None):
+                 layout_name: str = "image", max_pairs: Mapping[str, Sequence[int]] | None = None,
+                 max_members: int | None = None):
         """`fuse_taps` with the pairs or unfold combine is refused by `lower` (one product cannot serve taps
         that multiply different rows, and unfold has one product already); here those combines just ask
         for the products they multiply."""
         self.max_active = max_active
+        self.max_members = max_members
         self.layout = layout(layout_name)
         self.products = TapProducts(self.layout, fuse_taps)
         self.combine = PairCombine(self.layout, max_pairs) if combine == "pairs" else _COMBINES[combine](self.layout)
@@ -53,6 +56,16 @@ class NnaCompute:
     def capacity(self, ctx: LoweringContext, coords: gs.Tensor) -> int | None:
         """The row capacity of a sparse tensor: the one of its level, or of the deepest level given."""
         return level_capacity(self.max_active, ctx.level(coords))
+
+    row_capacity = capacity
+
+    def members(self, node: gs.Node) -> int:
+        if self.max_members is None:
+            raise SparseLowerError(
+                f"with a row capacity (max_active), the nna target needs the most rows one site of a {node.op} may "
+                f"hold", node.name, "give max_members (sparse_lower.capacity.level_rows measures it as the "
+                f"largest count of any site over your frames, or use the input rows' capacity)")
+        return self.max_members
 
     def emit(self, ctx: LoweringContext, conv: ConvParts) -> None:
         inputs, outputs = self.capacity(ctx, conv.coords), self.capacity(ctx, conv.out_coords)

@@ -15,12 +15,17 @@ import onnx_graphsurgeon as gs
 
 from ..compute import ConvParts
 from ..context import FLOAT, LoweringContext
+from ..table_reduce import rows_after_zero_row
 from .emit import BOOL, Emit
 from .tables import fix_rows
 
 
 class PortableCompute:
     reads_dense = False
+
+    def row_capacity(self, ctx: LoweringContext, coords: gs.Tensor) -> None:
+        """The ops without weights take the dynamic form only (the static form is refused before lowering)."""
+        return None
 
     def emit(self, ctx: LoweringContext, conv: ConvParts) -> None:
         e = Emit(ctx, conv.base)
@@ -35,7 +40,7 @@ class PortableCompute:
             paired = e("Equal", e.rows(source), e.rows(conv.coords), dtype=BOOL, shape=[1], name="paired")
             unpaired = e("Not", paired, dtype=BOOL, shape=[1], name="unpaired")
             invalid = e.either(invalid, unpaired)
-        rows = _with_zero_row(ctx, source, conv.cin)
+        rows = rows_after_zero_row(ctx, source, conv.cin)
         gathered = e("Gather", rows, conv.nbr, dtype=FLOAT, shape=[None, conv.taps, conv.cin], axis=0)
         unfolded = e("Flatten", gathered, dtype=FLOAT, shape=[None, conv.taps * conv.cin], name="unfolded", axis=1)
         bias = conv.bias if conv.bias is not None else np.zeros(conv.cout, np.float32)
@@ -49,10 +54,3 @@ class PortableCompute:
         product = e("MatMul", unfolded, weights, dtype=FLOAT, shape=[None, conv.cout])
         ctx.standard("Add", conv.base, [product, added], [conv.out_features])
 
-
-def _with_zero_row(ctx: LoweringContext, rows: gs.Tensor, channels: int) -> gs.Tensor:
-    """`rows [N, C]` after a zero row, shared by every layer reading them."""
-    zero = ctx.shared_constant(f"zero_row_{channels}", np.zeros((1, channels), np.float32))
-    (extended,) = ctx.shared_node("Concat", f"{rows.name}/zero_row", [zero, rows],
-                                  [("with_zero_row", FLOAT, [None, channels])], {"axis": 0}, domain="")
-    return extended

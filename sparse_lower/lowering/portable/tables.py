@@ -27,7 +27,7 @@ import onnx_graphsurgeon as gs
 from ...errors import SparseLowerError
 from ...onnx_conventions import SOURCE_DOMAIN
 from ...schemas import CONV_OPS, ConvGeometry, conv_geometry
-from ..context import LoweringContext, level_capacity
+from ..context import INT64, LoweringContext, level_capacity
 from ..graph import through_casts
 from ..nna.padding import ROWWISE
 from .boundary import dense_from_rows, rows_from_dense
@@ -40,10 +40,10 @@ from .taps import exact_quotients, per_dimension, reached_by_strided
 def _halo(geometry: ConvGeometry) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """How far outside its input grid a conv's neighbours lie, before and after each dimension."""
     n = geometry.ndim
-    if geometry.op_type == "SubmanifoldConv":
+    if geometry.centred:
         half = tuple((k - 1) // 2 * d for k, d in zip(geometry.kernel_shape, geometry.dilations))
         return half, half
-    if geometry.op_type == "SparseConv":  # o·s − pb + k·d lies in [−pb, S − 1 + pe]
+    if geometry.op_type in ("SparseConv", "SparseMaxPool"):  # o·s − pb + k·d lies in [−pb, S − 1 + pe]
         return geometry.pads[:n], geometry.pads[n:]
     return (1,) * n, (1,) * n  # transposed: quotients are clamped to [−1, S]
 
@@ -53,7 +53,7 @@ def grid_halos(graph: onnx.GraphProto) -> dict[tuple, tuple[tuple, tuple]]:
     extent needs, so that all the layers on one coords tensor share one grid."""
     halos: dict[tuple, tuple[tuple, tuple]] = {}
     for node in graph.node:
-        if node.domain != SOURCE_DOMAIN or node.op_type not in CONV_OPS:
+        if node.domain != SOURCE_DOMAIN or node.op_type not in (*CONV_OPS, "SparseMaxPool"):
             continue
         geometry = conv_geometry(node)
         low, high = _halo(geometry)
@@ -193,6 +193,67 @@ class StandardOpTables:
             self.made(nbr, e.either(grid.invalid, flag))
             return nbr
         return self._shared((coords.name, targets.name, geometry), build)
+
+    first_row = 1
+
+    def paired_rows(self, ctx, base, features, coords, table):
+        """Rows the user fed that do not pair with their coords flag the frame, with the table's own flag."""
+        e = Emit(ctx, base)
+        invalid = self.invalid(table)
+        if not ctx.after_a_sparse_layer(features):
+            paired = e("Equal", e.rows(features), e.rows(coords), dtype=BOOL, shape=[1], name="paired")
+            invalid = e.either(invalid, e("Not", paired, dtype=BOOL, shape=[1], name="unpaired"))
+        return features, invalid
+
+    def coalesce_map(self, ctx, base, spatial_shape, coords, width):
+        """`Unique` of the rows' linear keys gives the distinct sites, sorted, and each row's site; a
+        `TopK` of those (ascending) lists the rows site by site, and a `ScatterND` (no two rows to one
+        cell) writes `1 + row` at (site, rank within the site) of a zero `[M, R]` table. A row outside the
+        grid (or of negative batch) flags the frame."""
+        def build():
+            e = Emit(ctx, base)
+            volume = prod(spatial_shape)
+            batch = e.column(coords, 0)
+            keys, outside = batch, e("Less", batch, e.const(0), dtype=BOOL, shape=[None], name="negative")
+            for dim, extent in enumerate(spatial_shape):
+                column = e.column(coords, 1 + dim)
+                wrong = e("Or", e("Less", column, e.const(0), dtype=BOOL, shape=[None]),
+                          e("GreaterOrEqual", column, e.const(extent), dtype=BOOL, shape=[None]), dtype=BOOL,
+                          shape=[None], name="outside")
+                outside = e("Or", outside, wrong, dtype=BOOL, shape=[None], name="outside")
+                keys = e("Add", e("Mul", keys, e.const(extent), shape=[None]), column, shape=[None], name="keys")
+            unique = ctx.standard("Unique", base, [keys], [("sites", INT64, [None]), ("first", INT64, [None]),
+                                                          ("site_of_row", INT64, [None]), ("counts", INT64, [None])],
+                                  {"sorted": 1})
+            sites, _, site_of_row, counts = unique
+            columns, rest = [], sites
+            for extent in reversed(spatial_shape):
+                columns.append(e("Mod", rest, e.const(extent), shape=[None], name="coordinate"))
+                rest = e("Div", rest, e.const(extent), shape=[None], name="rest")
+            parts = [e("Unsqueeze", c, e.const([1]), shape=[None, 1], name="column") for c in [rest, *reversed(columns)]]
+            out_coords = e("Concat", *parts, shape=[None, 1 + len(spatial_shape)], name="out_coords", axis=1)
+            rows = e.rows(coords)
+            by_site, order = ctx.standard("TopK", base, [site_of_row, rows],
+                                          [("by_site", INT64, [None]), ("order", INT64, [None])],
+                                          {"largest": 0, "sorted": 1})
+            starts = e("CumSum", counts, e.const(0), shape=[None], name="starts", exclusive=1)
+            numbers = e("Range", e.const(0), e("Squeeze", rows, e.const([0]), shape=[], name="count"), e.const(1),
+                        shape=[None], name="numbers")
+            rank = e("Sub", numbers, e.gather_like(starts, by_site, INT64, [None], name="start"), shape=[None],
+                     name="rank")
+            cells = e("Concat", e("Unsqueeze", by_site, e.const([1]), shape=[None, 1]),
+                      e("Unsqueeze", rank, e.const([1]), shape=[None, 1]), shape=[None, 2], name="cells", axis=1)
+            fullest = e("ReduceMax", e("Concat", counts, e.const([1]), shape=[None], axis=0), shape=[1],
+                        name="fullest", keepdims=1, **({} if (ctx.graph.opset or 0) >= 18 else {"axes": [0]}))
+            size = e("Concat", e.rows(sites), fullest, shape=[2], name="size", axis=0)
+            empty = e("Expand", e.const(0), size, shape=[None, None], name="empty")
+            members = e("ScatterND", empty, cells, e("Add", order, e.const(1), shape=[None], name="one_based"),
+                        shape=[None, None], name="members")
+            flag = e.either(self.invalid(coords), e.any(outside))
+            self.made(out_coords, flag)
+            self.made(members, flag)
+            return out_coords, members
+        return self._shared((coords.name, "coalesce", spatial_shape), build)
 
     def to_sparse(self, ctx, base, dense, features, coords):
         fixed = self.fixed(0)

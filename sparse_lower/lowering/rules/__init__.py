@@ -5,9 +5,11 @@
     SparseConv       sparse_conv.py       StridedMap → compute
     SparseDeconv     sparse_deconv.py     TransposedMap or TargetMap → compute
     ToDense          to_dense.py          SiteIndex → IndexedFold
+    SparseMaxPool    sparse_max_pool.py   StridedMap → the maximum over each output's rows (table_reduce.py)
+    Coalesce         coalesce.py          CoalesceMap → the sum or maximum over each site's rows
 
 (the custom ops named are the index tables of gpu, nna and hybrid; the portable target builds the same
-tables from standard ops: lowering/index_tables.py, portable/). The three convs share conv_rule.py;
+tables from standard ops: lowering/index_tables.py, portable/). The three convs share conv_rule.py, the two ops without weights reduce_rule.py;
 checks.py holds the refusals several rules share. The rules are the same for every target: which
 compute form a conv gets is the target's policy (LoweringContext.compute_for), where its tables come
 from the target's `LoweringContext.tables`. On nna the boundary ops take the custom ops: an
@@ -20,12 +22,15 @@ import onnx_graphsurgeon as gs
 
 from .rule import Refusal, Rule
 from .sparse_conv import SparseConvRule
+from .coalesce import CoalesceRule
 from .sparse_deconv import SparseDeconvRule
+from .sparse_max_pool import SparseMaxPoolRule
 from .submanifold_conv import SubmanifoldConvRule
 from .to_dense import ToDenseRule
 from .to_sparse import ToSparseRule
 
-RULES: tuple[Rule, ...] = (ToSparseRule(), SubmanifoldConvRule(), SparseConvRule(), SparseDeconvRule(), ToDenseRule())
+RULES: tuple[Rule, ...] = (ToSparseRule(), SubmanifoldConvRule(), SparseConvRule(), SparseDeconvRule(), ToDenseRule(),
+                           SparseMaxPoolRule(), CoalesceRule())
 
 
 def rule_for(node: gs.Node) -> Rule | None:

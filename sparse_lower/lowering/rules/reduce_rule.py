@@ -1,0 +1,62 @@
+"""What the two rules without weights share (SparseMaxPool, Coalesce): their connections, their
+refusals (features and coords), and the rewrite skeleton (index table → table_reduce.py's compute →
+output coords). Each rule module supplies its table and its reduction."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Iterator
+
+import onnx_graphsurgeon as gs
+
+from ..context import FLOAT, INT64, LoweringContext
+from ..graph import declare, detach, replace_uses
+from ..table_reduce import TableReduce, emit_table_reduce
+from .checks import coords_refusals, declared_shape, features_refusals
+from .rule import Refusal, Rule
+
+
+class ReduceRule(Rule):
+    arity = (2, 2, 2)
+    required = ("features", "coords")
+
+    @abstractmethod
+    def ndim(self, node: gs.Node) -> int:
+        """The spatial dimensions of the node's grid (its attributes checked)."""
+
+    @abstractmethod
+    def reduction(self, node: gs.Node) -> str:
+        """"sum" or "max"."""
+
+    @abstractmethod
+    def index_table(self, ctx: LoweringContext, node: gs.Node, base: str, coords: gs.Tensor,
+                    width: int | None) -> tuple[gs.Tensor, gs.Tensor, int | None]:
+        """(output coords, table [M, R], R where known) of this node; `width`: the R the static form asks."""
+
+    def refusals(self, node: gs.Node) -> Iterator[Refusal]:
+        yield from features_refusals(node.inputs[0], None)
+        yield from coords_refusals(node.inputs[1], self.ndim(node))
+
+    def rewrite(self, node: gs.Node, ctx: LoweringContext) -> None:
+        compute = ctx.compute_for(node)
+        features, coords = ctx.float32(node.inputs[0]), node.inputs[1]
+        base = node.name or ctx.fresh(self.op_type)
+        shape = declared_shape(node.inputs[0])
+        channels = shape[1] if shape and len(shape) == 2 and isinstance(shape[1], int) else None
+        capacity_in = compute.row_capacity(ctx, coords)
+        members = compute.members(node) if capacity_in else None
+        out_coords, table, width = self.index_table(ctx, node, base, coords, members)
+        if node.outputs[1].name in ctx.levels:  # the output sites' level, under the name they now have
+            ctx.levels[out_coords.name] = ctx.levels[node.outputs[1].name]
+        width_d = 1 + self.ndim(node)
+        for tensor, dtype, dims in ((node.inputs[0], FLOAT, [None, channels]), (coords, INT64, [None, width_d]),
+                                    (node.outputs[0], FLOAT, [None, channels]), (node.outputs[1], INT64, [None, width_d])):
+            declare(tensor, dtype, dims)
+        out_features, node_coords = node.outputs
+        detach(node)
+        rows, invalid = ctx.tables.paired_rows(ctx, base, features, coords, table)
+        part = TableReduce(base, self.reduction(node), rows, coords, channels, table, width, out_coords, out_features,
+                           (capacity_in, compute.row_capacity(ctx, out_coords)))
+        emit_table_reduce(ctx, part, ctx.tables.first_row, invalid)
+        ctx.conv_outputs.add(out_features.name)
+        replace_uses(ctx.graph, node_coords, out_coords)
