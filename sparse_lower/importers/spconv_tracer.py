@@ -10,13 +10,16 @@ module itself; torch and spconv are imported when it runs, never when sparse_low
 `export` runs the module once on the example (see `spconv_inference`) and records what happens:
 
 * the spconv convolution modules (SubMConvNd, SparseConvNd, SparseConvTransposeNd,
-  SparseInverseConvNd, or SparseConvolution with the same flags) through forward hooks; what they
-  compute inside is not traced;
+  SparseInverseConvNd, or SparseConvolution with the same flags) and SparseMaxPool modules through
+  forward hooks; what they compute inside is not traced;
 * the torch functions applied to the traced tensors through a `TorchFunctionMode`, whatever calls
   them (an `nn.ReLU` in a `SparseSequential`, `x.replace_feature(F.relu(x.features))`, the
   `SparseConvTensor.__add__` of a residual connection, `torch.cat` of skip features, a `.view` of the
   dense output): Relu, LeakyRelu, Sigmoid, batch norm, Add, Concat, Reshape and Transpose;
-* `SparseConvTensor.dense()`, patched for the duration of the export, as `ToDense`.
+* `SparseConvTensor.dense()`, patched for the duration of the export, as `ToDense`;
+* the coordinate arithmetic, row concatenation and merging of rows of fully sparse detectors
+  (VoxelNeXt's `indices[:, 1:] *= 2`, `torch.cat` of indices, `torch.unique` + `index_add_`):
+  spconv_merges.py.
 
 Which node a convolution module becomes is spconv_modules.py's; the graph is written with
 graph_writer.GraphWriter.
@@ -50,6 +53,7 @@ from ..errors import SparseLowerError
 from ..graph_writer import GraphWriter
 from ..onnx_conventions import OPSET, SOURCE_DOMAIN
 from ..spconv_rules import LEAKY_RELU_ALPHA
+from .spconv_merges import RowOps, _Value
 from .spconv_modules import conv_node, fused_activation
 
 INSTALL_HINT = 'pip install "sparse-lower[spconv]" (torch 2.13.0 and spconv 2.3.8)'
@@ -114,16 +118,6 @@ def export(module, example, path: str | os.PathLike | None = None) -> onnx.Model
 
 
 @dataclass
-class _Value:
-    """A traced tensor: its graph name, kind ("features", "coords" or "dense") and, for features,
-    the name of the coords they lie on."""
-
-    name: str
-    kind: str
-    coords: str | None = None
-
-
-@dataclass
 class _Conv:
     """A convolution's constants, kept so that a following batch norm can be folded into it."""
 
@@ -168,8 +162,9 @@ def _function_name(func) -> str:
     return f"{module}.{qualified}" if module and not qualified.startswith(module) else qualified
 
 
-class _Tracer:
-    """Maps torch tensors (by identity, kept alive) to graph values and emits a node per traced call."""
+class _Tracer(RowOps):
+    """Maps torch tensors (by identity, kept alive) to graph values and emits a node per traced call
+    (the row and coordinate patterns of fully sparse detectors: RowOps, spconv_merges.py)."""
 
     def __init__(self, torch, spconv, module, example):
         from torch.overrides import TorchFunctionMode
@@ -186,7 +181,7 @@ class _Tracer:
                                    helper.make_tensor_value_info("coords", TensorProto.INT64, ["N", 1 + ndim])])
         self.convs: dict[str, _Conv] = {}  # by features output name
         self.batch_norms: list[_BatchNorm] = []
-        self._track(example.indices, _Value("coords", "coords"))
+        self._track(example.indices, _Value("coords", "coords", grid=tuple(int(s) for s in example.spatial_shape)))
         self._track(example.features, _Value("features", "features", "coords"))
         F = torch.nn.functional
         T = torch.Tensor
@@ -201,10 +196,11 @@ class _Tracer:
             ((T.view, T.reshape, torch.reshape, T.flatten, torch.flatten, T.squeeze, torch.squeeze,
               T.unsqueeze, torch.unsqueeze), self._reshape),
             ((T.permute, torch.permute, T.transpose, torch.transpose), self._transpose),
-            ((T.contiguous, T.clone, torch.clone, T.detach, torch.detach, T.float, T.cpu), self._alias),
+            ((T.contiguous, T.clone, torch.clone, T.detach, torch.detach, T.float, T.cpu, T.int), self._alias),
         ):
             for function in functions:
                 self.handlers[function] = handler
+        self.handlers.update(self._row_handlers(torch))
         tracer = self
 
         class Mode(TorchFunctionMode):
@@ -276,7 +272,7 @@ class _Tracer:
         """(features name, coords name) of a SparseConvTensor."""
         features = self._value(x.features, what)
         coords = self._value(x.indices, what)
-        if features.kind != "features" or features.coords != coords.name:
+        if features.kind != "features" or self.coords_of(features) != coords.name:
             raise SparseLowerError(f"{what}: the features of the sparse tensor do not lie on its coords",
                                    fix="change features only through replace_feature with rows in the same order")
         return features.name, coords.name
@@ -359,7 +355,7 @@ class _Tracer:
         a, value_a = self._input(args[0], "add")
         b, value_b = self._input(_arg(args, kwargs, 1, "other"), "add")
         value = value_a or value_b
-        if value_a and value_b and value_a.coords != value_b.coords:
+        if value_a and value_b and self.coords_of(value_a) != self.coords_of(value_b):
             raise SparseLowerError("adding the features of two sparse tensors on different coords",
                                    fix="add only tensors on the same coords (a residual around subm convs)")
         output = self._node("Add", [a, b], f"{a}.add", "Add")
@@ -369,13 +365,13 @@ class _Tracer:
         tensors = _arg(args, kwargs, 0, "tensors")
         items = [self._input(t, "cat") for t in tensors]
         traced = [value for _, value in items if value is not None]
-        if len({value.coords for value in traced}) > 1:
+        axis = int(_arg(args, kwargs, 1, "dim", 0)) % result.dim()
+        if traced[0].kind in ("features", "coords") and axis == 0:
+            self.concat_rows(items, result)
+            return
+        if len({self.coords_of(value) for value in traced}) > 1:
             raise SparseLowerError("concatenating the features of sparse tensors on different coords",
                                    fix="concatenate only tensors on the same coords")
-        axis = int(_arg(args, kwargs, 1, "dim", 0)) % result.dim()
-        if traced[0].kind == "features" and axis != 1:
-            raise SparseLowerError("concatenating sparse features along the rows cannot be exported",
-                                   fix="concatenate channels (dim=1)")
         output = self._node("Concat", [name for name, _ in items], f"{items[0][0]}.cat", "Concat", axis=axis)
         self._track(result, _Value(output, traced[0].kind, traced[0].coords))
 
@@ -418,15 +414,14 @@ class _Tracer:
         patched, for the duration of the block."""
         from spconv.pytorch import conv, pool
 
-        pools = (pool.SparseMaxPool, pool.SparseAvgPool, pool.SparseGlobalMaxOrAvgPool)
         handles = []
         for module in self.module.modules():
-            if isinstance(module, conv.SparseConvolution):
+            if isinstance(module, (conv.SparseConvolution, pool.SparseMaxPool)):
                 handles.append(module.register_forward_pre_hook(self._before_conv))
                 handles.append(module.register_forward_hook(self._after_conv, with_kwargs=True))
-            elif isinstance(module, pools):
+            elif isinstance(module, (pool.SparseAvgPool, pool.SparseGlobalMaxOrAvgPool)):
                 raise SparseLowerError(f"{type(module).__name__} cannot be exported yet", self.names[id(module)],
-                                       fix="use a strided SparseConv instead of pooling")
+                                       fix="use SparseMaxPool or a strided SparseConv instead")
         cls = self.spconv.SparseConvTensor
         original = cls.dense
         tracer = self
@@ -466,6 +461,11 @@ class _Tracer:
         self.suppressed -= 1
         if self.suppressed:
             return
+        from spconv.pytorch.pool import SparseMaxPool
+
+        if isinstance(module, SparseMaxPool):
+            self.max_pool(module, args[0], output, self.names.get(id(module), type(module).__name__))
+            return
         add_input = args[1] if len(args) > 1 else kwargs.get("add_input")
         self._conv(module, args[0], output, add_input)
 
@@ -482,7 +482,7 @@ class _Tracer:
             self.writer.unique(name), domain=SOURCE_DOMAIN, **conv.attrs)
         self.convs[out_features] = _Conv(w_name, b_name, conv.channel_axis)
         coords_value = target[0] if target else coords if conv.coords == "input" else out_coords
-        self._track(output.indices, _Value(coords_value, "coords"))
+        self._track(output.indices, _Value(coords_value, "coords", grid=tuple(int(s) for s in output.spatial_shape)))
         self._track(output.features, _Value(self._conv_epilogue(module, out_features, add_input, name),
                                             "features", coords_value))
 
