@@ -7,7 +7,8 @@ risks a run-time refusal. This measures them: the model runs on the gpu target (
 every conv's output coords exposed, and the largest row count of each level is kept.
 
 The pairs combine needs one more measure: how many (input, output) pairs each tap of each conv has,
-which `pair_rows` counts on the same exposed coords with the reference's definition of the pairs.
+which `pair_rows` counts on the same exposed coords with the reference's definition of the pairs. A
+Coalesce under a capacity needs another: the most rows one of its sites merges (`most_members`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from .model_io import exposing, load
 from .onnx_conventions import SOURCE_DOMAIN
 from .reference import conv_pairs
 from .runtime import create_session
-from .schemas import CONV_OPS, coords_levels
+from .schemas import CONV_OPS, MERGE_OPS, coords_levels
 
 
 def conv_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    convs = [n for n in model.graph.node if n.domain == SOURCE_DOMAIN and n.op_type in CONV_OPS]
+    """The sparse convs of the model, and its SparseMaxPool and Coalesce nodes (which make new levels too)."""
+    convs = [n for n in model.graph.node if n.domain == SOURCE_DOMAIN and n.op_type in CONV_OPS + MERGE_OPS]
     if not convs:
         raise SparseLowerError("the levels are those of the model's sparse convs, and it has none (a lowered model, "
                                "or one not imported yet)", fix="give the model before lowering, imported if foreign")
@@ -58,6 +60,22 @@ def pair_rows(model: onnx.ModelProto | str | os.PathLike, frames: list[dict]) ->
     return _measured(model, frames, pairs=True)[1]
 
 
+def most_members(model: onnx.ModelProto | str | os.PathLike, frames: list[dict]) -> int | None:
+    """The most rows any site of any Coalesce of the model merges over `frames` (None: it has no Coalesce):
+    the `max_members` of `lower(..., max_active=level_rows(...), max_members=...)`."""
+    model = load(model)
+    merges = [n for n in conv_nodes(model) if n.op_type == "Coalesce"]
+    if not merges:
+        return None
+    most = 1
+    for coords in coords_runs(model, merges, frames):
+        for node in merges:
+            rows = coords[node.input[1]]
+            if len(rows):
+                most = max(most, int(np.unique(rows, axis=0, return_counts=True)[1].max()))
+    return most
+
+
 def level_and_pair_rows(model: onnx.ModelProto | str | os.PathLike,
                         frames: list[dict]) -> tuple[list[int], dict[str, list[int]]]:
     """`level_rows` and `pair_rows` from one run of the model over the frames, for callers that need both."""
@@ -76,7 +94,7 @@ def _measured(model, frames: list[dict], pairs: bool) -> tuple[list[int], dict[s
             level = levels.get(name, 0)
             rows[level] = max(rows[level], len(value))
         if pairs:
-            for name, counts in _pair_counts([n for n in convs if n.name], coords).items():
+            for name, counts in _pair_counts([n for n in convs if n.name and n.op_type in CONV_OPS], coords).items():
                 most[name] = [max(a, b) for a, b in zip(most.get(name, counts), counts)]
     return rows, most
 

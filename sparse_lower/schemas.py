@@ -174,11 +174,12 @@ def _check_geometry(node, g: ConvGeometry, group) -> None:
             raise SparseLowerError(f"{attr}={list(values)} has a value of 2^30 or more", name,
                                    "use values below 2^30 (the custom ops compute coordinates in int64 from them)")
     if g.centred:
-        what = "SubmanifoldConv" if g.op_type == "SubmanifoldConv" else "a submanifold SparseMaxPool"
+        conv = g.op_type == "SubmanifoldConv"
+        what = "SubmanifoldConv" if conv else "a submanifold SparseMaxPool"
         if any(k % 2 == 0 for k in g.kernel_shape):
             raise SparseLowerError(
-                f"{what} needs odd kernel sizes, got kernel_shape={list(g.kernel_shape)}",
-                name, f"use an odd kernel ({what} is centred on each active site)")
+                f"{what} needs odd kernel sizes, got kernel_shape={list(g.kernel_shape)}", name,
+                f"use an odd kernel (a submanifold {'conv' if conv else 'pooling'} is centred on each active site)")
         if any(s != 1 for s in g.strides):
             raise SparseLowerError(
                 f"{what} needs strides of 1, got strides={list(g.strides)}", name,

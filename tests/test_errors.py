@@ -263,9 +263,9 @@ MALFORMED = {
         "node 'bad_node': op 'Sparse::SubmanifoldConv' is in a domain the model does not import (fix: add an opset "
         "import for 'Sparse', or correct the domain (the source ops are in 'sparse'))" + VALIDATE),
     "unknown source op": (
-        lambda: with_op_type(model_with(), "SparseMaxPool"),
-        "node 'bad_node': unknown op 'sparse::SparseMaxPool' (fix: use one of SubmanifoldConv, SparseConv, "
-        "SparseDeconv, ToSparse, ToDense)" + VALIDATE),
+        lambda: with_op_type(model_with(), "SparseAvgPool"),
+        "node 'bad_node': unknown op 'sparse::SparseAvgPool' (fix: use one of SubmanifoldConv, SparseConv, "
+        "SparseDeconv, ToSparse, ToDense, SparseMaxPool, Coalesce)" + VALIDATE),
     "ToSparse of a rank-2 tensor": (
         lambda: to_sparse_model([1, 4]),
         "node 'in': ToSparse input of rank 2 (fix: feed a dense [B, C, *S] tensor with 1 to 3 spatial "

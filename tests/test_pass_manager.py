@@ -217,11 +217,11 @@ def test_a_source_op_left_after_lowering_is_refused_by_its_ensures():
 
 def test_validation_first_refuses_an_op_no_rule_lowers_with_the_precise_message():
     """An op of the source domain that no rule lowers is validation's to refuse, in step 1."""
-    model = with_nodes(model_with(), helper.make_node("SparseMaxPool", ["out_features", "out_coords"], ["pooled"],
+    model = with_nodes(model_with(), helper.make_node("SparseAvgPool", ["out_features", "out_coords"], ["pooled"],
                                                       name="pool", domain="sparse"))
     model.graph.output[0].CopyFrom(helper.make_tensor_value_info("pooled", onnx.TensorProto.FLOAT, ["N", 4]))
     with pytest.raises(PassError) as info:
         PassManager([ValidateSourceOps(), LowerSparse("gpu", Options())]).run(model)
-    assert str(info.value) == ("node 'pool': unknown op 'sparse::SparseMaxPool' (fix: use one of SubmanifoldConv, "
-                               "SparseConv, SparseDeconv, ToSparse, ToDense) (step 1 of 2: checking the source "
-                               "model)")
+    assert str(info.value) == ("node 'pool': unknown op 'sparse::SparseAvgPool' (fix: use one of SubmanifoldConv, "
+                               "SparseConv, SparseDeconv, ToSparse, ToDense, SparseMaxPool, Coalesce) (step 1 of 2: "
+                               "checking the source model)")

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ..models import CanonicalEmitter, SparseModelBuilder, sp_middle_resnet_fhd, sparse_unet
+from ..models import CanonicalEmitter, SparseModelBuilder, sp_middle_resnet_fhd, sparse_unet, voxelnext
 from ..frames.sample import find_data, load_voxels
 from ..onnx_conventions import IR_VERSION, OPSET
 from . import minkowski
@@ -308,10 +308,10 @@ def layer_case(spec: LayerSpec, data: Callable, name: str, group: str, budget) -
 
 def network_case(network: str, frame: str | None, name: str, random=None, count: int | None = None,
                  group: str = "network") -> Case:
-    """`network` is `centerpoint` (sp_middle_resnet_fhd) or `unet` (sparse_unet); on a real `frame`
+    """`network` is `centerpoint` (sp_middle_resnet_fhd), `unet` (sparse_unet) or `voxelnext`; on a real `frame`
     (`count` voxels made from it by `scaled_frame` when given) or on `random = (grid, density, cap)`
     voxels."""
-    builder = {"centerpoint": sp_middle_resnet_fhd, "unet": sparse_unet}[network]
+    builder = {"centerpoint": sp_middle_resnet_fhd, "unet": sparse_unet, "voxelnext": voxelnext}[network]
 
     def build() -> Built:
         note = ""
@@ -376,7 +376,7 @@ def all_cases(quick: bool = False, dense_budget=(40e9, 3 * 2**30)) -> list[Case]
         cases.append(layer_case(LAYERS[0], lambda s=sparsity: random_voxels((1000, 1000), 1 - s,
                                                                            np.random.default_rng(0), None),
                                 f"subm16-16/2d-1000x1000-{sparsity * 100:g}%", "layer-2d", dense_budget))
-    for network in ("centerpoint", "unet"):
+    for network in ("centerpoint", "unet", "voxelnext"):
         for frame, label in ((CENTERPOINT_FILE, "centerpoint-frame"), (BEVFUSION_FILE, "bevfusion-frame")):
             cases.append(network_case(network, frame, f"{network}/{label}"))
     return cases

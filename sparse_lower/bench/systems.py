@@ -17,7 +17,7 @@ import onnx
 import onnxruntime as ort
 
 from ..api import lower
-from ..capacity import level_and_pair_rows, level_rows
+from ..capacity import level_and_pair_rows, level_rows, most_members
 from ..onnx_conventions import IR_VERSION, OPSET
 from ..runtime import create_session
 from .cases import Built, Skip
@@ -116,6 +116,8 @@ class Ours:
             options["max_active"], options["max_pairs"] = level_and_pair_rows(built.source, [built.feeds])
         elif self.fitted:
             options["max_active"] = level_rows(built.source, [built.feeds])
+        if self.fitted:
+            options["max_members"] = most_members(built.source, [built.feeds])
         lowered = lower(built.source, target=self.target, **options)
         session = create_session(lowered, sess_options=session_options(self.threads))
         feeds = dict(built.feeds)

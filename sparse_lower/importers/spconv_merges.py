@@ -84,12 +84,18 @@ class RowOps:
             coords = self.rows.moved[coords]
         return coords
 
+    def _not_coords(self, func, tensor) -> None:
+        """Refuse, naming the function, a pattern of this module applied to a tensor that is no coords."""
+        value = self.values.get(id(tensor)) if isinstance(tensor, self.torch.Tensor) else None
+        if value is None or value.kind not in ("coords", "coords_view"):
+            self.cannot_translate(func)
+
     def _getitem(self, func, args, kwargs, result):
+        self._not_coords(func, args[0])
         value = self.values.get(id(args[0]))
         key = args[1]
-        if value is None or value.kind != "coords" or not isinstance(key, tuple) or len(key) != 2 \
-                or key[0] != slice(None):
-            _refuse("indexing a traced tensor (other than a choice of coords columns)")
+        if value.kind != "coords" or not isinstance(key, tuple) or len(key) != 2 or key[0] != slice(None):
+            _refuse("indexing coords (other than a choice of their columns)")
         width = args[0].shape[1]
         columns = key[1]
         if isinstance(columns, slice):
@@ -106,10 +112,11 @@ class RowOps:
                                    source=self.coords_of(value) or value.name))
 
     def _scale(self, func, args, kwargs, result):
+        self._not_coords(func, args[0])
         value = self.values.get(id(args[0]))
         factor = args[1]
-        if value is None or value.kind != "coords_view" or not isinstance(factor, int) or factor < 1:
-            _refuse("changing a traced tensor in place (other than scaling coords columns by a positive int)")
+        if value.kind != "coords_view" or not isinstance(factor, int) or factor < 1:
+            _refuse("changing coords in place (other than scaling some of their columns by a positive int)")
         base_id, columns = value.view
         if 0 in columns:
             _refuse("scaling the batch column of coords")
@@ -124,9 +131,10 @@ class RowOps:
         self._track(result, _Value(name, "coords_view", grid=grid, view=value.view))
 
     def _setitem(self, func, args, kwargs, result):
+        self._not_coords(func, args[0])
         value = self.values.get(id(args[2])) if isinstance(args[2], self.torch.Tensor) else None
         if value is None or value.kind != "coords_view" or value.view[0] != id(args[0]):
-            _refuse("assigning into a traced tensor (other than an in-place scaling of coords columns)")
+            _refuse("assigning into coords (other than an in-place scaling of some of their columns)")
 
     def concat_rows(self, items, result) -> None:
         """torch.cat of features or coords along the rows."""
@@ -146,11 +154,12 @@ class RowOps:
         self._track(result, _Value(output, "features", ("rows", on)))
 
     def _unique(self, func, args, kwargs, result):
+        self._not_coords(func, args[0])
         value = self.values.get(id(args[0]))
         dim = kwargs.get("dim")
-        if value is None or value.kind != "coords" or dim != 0 or not kwargs.get("sorted", True) \
+        if value.kind != "coords" or dim != 0 or not kwargs.get("sorted", True) \
                 or not kwargs.get("return_inverse") or kwargs.get("return_counts"):
-            _refuse("torch.unique of a traced tensor (other than of coords with dim=0, return_inverse=True)")
+            _refuse("torch.unique of coords (other than with dim=0, return_inverse=True)")
         unique, inverse = result
         self._track(unique, _Value(value.name, "unique", grid=value.grid, source=value))
         self._track(inverse, _Value(value.name, "inverse", source=unique))

@@ -304,11 +304,16 @@ class _Tracer(RowOps):
         if handler is None:
             if not self._has_tensor(result) and not _mutates(func):
                 return  # shape, dtype, dim() and other queries
-            raise SparseLowerError(
-                f"export cannot translate {_function_name(func)} applied to a traced tensor",
-                fix="use spconv convolutions, replace_feature with relu / leaky_relu / sigmoid / batch norm / "
-                    "add / cat on the features, and .dense() with view / reshape / permute")
+            self.cannot_translate(func)
         handler(func, args, kwargs, result)
+
+    @staticmethod
+    def cannot_translate(func):
+        raise SparseLowerError(
+            f"export cannot translate {_function_name(func)} applied to a traced tensor",
+            fix="use spconv convolutions and pooling, replace_feature with relu / leaky_relu / sigmoid / batch norm "
+                "/ add / cat on the features, .dense() with view / reshape / permute, and VoxelNeXt's coordinate "
+                "patterns (docs/formats.md)")
 
     def _unary(self, op_type: str, args, result, **attrs) -> None:
         name, value = self._input(args[0], op_type)

@@ -6,7 +6,7 @@ the commands and tools that run a reference network (`sparse-lower demo`, `spars
 tools/, the tests) import this package when they run. The frame they run on is data, read by
 sparse_lower/frames/sample.py; the ONNX graph they write is built with sparse_lower/graph_writer.py.
 
-A reference network (`sp_middle_resnet_fhd`, `sparse_unet`, `patent_2d_stack`, `patent_example`) is a
+A reference network (`sp_middle_resnet_fhd`, `voxelnext`, `sparse_unet`, `patent_2d_stack`, `patent_example`) is a
 function of an emitter (emitter.py) and a NumPy generator; the emitter picks the form it is built in:
 `CanonicalEmitter` (source ops, what the compiler takes), `NvidiaEmitter` / `AimetEmitter`
 (the formats in the wild, what the importers take).
@@ -20,7 +20,8 @@ from .formats import AimetEmitter, NvidiaEmitter
 from .patent2d import patent_2d_stack, patent_example
 from .samples import SmallNetwork, centerpoint_head_stack, small_networks
 from .unet import sparse_unet
+from .voxelnext import HEAD_CHANNELS, voxelnext
 
 __all__ = ["AimetEmitter", "CanonicalEmitter", "Dense", "Emitter", "NvidiaEmitter", "SmallNetwork", "Sparse",
            "SparseModelBuilder", "centerpoint_head_stack", "patent_2d_stack", "patent_example", "small_networks",
-           "sp_middle_resnet_fhd", "sparse_unet"]
+           "sp_middle_resnet_fhd", "sparse_unet", "voxelnext", "HEAD_CHANNELS"]

@@ -133,6 +133,44 @@ class CanonicalEmitter:
     def _rowwise(x: Sparse, features: str) -> Sparse:
         return Sparse(Values(features, x.handle.coords, x.handle.rows), x.channels, x.spatial_shape)
 
+    def bev_merge(self, parts: Sequence[tuple[Sparse, int]]) -> Sparse:
+        """VoxelNeXt's bev_out over several levels (voxelnext.py): each part's coords scaled by its factor
+        onto the first part's grid (`Mul`), the rows concatenated (`Concat`), the first spatial axis dropped
+        (`Gather` of the other columns) and the rows that then share a site summed (`Coalesce`). Not part
+        of the Emitter protocol (no wild format writes it)."""
+        first = parts[0][0]
+        if len({x.channels for x, _ in parts}) != 1:
+            raise ValueError("bev_merge needs parts of one channel count")
+        name = self._next("bev_out")
+        coords = []
+        for index, (x, factor) in enumerate(parts):
+            if factor == 1:
+                coords.append(x.handle.coords)
+                continue
+            scale = self.writer.constant(f"{name}.scale{index}", np.array([1] + [factor] * len(x.spatial_shape), np.int64))
+            coords.append(self.writer.node("Mul", [x.handle.coords, scale], [f"{name}.coords{index}"],
+                                           name=f"{name}.scale{index}")[0])
+        (rows,) = self.writer.node("Concat", [x.handle.features for x, _ in parts], [f"{name}.rows"],
+                                   name=f"{name}.rows", axis=0)
+        (all_coords,) = self.writer.node("Concat", coords, [f"{name}.rows_coords"], name=f"{name}.rows_coords", axis=0)
+        columns = self.writer.constant(f"{name}.columns", np.array([0, *range(2, 1 + len(first.spatial_shape))],
+                                                                   np.int64))
+        (bev_coords,) = self.writer.node("Gather", [all_coords, columns], [f"{name}.bev_coords"],
+                                         name=f"{name}.drop_axis", axis=1)
+        bev = tuple(first.spatial_shape[1:])
+        features, merged = self.writer.node("Coalesce", [rows, bev_coords], [f"{name}.features", f"{name}.coords"],
+                                            name=name, domain=SOURCE_DOMAIN, spatial_shape=list(bev), reduction="sum")
+        return Sparse(Values(features, merged, merged), first.channels, bev)
+
+    def concat_channels(self, parts: Sequence[Sparse]) -> Sparse:
+        """The features of tensors on the same rows side by side (`Concat` on axis 1)."""
+        if any(x.handle.rows != parts[0].handle.rows for x in parts):
+            raise ValueError("concat_channels needs tensors on the same rows (same coords, same order)")
+        name = self._next("concat")
+        (out,) = self.writer.node("Concat", [x.handle.features for x in parts], [name], name=name, axis=1)
+        return Sparse(Values(out, parts[0].handle.coords, parts[0].handle.rows), sum(x.channels for x in parts),
+                      parts[0].spatial_shape)
+
     def dense(self, x: Sparse) -> Dense:
         name = self._next("to_dense")
         (out,) = self.writer.node("ToDense", [x.handle.features, x.handle.coords], [name], name=name,

@@ -48,6 +48,11 @@ class ReplayModule(torch.nn.Module):
                 values[out] = values[inputs[0]].replace_feature(torch.relu(values[inputs[0]].features))
             elif op == "add":
                 values[out] = values[inputs[0]] + values[inputs[1]]  # SparseConvTensor.__add__
+            elif op == "bev_merge":
+                values[out] = _bev_merge([values[i] for i in inputs], arg)
+            elif op == "concat":
+                parts = [values[i] for i in inputs]
+                values[out] = parts[0].replace_feature(torch.cat([p.features for p in parts], dim=1))
             elif op == "dense":
                 values[out] = values[inputs[0]].dense()
             elif op == "reshape":
@@ -55,6 +60,22 @@ class ReplayModule(torch.nn.Module):
             elif op == "transpose":
                 values[out] = values[inputs[0]].permute(*arg)
         return tuple(values[i] for i in self.output_ids)
+
+
+def _bev_merge(parts: list, factors: tuple) -> spconv.SparseConvTensor:
+    """VoxelNeXt's own code (OpenPCDet's VoxelResBackBone8xVoxelNeXt.forward and bev_out): the deeper
+    levels' indices scaled in place, every level's rows concatenated, z dropped and coinciding sites
+    summed by torch.unique + index_add_."""
+    for x, factor in zip(parts, factors):
+        if factor != 1:
+            x.indices[:, 1:] *= factor
+    first = parts[0]
+    features = torch.cat([x.features for x in parts])
+    indices = torch.cat([x.indices for x in parts])
+    unique, inverse = torch.unique(indices[:, [0, *range(2, indices.shape[1])]], dim=0, return_inverse=True)
+    merged = features.new_zeros((unique.shape[0], features.shape[1]))
+    merged.index_add_(0, inverse, features)
+    return spconv.SparseConvTensor(merged, unique, first.spatial_shape[1:], first.batch_size)
 
 
 class SpconvNetwork:
@@ -149,6 +170,18 @@ class SpconvEmitter:
         out = self._id()
         self.steps.append(("add", out, (a.handle, b.handle), None))
         return Sparse(out, a.channels, a.spatial_shape)
+
+    def bev_merge(self, parts: Sequence[tuple[Sparse, int]]) -> Sparse:
+        """VoxelNeXt's bev_out over several levels (canonical.py says what)."""
+        out = self._id()
+        self.steps.append(("bev_merge", out, tuple(x.handle for x, _ in parts), tuple(f for _, f in parts)))
+        first = parts[0][0]
+        return Sparse(out, first.channels, tuple(first.spatial_shape[1:]))
+
+    def concat_channels(self, parts: Sequence[Sparse]) -> Sparse:
+        out = self._id()
+        self.steps.append(("concat", out, tuple(x.handle for x in parts), None))
+        return Sparse(out, sum(x.channels for x in parts), parts[0].spatial_shape)
 
     def dense(self, x: Sparse) -> Dense:
         out = self._id()
