@@ -122,6 +122,9 @@ class ConvertCommand:
         parser.add_argument("--max-pairs", metavar="FILE",
                             help="nna --combine pairs with --max-active: JSON {conv name: [pairs per tap]}, as "
                                  "`sparse-lower inspect --frames ... --max-pairs-out FILE` writes it")
+        parser.add_argument("--max-members", type=int, metavar="N",
+                            help="nna/hybrid with --max-active: the most rows one site of a Coalesce merges; "
+                                 "`sparse-lower inspect --frames ...` measures it")
         parser.add_argument("--max-batch", type=int, metavar="B",
                             help="portable with --max-active: the batches its grids hold (default: the model's "
                                  "ToDense batch_size, else 1)")
@@ -181,7 +184,7 @@ class ConvertCommand:
             lowered = lower(source, target=args.target, strategy=args.strategy or "auto",
                             combine=args.combine or "gather", max_active=args.max_active, max_batch=args.max_batch,
                             fuse_taps=args.fuse_taps, layout=args.layout or "image", max_pairs=max_pairs,
-                            dump_dir=args.dump_dir)
+                            max_members=args.max_members, dump_dir=args.dump_dir)
         if args.int8:
             with status.step(f"calibrating on {len(calibration)} frame(s) and quantizing the convs"):
                 frames = feeds_of(lowered, calibration)
@@ -233,7 +236,8 @@ class ConvertCommand:
             try:
                 differences = compare(source, lowered, feeds)
             except ort_state.InvalidArgument as error:  # the nna target's CapacityPads / PairLists refuse an overflow
-                if args.active or active == 1 or not re.search(r"\((max_active|max_pairs\[.*\])\)", str(error)):
+                if args.active or active == 1 or not re.search(r"\((max_active|max_members|max_pairs\[.*\])\)",
+                                                               str(error)):
                     raise
             else:  # the portable static form answers an overflow with NaN features and the sites cut at the
                 # capacity (its random inputs break no other rule)
@@ -248,7 +252,7 @@ class ConvertCommand:
 # The options each target reads; another target given one of them is told it does nothing
 _TARGET_OPTIONS = {"strategy": {"gpu", "hybrid"}, "combine": {"nna", "hybrid"}, "layout": {"nna", "hybrid"},
                    "fuse_taps": {"nna", "hybrid"}, "max_active": {"nna", "hybrid", "portable"},
-                   "max_pairs": {"nna", "hybrid"}}
+                   "max_pairs": {"nna", "hybrid"}, "max_members": {"nna", "hybrid"}}
 DEFAULT_TOLERANCE = 1e-4
 
 

@@ -13,7 +13,7 @@ from onnx import numpy_helper
 
 from ..api import load
 from ..assumed_active import assumed_active
-from ..capacity import level_and_pair_rows
+from ..capacity import level_and_pair_rows, most_members
 from ..errors import SparseLowerError
 from ..frames.files import feeds_of, read_frames
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model, nothing_to_lower
@@ -151,6 +151,9 @@ class InspectCommand:
             grown = partial(_with_margin, args.margin)
             rows, pairs = level_and_pair_rows(model, feeds)
             self._levels(rows, len(frames), grown, out)
+            members = most_members(model, feeds)
+            if members is not None:
+                print(f"the most rows one Coalesce site merges on them: --max-members {grown(members)}")
             self._pairs(pairs, grown, args.max_pairs_out)
         return 0
 

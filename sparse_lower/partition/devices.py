@@ -22,7 +22,7 @@ Predicate = Callable[[onnx.NodeProto, ValueTypes], "str | None"]
 NNA_OPS = frozenset({
     "Conv", "MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "Sigmoid", "Clip",
     "Gather", "ScatterND", "ScatterElements", "Reshape", "Transpose", "Concat", "Slice", "Pad", "Split",
-    "ReduceSum", "Unsqueeze", "Squeeze", "Identity", "Flatten", "MaxPool", "AveragePool",
+    "ReduceSum", "ReduceMax", "Unsqueeze", "Squeeze", "Identity", "Flatten", "MaxPool", "AveragePool",
     "BatchNormalization",
 })
 NNA_ELEM_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)

@@ -63,8 +63,8 @@ class NnaCompute:
         if self.max_members is None:
             raise SparseLowerError(
                 f"with a row capacity (max_active), the nna target needs the most rows one site of a {node.op} may "
-                f"hold", node.name, "give max_members (sparse_lower.capacity.level_rows measures it as the "
-                f"largest count of any site over your frames, or use the input rows' capacity)")
+                f"hold", node.name, "give max_members (--max-members): `sparse-lower inspect MODEL --frames ...` or "
+                "sparse_lower.capacity.most_members measures it on your frames")
         return self.max_members
 
     def emit(self, ctx: LoweringContext, conv: ConvParts) -> None:

@@ -10,10 +10,30 @@ from collections.abc import Iterator
 import onnx_graphsurgeon as gs
 
 from ..context import FLOAT, INT64, LoweringContext
-from ..graph import declare, detach, replace_uses
+from ..graph import constant_value, declare, detach, replace_uses
+from ..nna.padding import ROWWISE
 from ..table_reduce import TableReduce, emit_table_reduce
 from .checks import coords_refusals, declared_shape, features_refusals
 from .rule import Refusal, Rule
+
+
+# Ops whose output rows have their input's channels: element-wise ops, and a concatenation of rows.
+_SAME_CHANNELS = ROWWISE | {"Cast", "Concat"}
+
+
+def _channels(features: gs.Tensor, depth: int = 64) -> int | None:
+    """The channel count of feature rows, from their declared shape or, where none is declared (a row
+    concatenation of conv outputs and activations), from what they are computed of: the nna target's
+    static shapes need it to be known at compile time."""
+    shape = declared_shape(features)
+    if shape and len(shape) == 2 and isinstance(shape[1], int):
+        return shape[1]
+    producer = features.inputs[0] if len(features.inputs) == 1 else None
+    if depth == 0 or producer is None or producer.op not in _SAME_CHANNELS or \
+            (producer.op == "Concat" and producer.attrs.get("axis") not in (0, -2)):
+        return None
+    found = [_channels(t, depth - 1) for t in producer.inputs if t.name and constant_value(t) is None]
+    return next((c for c in found if c is not None), None)
 
 
 class ReduceRule(Rule):
@@ -41,8 +61,7 @@ class ReduceRule(Rule):
         compute = ctx.compute_for(node)
         features, coords = ctx.float32(node.inputs[0]), node.inputs[1]
         base = node.name or ctx.fresh(self.op_type)
-        shape = declared_shape(node.inputs[0])
-        channels = shape[1] if shape and len(shape) == 2 and isinstance(shape[1], int) else None
+        channels = _channels(node.inputs[0])
         capacity_in = compute.row_capacity(ctx, coords)
         members = compute.members(node) if capacity_in else None
         out_coords, table, width = self.index_table(ctx, node, base, coords, members)
