@@ -1,5 +1,5 @@
-"""Code the test modules share: sessions and lowered runs, small source models, and the command line in
-a process of its own. Test modules import shared code from here (or from oracle.py, custom_op_reference.py,
+"""Code the test modules share: sessions and lowered runs, a portable model in onnxruntime, OpenVINO or
+TVM (`runner`), small source models, and the command line in a process of its own. Test modules import shared code from here (or from oracle.py, custom_op_reference.py,
 custom_op_runs.py, spconv_semantics.py, foreign_graphs.py, autoware_graphs.py, aimet_exports.py), never from
 one another."""
 
@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import sparse_lower
@@ -106,3 +108,29 @@ def sparse_lower_cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
     """The command line as a user runs it: its own process, its exit status, its stdout and stderr."""
     return subprocess.run([sys.executable, "-m", "sparse_lower.cli.main", *argv], cwd=cwd, capture_output=True,
                           text=True, timeout=600)
+
+
+def runner(runtime: str, lowered: onnx.ModelProto, folder: Path):
+    """A function of the feeds to the outputs by name, in `runtime`."""
+    names = [o.name for o in lowered.graph.output]
+    if runtime == "onnxruntime":
+        plain = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
+        return lambda inputs: dict(zip(names, plain.run(names, inputs)))
+    if runtime == "openvino":
+        ov = pytest.importorskip("openvino", reason="OpenVINO is not installed: pip install '.[openvino]'")
+        onnx.save(lowered, folder / "portable.onnx")
+        compiled = ov.Core().compile_model(str(folder / "portable.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        return lambda inputs: {n: compiled(inputs)[compiled.outputs[i]] for i, n in enumerate(names)}
+    tvm = pytest.importorskip("tvm", reason="TVM is not installed: pip install '.[tvm]'")
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+    module = relax.transform.LegalizeOps()(relax.transform.DecomposeOpsForInference()(
+        from_onnx(lowered, keep_params_in_input=False)))
+    machine = relax.VirtualMachine(relax.build(module, target=tvm.target.Target("llvm")), tvm.cpu())
+    order = [v.name for v in lowered.graph.input]
+
+    def run(inputs):
+        results = machine["main"](*[tvm.runtime.tensor(inputs[name]) for name in order])
+        results = [results] if hasattr(results, "numpy") else list(results)
+        return dict(zip(names, (r.numpy() for r in results)))
+    return run

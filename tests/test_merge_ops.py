@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import sparse_lower
-from helpers import run_lowered
+from helpers import run_lowered, runner
 from oracle import IR_VERSION, OPSET_IMPORTS, coalesce_oracle, max_pool_oracle, random_sparse
 from sparse_lower import reference
 from sparse_lower.errors import SparseLowerError
@@ -242,3 +242,17 @@ def test_float16_rows_are_merged_in_float32():
     for target, options in TARGETS:
         outputs = run_lowered(model, {"features": features, "coords": coords}, target=target, **options)
         np.testing.assert_array_equal(outputs["out_features"], [[3.0], [3.0]])
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino", "tvm"])
+def test_the_portable_form_of_a_merging_network_runs_in_every_runtime(runtime, tmp_path):
+    """Coalesce's portable tables use only ops OpenVINO and TVM import (two Unique, no TopK, no scatter into
+    a run-time shape), SparseMaxPool the strided conv's."""
+    rng = np.random.default_rng(7)
+    model = voxelnext_like(rng)
+    features, coords = random_sparse(rng, 2, 2, (9, 10, 11), count=150)
+    feeds = {"features": features, "coords": coords}
+    expected = reference.run(model, feeds)
+    outputs = runner(runtime, sparse_lower.lower(model, target="portable"), tmp_path)(feeds)
+    np.testing.assert_array_equal(outputs["out_coords"], expected["out_coords"])
+    np.testing.assert_allclose(outputs["out_features"], expected["out_features"], rtol=1e-4, atol=1e-4)

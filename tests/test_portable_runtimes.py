@@ -18,13 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 import sparse_lower
 from autoware_graphs import encoder
 from conftest import DATA
-from helpers import session
+from helpers import runner, session
 from oracle import random_sparse
 from sparse_lower.models.samples import small_networks
 from sparse_lower.runtime import drop_padding, pad_rows
@@ -79,32 +78,6 @@ def expected(name: str, frame_name: str) -> dict:
     lowered = sparse_lower.lower(source(name)[0], target="gpu")
     run = session(lowered, threads=0)
     return dict(zip([o.name for o in run.get_outputs()], run.run(None, feeds(name, frame_name))))
-
-
-def runner(runtime: str, lowered: onnx.ModelProto, folder: Path):
-    """A function of the feeds to the outputs by name, in `runtime`."""
-    names = [o.name for o in lowered.graph.output]
-    if runtime == "onnxruntime":
-        plain = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
-        return lambda inputs: dict(zip(names, plain.run(names, inputs)))
-    if runtime == "openvino":
-        ov = pytest.importorskip("openvino", reason="OpenVINO is not installed: pip install '.[openvino]'")
-        onnx.save(lowered, folder / "portable.onnx")
-        compiled = ov.Core().compile_model(str(folder / "portable.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-        return lambda inputs: {n: compiled(inputs)[compiled.outputs[i]] for i, n in enumerate(names)}
-    tvm = pytest.importorskip("tvm", reason="TVM is not installed: pip install '.[tvm]'")
-    from tvm import relax
-    from tvm.relax.frontend.onnx import from_onnx
-    module = relax.transform.LegalizeOps()(relax.transform.DecomposeOpsForInference()(
-        from_onnx(lowered, keep_params_in_input=False)))
-    machine = relax.VirtualMachine(relax.build(module, target=tvm.target.Target("llvm")), tvm.cpu())
-    order = [v.name for v in lowered.graph.input]
-
-    def run(inputs):
-        results = machine["main"](*[tvm.runtime.tensor(inputs[name]) for name in order])
-        results = [results] if hasattr(results, "numpy") else list(results)
-        return dict(zip(names, (r.numpy() for r in results)))
-    return run
 
 
 def rows_by_site(features: np.ndarray, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -150,7 +150,7 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
         numbers = e("Where", e("Less", occupied, end, dtype=BOOL, shape=[None]), _numbers(e, count), e.const(0, INT32),
                     dtype=INT32, shape=[None], name="numbers")  # the empty slots write 0 to the last cell
     else:
-        numbers = _numbers_like(e, occupied)
+        numbers = numbers_like(e, occupied)
     columns = e("ScatterElements", e.zeros(_plus_one(e, end), INT32), occupied,
                 numbers, dtype=INT32, shape=[None], name="columns", axis=0)
     column = e.cast(e.gather_like(columns, column_keys, INT32, shape=[None]), INT64, shape=[None])
@@ -163,7 +163,7 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
         last = e("Mul", slices, e.const([size]), shape=[1], name="last")
     if inside is not None:
         cells = e("Where", inside, cells, last, shape=[None], name="cells")
-    numbers = _numbers(e, e.const(fixed.rows, INT32)) if fixed else _numbers_like(e, coords)
+    numbers = _numbers(e, e.const(fixed.rows, INT32)) if fixed else numbers_like(e, coords)
     table = e("ScatterElements", e.zeros(_plus_one(e, last), INT32), cells, numbers,
               dtype=INT32, shape=[None], name="table", axis=0)
     if check:
@@ -197,7 +197,7 @@ def _numbers(e: Emit, count: gs.Constant) -> gs.Variable:
              shape=[int(count.values)], name="numbers")
 
 
-def _numbers_like(e: Emit, tensor: gs.Tensor) -> gs.Variable:
+def numbers_like(e: Emit, tensor: gs.Tensor) -> gs.Variable:
     """int32 1, 2, …, one per row of `tensor`: a Range to its row count, reshaped to that count (a no-op
     that tells TVM's importer the Range is as long as the rows it is compared with or written beside)."""
     count = e("Squeeze", e.cast(e.rows(tensor), INT32, shape=[1]), e.const([0]), dtype=INT32, shape=[])

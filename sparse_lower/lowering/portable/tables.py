@@ -32,7 +32,7 @@ from ..graph import through_casts
 from ..nna.padding import ROWWISE
 from .boundary import dense_from_rows, rows_from_dense
 from .emit import BOOL, Emit
-from .grid import MAX_GRID_BYTES, Fixed, SiteGrid, build_grid, column_volume, grid_bytes, lookup
+from .grid import MAX_GRID_BYTES, Fixed, SiteGrid, build_grid, column_volume, grid_bytes, lookup, numbers_like
 from .sites import reached_sites
 from .taps import exact_quotients, per_dimension, reached_by_strided
 
@@ -207,12 +207,11 @@ class StandardOpTables:
 
     def coalesce_map(self, ctx, base, spatial_shape, coords, width):
         """`Unique` of the rows' linear keys gives the distinct sites, sorted, and each row's site; a
-        `TopK` of those (ascending) lists the rows site by site, and a `ScatterND` (no two rows to one
-        cell) writes `1 + row` at (site, rank within the site) of a zero `[M, R]` table. A row outside the
-        grid (or of negative batch) flags the frame."""
+        second `Unique`, of site · (N + 1) + 1 + row, lists the rows site by site (`order`), and site m's
+        rows are order[starts[m] + r] for r < counts[m]: the `[M, R]` table holds `1 + row` there, 0 after.
+        A row outside the grid (or of negative batch) flags the frame."""
         def build():
             e = Emit(ctx, base)
-            volume = prod(spatial_shape)
             batch = e.column(coords, 0)
             keys, outside = batch, e("Less", batch, e.const(0), dtype=BOOL, shape=[None], name="negative")
             for dim, extent in enumerate(spatial_shape):
@@ -232,23 +231,29 @@ class StandardOpTables:
                 rest = e("Div", rest, e.const(extent), shape=[None], name="rest")
             parts = [e("Unsqueeze", c, e.const([1]), shape=[None, 1], name="column") for c in [rest, *reversed(columns)]]
             out_coords = e("Concat", *parts, shape=[None, 1 + len(spatial_shape)], name="out_coords", axis=1)
-            rows = e.rows(coords)
-            by_site, order = ctx.standard("TopK", base, [site_of_row, rows],
-                                          [("by_site", INT64, [None]), ("order", INT64, [None])],
-                                          {"largest": 0, "sorted": 1})
+            # site · (N + 1) + (1 + row), all distinct: their sorted Unique lists the rows site by site (an
+            # argsort without TopK, whose run-time k TVM's importer refuses); what remains of the division is
+            # 1 + row, the table's own numbering
+            wide = e("Add", e.rows(coords), e.const([1]), shape=[1], name="rows_and_one")
+            numbers = e.cast(numbers_like(e, site_of_row), INT64, shape=[None])
+            ordered = ctx.standard("Unique", base, [e("Add", e("Mul", site_of_row, wide, shape=[None]), numbers,
+                                                      shape=[None], name="site_and_row")],
+                                   [("ordered", INT64, [None])], {"sorted": 1})[0]
+            order = e("Mod", ordered, wide, shape=[None], name="one_based")
+            # members[m, r] = order[starts[m] + r] where r < counts[m], else 0: broadcast arithmetic and one
+            # Gather (no scatter into a run-time shape, which TVM's importer cannot reshape)
             starts = e("CumSum", counts, e.const(0), shape=[None], name="starts", exclusive=1)
-            numbers = e("Range", e.const(0), e("Squeeze", rows, e.const([0]), shape=[], name="count"), e.const(1),
-                        shape=[None], name="numbers")
-            rank = e("Sub", numbers, e.gather_like(starts, by_site, INT64, [None], name="start"), shape=[None],
-                     name="rank")
-            cells = e("Concat", e("Unsqueeze", by_site, e.const([1]), shape=[None, 1]),
-                      e("Unsqueeze", rank, e.const([1]), shape=[None, 1]), shape=[None, 2], name="cells", axis=1)
             fullest = e("ReduceMax", e("Concat", counts, e.const([1]), shape=[None], axis=0), shape=[1],
                         name="fullest", keepdims=1, **({} if (ctx.graph.opset or 0) >= 18 else {"axes": [0]}))
-            size = e("Concat", e.rows(sites), fullest, shape=[2], name="size", axis=0)
-            empty = e("Expand", e.const(0), size, shape=[None, None], name="empty")
-            members = e("ScatterND", empty, cells, e("Add", order, e.const(1), shape=[None], name="one_based"),
-                        shape=[None, None], name="members")
+            slots = e("Range", e.const(0), e("Squeeze", fullest, e.const([0]), shape=[]), e.const(1), shape=[None],
+                      name="slots")
+            as_column = lambda t: e("Unsqueeze", t, e.const([1]), shape=[None, 1])  # noqa: E731
+            cells = e("Add", as_column(starts), slots, shape=[None, None], name="cells")
+            last = e("Sub", e.rows(coords), e.const([1]), shape=[1], name="last")
+            found = e.gather_like(order, e("Max", e("Min", cells, last, shape=[None, None]), e.const(0),
+                                           shape=[None, None]), INT64, [None, None], name="found")
+            filled = e("Less", slots, as_column(counts), dtype=BOOL, shape=[None, None], name="filled")
+            members = e("Where", filled, found, e.const(0), shape=[None, None], name="members")
             flag = e.either(self.invalid(coords), e.any(outside))
             self.made(out_coords, flag)
             self.made(members, flag)
