@@ -220,15 +220,23 @@ class Merge:
     reduction: str
 
 
-def coalesce_attributes(node: onnx.NodeProto) -> Merge:
-    values = attributes(node)
+def _grid_attribute(node: onnx.NodeProto, values: dict) -> tuple:
+    """The required `spatial_shape` of an op without a kernel: 1 to 3 extents >= 1, at most 2**63 − 1 sites."""
     if "spatial_shape" not in values:
         raise SparseLowerError("attribute 'spatial_shape' is required", node.name, "set spatial_shape (length D)")
     shape = _ints(node, values, "spatial_shape", len(values["spatial_shape"]), None)
-    if not 1 <= len(shape) <= 3 or any(v < 1 for v in shape) or any(v >= MAX_ATTRIBUTE for v in shape):
-        raise SparseLowerError(f"spatial_shape={list(shape)} is invalid", node.name,
-                               "give 1 to 3 extents, each at least 1 and below 2^30")
+    if not 1 <= len(shape) <= 3 or any(v < 1 for v in shape):
+        raise SparseLowerError(f"spatial_shape={list(shape)} is invalid", node.name, "give 1 to 3 extents >= 1")
     _check_sites(node, "spatial_shape", shape)
+    return shape
+
+
+def coalesce_attributes(node: onnx.NodeProto) -> Merge:
+    values = attributes(node)
+    shape = _grid_attribute(node, values)
+    if any(v >= MAX_ATTRIBUTE for v in shape):  # the custom op's coordinates, as for a conv's geometry
+        raise SparseLowerError(f"spatial_shape={list(shape)} has a value of 2^30 or more", node.name,
+                               "use values below 2^30")
     reduction = values.get("reduction", "sum")
     if reduction not in REDUCTIONS:
         raise SparseLowerError(f"reduction '{reduction}' is not defined", node.name,
@@ -246,12 +254,7 @@ class DenseBoundary:
 
 def to_dense_attributes(node: onnx.NodeProto) -> DenseBoundary:
     values = attributes(node)
-    if "spatial_shape" not in values:
-        raise SparseLowerError("attribute 'spatial_shape' is required", node.name, "set spatial_shape (length D)")
-    shape = _ints(node, values, "spatial_shape", len(values["spatial_shape"]), None)
-    if not 1 <= len(shape) <= 3 or any(v < 1 for v in shape):
-        raise SparseLowerError(f"spatial_shape={list(shape)} is invalid", node.name, "give 1 to 3 extents >= 1")
-    _check_sites(node, "spatial_shape", shape)
+    shape = _grid_attribute(node, values)
     batch = values.get("batch_size")
     if not isinstance(batch, int) or batch < 1:
         raise SparseLowerError("attribute 'batch_size' (int >= 1) is required", node.name, "set batch_size")

@@ -256,3 +256,20 @@ def test_the_portable_form_of_a_merging_network_runs_in_every_runtime(runtime, t
     outputs = runner(runtime, sparse_lower.lower(model, target="portable"), tmp_path)(feeds)
     np.testing.assert_array_equal(outputs["out_coords"], expected["out_coords"])
     np.testing.assert_allclose(outputs["out_features"], expected["out_features"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op_type, attrs", [("Coalesce", {"spatial_shape": [4]}),
+                                            ("SparseMaxPool", {"kernel_shape": [2], "strides": [2], "spatial_shape": [4]})])
+def test_feature_rows_that_do_not_pair_with_the_coords_are_an_error_or_nan(op_type, attrs):
+    feeds = {"features": np.ones((3, 2), np.float32), "coords": np.array([[0, 1], [0, 2]], np.int64)}
+    model = single_op_model(op_type, attrs, 2, 1)
+    for target in ("gpu", "nna"):
+        with pytest.raises(Exception, match="rows"):
+            run_lowered(model, feeds, target=target)
+    assert np.isnan(run_lowered(model, feeds, target="portable")["out_features"]).all()
+
+
+def test_the_portable_static_form_refuses_the_merge_ops_with_the_fix():
+    model = single_op_model("Coalesce", {"spatial_shape": [4]}, 2, 1)
+    with pytest.raises(SparseLowerError, match=r"does not take Coalesce yet.*without max_active"):
+        sparse_lower.lower(model, target="portable", max_active=8)

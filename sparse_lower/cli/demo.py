@@ -34,49 +34,46 @@ class Stopwatch:
         return result
 
 
-def save_bev_picture(dense: np.ndarray, path: Path) -> Path:
-    """The bird's-eye view of the backbone output: per BEV cell the largest channel magnitude."""
+def _picture(path: Path, title: str, draw) -> Path:
+    """A square figure of one plot in BEV cells with its colour bar, `draw(axis)` returning what the bar reads."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    bev = np.log1p(np.abs(dense[0]).max(axis=0))  # log: a few bright cells would hide the rest
     figure, axis = plt.subplots(figsize=(7, 7))
-    image = axis.imshow(bev, origin="lower", cmap="magma")
-    axis.set_title(f"CenterPoint backbone output, {bev.shape[0]}x{bev.shape[1]} BEV cells: log(1 + max |channel|)")
+    mapped = draw(axis)
+    axis.set_title(title)
     axis.set_xlabel("x cell")
     axis.set_ylabel("y cell")
-    figure.colorbar(image, ax=axis, fraction=0.046)
+    figure.colorbar(mapped, ax=axis, fraction=0.046)
     figure.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(figure)
     return path
 
 
+def save_bev_picture(dense: np.ndarray, path: Path) -> Path:
+    """The bird's-eye view of the backbone output: per BEV cell the largest channel magnitude."""
+    bev = np.log1p(np.abs(dense[0]).max(axis=0))  # log: a few bright cells would hide the rest
+    return _picture(path, f"CenterPoint backbone output, {bev.shape[0]}x{bev.shape[1]} BEV cells: log(1 + max "
+                          f"|channel|)", lambda axis: axis.imshow(bev, origin="lower", cmap="magma"))
+
+
 def save_sites_picture(heads: np.ndarray, coords: np.ndarray, bev: tuple, path: Path) -> Path:
     """VoxelNeXt's sparse output: every BEV site it keeps, coloured by its strongest heatmap score."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from ..models.voxelnext import HEAD_CHANNELS
 
     starts = np.cumsum([0, *(channels for _, _, channels in HEAD_CHANNELS)])
     heatmaps = [heads[:, start:start + channels] for (_, branch, channels), start in zip(HEAD_CHANNELS, starts)
                 if branch == "hm"]
     score = 1 / (1 + np.exp(-np.concatenate(heatmaps, axis=1).max(axis=1)))
-    figure, axis = plt.subplots(figsize=(7, 7))
-    points = axis.scatter(coords[:, 2], coords[:, 1], c=score, s=1, cmap="magma")
-    axis.set_xlim(0, bev[1])
-    axis.set_ylim(0, bev[0])
-    axis.set_title(f"VoxelNeXt: {len(coords):,} sparse BEV sites of {bev[0]}x{bev[1]}, strongest heatmap score")
-    axis.set_xlabel("x cell")
-    axis.set_ylabel("y cell")
-    figure.colorbar(points, ax=axis, fraction=0.046)
-    figure.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(figure)
-    return path
+
+    def draw(axis):
+        axis.set_xlim(0, bev[1])
+        axis.set_ylim(0, bev[0])
+        return axis.scatter(coords[:, 2], coords[:, 1], c=score, s=1, cmap="magma")
+    return _picture(path, f"VoxelNeXt: {len(coords):,} sparse BEV sites of {bev[0]}x{bev[1]}, strongest heatmap "
+                          f"score", draw)
 
 
 DEMO_TARGETS = ("gpu", "portable")  # the forms one onnxruntime session runs whole on a CPU

@@ -33,6 +33,16 @@ def basic_block(emitter: Emitter, rng: np.random.Generator, x: Sparse, key: str,
     return emitter.relu(emitter.add(y, x))
 
 
+def input_layer(emitter: Emitter, rng: np.random.Generator, in_channels: int, spatial_shape, batch_size: int,
+                feature_scale, indice_key: str) -> Sparse:
+    """The network input and `conv_input`: SubM 3³ in→16 + BN + ReLU, dividing out the input features'
+    spread (`feature_scale`: one value per channel; by default nuScenes' for 5 channels, else 1)."""
+    scale = input_feature_scale(in_channels, feature_scale)
+    x = emitter.input(in_channels, spatial_shape, batch_size)
+    w, b = conv_bn(rng, in_channels, 16, (3, 3, 3), input_scale=scale)
+    return emitter.conv(x, "subm", w, b, padding=1, indice_key=indice_key, activation="ReLU", name="conv_input")
+
+
 def _down(emitter, rng, x, cout, kernel, stride, padding, name):
     w, b = conv_bn(rng, x.channels, cout, kernel)
     return emitter.conv(x, "conv", w, b, stride=stride, padding=padding, activation="ReLU", name=name)
@@ -45,10 +55,7 @@ def sp_middle_resnet_fhd(emitter: Emitter, rng: np.random.Generator, in_channels
 
     `feature_scale` (one value per input channel) is the spread of the input features, which the
     first layer divides out; by default nuScenes' for 5 input channels, else 1."""
-    feature_scale = input_feature_scale(in_channels, feature_scale)
-    x = emitter.input(in_channels, spatial_shape, batch_size)
-    w, b = conv_bn(rng, in_channels, 16, (3, 3, 3), input_scale=feature_scale)
-    x = emitter.conv(x, "subm", w, b, padding=1, indice_key="res0", activation="ReLU", name="conv_input")
+    x = input_layer(emitter, rng, in_channels, spatial_shape, batch_size, feature_scale, "res0")
     for i in range(2):
         x = basic_block(emitter, rng, x, "res0", f"conv1.{i}")
     for stage, (cout, padding) in enumerate(((32, 1), (64, 1), (128, (0, 1, 1))), start=2):

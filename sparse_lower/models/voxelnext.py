@@ -29,9 +29,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..frames.sample import CENTERPOINT_GRID
-from .centerpoint import basic_block
+from .centerpoint import basic_block, input_layer
 from .emitter import Emitter, Sparse
-from .weights import conv_bn, he_weight, input_feature_scale
+from .weights import conv_bn, he_weight
 
 CLASS_GROUPS = (("car",), ("truck", "construction_vehicle"), ("bus", "trailer"), ("barrier",),
                 ("motorcycle", "bicycle"), ("pedestrian", "traffic_cone"))
@@ -60,10 +60,7 @@ def voxelnext(emitter: Emitter, rng: np.random.Generator, in_channels: int = 5, 
               batch_size: int = 1, feature_scale=None):
     """Build VoxelNeXt with `emitter` (which must have `bev_merge` and `concat_channels`); returns
     `emitter.finish([heads])`, heads: the sparse [M, 70] tensor described above."""
-    feature_scale = input_feature_scale(in_channels, feature_scale)
-    x = emitter.input(in_channels, spatial_shape, batch_size)
-    w, b = conv_bn(rng, in_channels, 16, (3, 3, 3), input_scale=feature_scale)
-    x = emitter.conv(x, "subm", w, b, padding=1, indice_key="subm1", activation="ReLU", name="conv_input")
+    x = input_layer(emitter, rng, in_channels, spatial_shape, batch_size, feature_scale, "subm1")
     for i in range(2):
         x = basic_block(emitter, rng, x, "res1", f"conv1.{i}")
     levels = []
