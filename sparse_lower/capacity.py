@@ -27,19 +27,20 @@ from .runtime import create_session
 from .schemas import CONV_OPS, MERGE_OPS, coords_levels
 
 
-def conv_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+def sparse_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     """The sparse convs of the model, and its SparseMaxPool and Coalesce nodes (which make new levels too)."""
-    convs = [n for n in model.graph.node if n.domain == SOURCE_DOMAIN and n.op_type in CONV_OPS + MERGE_OPS]
-    if not convs:
+    nodes = [n for n in model.graph.node if n.domain == SOURCE_DOMAIN and n.op_type in CONV_OPS + MERGE_OPS]
+    if not nodes:
         raise SparseLowerError("the levels are those of the model's sparse convs, and it has none (a lowered model, "
                                "or one not imported yet)", fix="give the model before lowering, imported if foreign")
-    return convs
+    return nodes
 
 
-def coords_runs(model: onnx.ModelProto, convs: list[onnx.NodeProto], frames: list[dict]):
-    """Per frame, every coords tensor the convs read or write, by name (the model run on the gpu target)."""
-    watched = list(dict.fromkeys([*(n.input[1] for n in convs), *(n.output[1] for n in convs),
-                                  *(n.input[4] for n in convs if len(n.input) > 4 and n.input[4])]))
+def coords_runs(model: onnx.ModelProto, nodes: list[onnx.NodeProto], frames: list[dict]):
+    """Per frame, every coords tensor the sparse nodes read or write, by name (the model run on the gpu
+    target)."""
+    watched = list(dict.fromkeys([*(n.input[1] for n in nodes), *(n.output[1] for n in nodes),
+                                  *(n.input[4] for n in nodes if len(n.input) > 4 and n.input[4])]))
     session = create_session(lower(exposing(model, watched, onnx.TensorProto.INT64), target="gpu"))
     for feeds in frames:
         yield dict(zip(watched, session.run(watched, feeds)))
@@ -64,7 +65,7 @@ def most_members(model: onnx.ModelProto | str | os.PathLike, frames: list[dict])
     """The most rows any site of any Coalesce of the model merges over `frames` (None: it has no Coalesce):
     the `max_members` of `lower(..., max_active=level_rows(...), max_members=...)`."""
     model = load(model)
-    merges = [n for n in conv_nodes(model) if n.op_type == "Coalesce"]
+    merges = [n for n in sparse_nodes(model) if n.op_type == "Coalesce"]
     if not merges:
         return None
     most = 1
@@ -85,16 +86,16 @@ def level_and_pair_rows(model: onnx.ModelProto | str | os.PathLike,
 def _measured(model, frames: list[dict], pairs: bool) -> tuple[list[int], dict[str, list[int]]]:
     """The most rows per level and, with `pairs`, the most pairs per tap of every named conv."""
     model = load(model)
-    convs = conv_nodes(model)
+    nodes = sparse_nodes(model)
     levels = coords_levels(model.graph)
     rows = [0] * (1 + max([0, *levels.values()]))
     most: dict[str, list[int]] = {}
-    for coords in coords_runs(model, convs, frames):
+    for coords in coords_runs(model, nodes, frames):
         for name, value in coords.items():
             level = levels.get(name, 0)
             rows[level] = max(rows[level], len(value))
         if pairs:
-            for name, counts in _pair_counts([n for n in convs if n.name and n.op_type in CONV_OPS], coords).items():
+            for name, counts in _pair_counts([n for n in nodes if n.name and n.op_type in CONV_OPS], coords).items():
                 most[name] = [max(a, b) for a, b in zip(most.get(name, counts), counts)]
     return rows, most
 

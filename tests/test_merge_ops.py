@@ -192,10 +192,14 @@ def test_more_rows_at_a_site_than_max_members_is_a_clear_run_time_error():
         sparse_lower.create_session(lowered).run(None, {"features": features, "coords": coords})
 
 
-def test_the_static_form_asks_for_max_members():
+def test_the_static_form_asks_for_max_members_where_a_coalesce_needs_it():
     model = single_op_model("Coalesce", {"spatial_shape": [4]}, 2, 1)
     with pytest.raises(SparseLowerError, match=r"node.*give max_members"):
         sparse_lower.lower(model, target="nna", max_active=8)
+    pool = single_op_model("SparseMaxPool", {"kernel_shape": [2], "strides": [2], "spatial_shape": [4]}, 2, 1)
+    feeds = {"features": np.array([[1.0, -1.0], [2.0, -2.0]], np.float32), "coords": np.array([[0, 0], [0, 1]])}
+    outputs = run_lowered(pool, feeds, target="nna", max_active=8)  # its table is the kernel's width
+    np.testing.assert_array_equal(outputs["out_features"], [[2.0, -1.0]])
 
 
 def test_coords_outside_the_grid_are_an_error_or_nan():

@@ -27,7 +27,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from sparse_lower.bench.run import alternating_medians
-from sparse_lower.capacity import conv_nodes, coords_runs
+from sparse_lower.capacity import coords_runs, sparse_nodes
 from sparse_lower.frames.sample import real_feeds
 from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd
 from sparse_lower.onnx_conventions import IR_VERSION, OPSET
@@ -92,7 +92,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     model = sp_middle_resnet_fhd(CanonicalEmitter(), rng)
     feeds = real_feeds("nuscenes_centerpoint_voxels.npz")
-    convs = conv_nodes(model)
+    convs = sparse_nodes(model)
     (coords,) = coords_runs(model, convs, [feeds])
     shapes = {t.name: list(t.dims) for t in model.graph.initializer}
     options = ort.SessionOptions()

@@ -60,6 +60,7 @@ class NnaCompute:
     row_capacity = capacity
 
     def members(self, node: gs.Node) -> int:
+        """`max_members`, which a Coalesce under a capacity needs (its table's fixed width)."""
         if self.max_members is None:
             raise SparseLowerError(
                 f"with a row capacity (max_active), the nna target needs the most rows one site of a {node.op} may "

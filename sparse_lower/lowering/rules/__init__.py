@@ -9,8 +9,8 @@
     Coalesce         coalesce.py          CoalesceMap → the sum or maximum over each site's rows
 
 (the custom ops named are the index tables of gpu, nna and hybrid; the portable target builds the same
-tables from standard ops: lowering/index_tables.py, portable/). The three convs share conv_rule.py, the two ops without weights reduce_rule.py;
-checks.py holds the refusals several rules share. The rules are the same for every target: which
+tables from standard ops: lowering/index_tables.py, portable/). The three convs share conv_rule.py, the
+two ops without weights reduce_rule.py; checks.py holds the refusals several rules share. The rules are the same for every target: which
 compute form a conv gets is the target's policy (LoweringContext.compute_for), where its tables come
 from the target's `LoweringContext.tables`. On nna the boundary ops take the custom ops: an
 accelerator cannot look coordinates up.
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
+from .coalesce import CoalesceRule
 from .rule import Refusal, Rule
 from .sparse_conv import SparseConvRule
-from .coalesce import CoalesceRule
 from .sparse_deconv import SparseDeconvRule
 from .sparse_max_pool import SparseMaxPoolRule
 from .submanifold_conv import SubmanifoldConvRule

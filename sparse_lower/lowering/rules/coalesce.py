@@ -10,6 +10,7 @@ from .reduce_rule import ReduceRule
 
 class CoalesceRule(ReduceRule):
     op_type = "Coalesce"
+    members_vary = True
 
     def ndim(self, node):
         return len(coalesce_attributes(node_proto(node)).spatial_shape)

@@ -39,6 +39,7 @@ def _channels(features: gs.Tensor, depth: int = 64) -> int | None:
 class ReduceRule(Rule):
     arity = (2, 2, 2)
     required = ("features", "coords")
+    members_vary = False  # whether the table's width depends on the frame (fixed by max_members under a capacity)
 
     @abstractmethod
     def ndim(self, node: gs.Node) -> int:
@@ -63,7 +64,7 @@ class ReduceRule(Rule):
         base = node.name or ctx.fresh(self.op_type)
         channels = _channels(node.inputs[0])
         capacity_in = compute.row_capacity(ctx, coords)
-        members = compute.members(node) if capacity_in else None
+        members = compute.members(node) if capacity_in and self.members_vary else None
         out_coords, table, width = self.index_table(ctx, node, base, coords, members)
         if node.outputs[1].name in ctx.levels:  # the output sites' level, under the name they now have
             ctx.levels[out_coords.name] = ctx.levels[node.outputs[1].name]
