@@ -102,7 +102,10 @@ class RowOps:
             chosen = list(range(width))[columns]
             self._track(result, _Value(value.name, "coords_view", grid=value.grid, view=(id(args[0]), chosen)))
             return
-        chosen = [int(c) for c in (columns.tolist() if isinstance(columns, self.torch.Tensor) else columns)]
+        listed = columns.tolist() if isinstance(columns, self.torch.Tensor) else columns
+        if not isinstance(listed, (list, tuple)):
+            _refuse(f"taking coords column {listed!r} alone (a 1-D tensor of batch or positions)")
+        chosen = [int(c) for c in listed]
         if not chosen or chosen[0] != 0 or any(not 1 <= c < width for c in chosen[1:]) or len(set(chosen)) != len(chosen):
             _refuse(f"choosing coords columns {chosen} (the batch column first, then distinct spatial ones)")
         name = self._node("Gather", [value.name, self.writer.constant(f"{value.name}.columns",
