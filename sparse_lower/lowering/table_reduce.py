@@ -27,13 +27,12 @@ from .portable.emit import Emit
 
 @dataclass(frozen=True)
 class TableReduce:
-    """One reduction, ready to emit: `rows [N, C]` and their `coords`; `table [M, R]` (R: `width`, None where
+    """One reduction, ready to emit: `rows [N, C]`; `table [M, R]` (R: `width`, None where
     the data decides it); the output sites `out_coords`; `capacities` (input, output) of the static form."""
 
     base: str
     reduction: str  # "sum" or "max"
     rows: gs.Tensor
-    coords: gs.Tensor
     channels: int | None
     table: gs.Tensor
     width: int | None

@@ -75,7 +75,7 @@ class ReduceRule(Rule):
         out_features, node_coords = node.outputs
         detach(node)
         rows, invalid = ctx.tables.paired_rows(ctx, base, features, coords, table)
-        part = TableReduce(base, self.reduction(node), rows, coords, channels, table, width, out_coords, out_features,
+        part = TableReduce(base, self.reduction(node), rows, channels, table, width, out_coords, out_features,
                            (capacity_in, compute.row_capacity(ctx, out_coords)))
         emit_table_reduce(ctx, part, ctx.tables.first_row, invalid)
         ctx.conv_outputs.add(out_features.name)
