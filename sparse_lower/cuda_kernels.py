@@ -161,6 +161,24 @@ class Kernels:
                              self._pointer(x), ctypes.c_int64(x.shape[0]), ctypes.c_int64(x.shape[1]),
                              ctypes.c_int32(dims), extent)
 
+    def coalesce_map(self, coords, spatial_shape, members: int = 0):
+        """CoalesceMap: (out_coords [M, 1 + D], members [M, R]) of coords whose rows may repeat a site."""
+        coords = self._array(coords, np.int64)
+        extent = (ctypes.c_int64 * 3)(*spatial_shape)
+        count, width = ctypes.c_int64(0), ctypes.c_int64(0)
+
+        def call(rows: int):
+            outputs = (self.xp.empty((rows, coords.shape[1]), np.int64), self.xp.empty((rows, width.value), np.int64))
+            status = self._call("sl_coalesce_map", ctypes.c_int32(len(spatial_shape)), extent, self._pointer(coords),
+                                ctypes.c_int64(len(coords)), ctypes.c_int64(members), ctypes.c_int64(rows),
+                                ctypes.byref(count), ctypes.byref(width), *map(self._pointer, outputs))
+            return status, outputs
+
+        status, outputs = call(0)  # learns the rows and the columns, as _counted learns the rows
+        if status == _TOO_SMALL:
+            status, outputs = call(count.value)
+        return outputs
+
     def unfold(self, x, idx):
         """IndexedUnfold of rows x [N, C] or a dense x [B, C, *S]: y [..., K·C]."""
         x, idx = self._array(x, np.float32), self._array(idx, np.int64)

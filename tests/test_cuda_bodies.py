@@ -24,7 +24,7 @@ import sparse_lower
 from conftest import DATA
 from custom_op_runs import (assert_same, coords_for, index_shape, output_extent, random_coords, random_geometry,
                             random_index, random_shape, run)
-from helpers import chain_model, session
+from helpers import chain_model, session, voxelnext_like
 from oracle import random_sparse
 from sparse_lower.cuda_kernels import Kernels
 from sparse_lower.errors import SparseLowerError
@@ -152,6 +152,46 @@ def test_the_backbones_maps_on_the_real_frames(kernels, frame):
                "output_padding": [0, 1, 1], "spatial_shape": output_extent("strided", strided)}
     (want,) = run("TargetMap", {"coords": out_coords, "target_coords": coords}, 1, **inverse)
     assert_same(kernels.target_map(out_coords, coords, **inverse), want)
+
+
+def repeating_coords(rng, seed, spatial_shape) -> np.ndarray:
+    """Coordinates whose rows repeat sites, as a Coalesce's concatenated levels give them: up to three
+    batches, drawn from few distinct sites (none or one row in some cases), in random order."""
+    batch = int(rng.integers(1, 4))
+    distinct = random_coords(rng, spatial_shape, batch, 0 if seed % 10 == 0 else (1 if seed % 10 == 1 else None))
+    if len(distinct) == 0:
+        return distinct
+    return distinct[rng.integers(0, len(distinct), int(rng.integers(1, 4 * len(distinct) + 2)))]
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_coalesce_map(kernels, seed, fixed):
+    """CoalesceMap: the distinct sites sorted, each site's rows in input order, as many columns as the
+    fullest site has or as attribute `members` fixes."""
+    rng = np.random.default_rng(seed)
+    spatial_shape = random_geometry(rng, "submanifold")["spatial_shape"]
+    coords = repeating_coords(rng, seed, spatial_shape)
+    attributes = {"spatial_shape": spatial_shape}
+    if fixed:
+        attributes["members"] = int(np.unique(coords, axis=0, return_counts=True)[1].max(initial=1)) + seed % 3
+    want_coords, want_members = run("CoalesceMap", {"coords": coords}, 2, **attributes)
+    out_coords, members = kernels.coalesce_map(coords, **attributes)
+    assert_same(out_coords, want_coords)
+    assert_same(members, want_members)
+
+
+@pytest.mark.parametrize("frame", ["centerpoint", "bevfusion"])
+def test_coalesce_map_on_the_real_frames(kernels, frame):
+    """VoxelNeXt's bird's-eye merge on the real frame: every voxel's (batch, y, x), z dropped, so that
+    the sites of a column of voxels repeat."""
+    bev = frame_coords(frame)[:, [0, 2, 3]]
+    attributes = {"spatial_shape": [1440, 1440]}
+    want_coords, want_members = run("CoalesceMap", {"coords": bev}, 2, **attributes)
+    out_coords, members = kernels.coalesce_map(bev, **attributes)
+    assert_same(out_coords, want_coords)
+    assert_same(members, want_members)
+    assert members.shape[1] > 1  # columns of voxels did merge
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -283,6 +323,18 @@ def test_refused_coordinates_get_the_cpu_librarys_message(kernels, coords):
     assert message in cpu_refusal("SubmanifoldMap", {"coords": coords}, 1, **SUBM), message
 
 
+@pytest.mark.parametrize("coords, members", [
+    ([[0, 1, 1], [0, 2, 2], [0, 1, 1], [1, 0, 0], [0, 2, 2], [0, 2, 2]], 2),   # a site of 3 rows, members = 2
+    ([[0, 1, 1], [-1, 2, 2]], 0),                                              # a negative batch
+    ([[0, 1, 1], [0, 5, 2]], 0),                                               # outside the grid
+], ids=["too many members", "negative batch", "outside"])
+def test_refused_coalesce_coordinates_get_the_cpu_librarys_message(kernels, coords, members):
+    coords = np.array(coords, np.int64)
+    attributes = {"spatial_shape": SUBM["spatial_shape"], "members": members}
+    message = refusal(lambda: kernels.coalesce_map(coords, **attributes))
+    assert message in cpu_refusal("CoalesceMap", {"coords": coords}, 2, **attributes), message
+
+
 def test_refused_indices_get_the_cpu_librarys_message(kernels):
     x = np.ones((4, 2), np.float32)
     idx = np.array([[0, 1], [3, 4], [5, -1]], np.int64)
@@ -313,11 +365,12 @@ def kernel_model():
     return module.KernelModel
 
 
-@pytest.mark.parametrize("name", ["head stack", "dense boundaries", "sparse UNet"])
+@pytest.mark.parametrize("name", ["head stack", "dense boundaries", "sparse UNet", "merging network"])
 def test_gpu_target_models_run_through_the_kernels(kernels, kernel_model, name):
     """Each custom op of the gpu target's models (maps of every kind, the fused conv with its epilogue,
-    ToSparse's ActiveSites and dense unfold, ToDense's SiteIndex and dense fold) in sequence, as gpu_check
-    runs them, against the CPU library: float32 within 1e-5, float16 within 1e-2."""
+    ToSparse's ActiveSites and dense unfold, ToDense's SiteIndex and dense fold, VoxelNeXt's CoalesceMap and
+    the merge's Gather + Reduce) in sequence, as gpu_check runs them, against the CPU library: float32
+    within 1e-5, float16 within 1e-2."""
     rng = np.random.default_rng(4)
     if name == "head stack":
         model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
@@ -328,6 +381,10 @@ def test_gpu_target_models_run_through_the_kernels(kernels, kernel_model, name):
         x = rng.standard_normal((2, 2, 6, 8)).astype(np.float32)
         x[rng.random(x.shape) < 0.6] = 0
         feeds = {"X": x}
+    elif name == "merging network":
+        model = voxelnext_like(rng)
+        features, coords = random_sparse(rng, 2, 2, (9, 10, 11), count=300)
+        feeds = {"features": features, "coords": coords}
     else:
         model = onnx.load(MODELS / "sparse_unet.onnx")
         features, coords = random_sparse(rng, 1, 5, (41, 64, 64), count=1500)

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import sparse_lower
-from helpers import run_lowered, runner
+from helpers import run_lowered, runner, voxelnext_like
 from oracle import IR_VERSION, OPSET_IMPORTS, coalesce_oracle, max_pool_oracle, random_sparse
 from sparse_lower import reference
 from sparse_lower.errors import SparseLowerError
@@ -120,51 +120,6 @@ def test_max_pool_takes_the_maximum_of_negative_rows_not_zero():
     for target, options in TARGETS:
         outputs = run_lowered(model, {"features": features, "coords": coords}, target=target, **options)
         np.testing.assert_array_equal(outputs["out_features"], [[-1.0]])
-
-
-def voxelnext_like(rng, channels=4):
-    """A 3-D frame → SparseConv s2 (a) → SparseConv s2 (b); b's coords ×2 onto a's grid, the rows of both
-    concatenated and coalesced (sum), z dropped and coalesced again (VoxelNeXt's bev_out), then a 2-D
-    SparseConv k3 p1 (which dilates the sites), a strided max pooling and a SubmanifoldConv."""
-    def weights(name, cout, cin, kernel):
-        return numpy_helper.from_array(rng.standard_normal((cout, cin, *kernel)).astype(np.float32) * 0.3, name)
-
-    inits = [weights("Wa", channels, 2, [3, 3, 3]), weights("Wb", channels, channels, [3, 3, 3]),
-             weights("Wc", channels, channels, [3, 3]), weights("Wd", 3, channels, [3, 3]),
-             numpy_helper.from_array(np.array([0, 2, 2, 2], np.int64), "scale"),
-             numpy_helper.from_array(np.array([0, 2, 3], np.int64), "bev_columns")]
-    conv = {"kernel_shape": [3, 3, 3], "strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1]}
-    scale = numpy_helper.from_array(np.array([1, 2, 2, 2], np.int64), "scale")
-    inits[4] = scale
-    nodes = [
-        helper.make_node("SparseConv", ["features", "coords", "Wa"], ["a", "a_coords"], domain="sparse", name="a",
-                         spatial_shape=[9, 10, 11], **conv),
-        helper.make_node("Relu", ["a"], ["a_relu"]),
-        helper.make_node("SparseConv", ["a_relu", "a_coords", "Wb"], ["b", "b_coords"], domain="sparse", name="b",
-                         spatial_shape=[5, 5, 6], **conv),
-        helper.make_node("Mul", ["b_coords", "scale"], ["b_scaled"]),
-        helper.make_node("Concat", ["a_relu", "b"], ["rows"], axis=0),
-        helper.make_node("Concat", ["a_coords", "b_scaled"], ["rows_coords"], axis=0),
-        helper.make_node("Coalesce", ["rows", "rows_coords"], ["merged", "merged_coords"], domain="sparse",
-                         name="merge", spatial_shape=[5, 5, 6]),
-        helper.make_node("Gather", ["merged_coords", "bev_columns"], ["bev_rows_coords"], axis=1),
-        helper.make_node("Coalesce", ["merged", "bev_rows_coords"], ["bev", "bev_coords"], domain="sparse",
-                         name="bev", spatial_shape=[5, 6]),
-        helper.make_node("SparseConv", ["bev", "bev_coords", "Wc"], ["c", "c_coords"], domain="sparse", name="c",
-                         kernel_shape=[3, 3], pads=[1, 1, 1, 1], spatial_shape=[5, 6]),
-        helper.make_node("SparseMaxPool", ["c", "c_coords"], ["p", "p_coords"], domain="sparse", name="pool",
-                         kernel_shape=[2, 2], strides=[2, 2], spatial_shape=[5, 6]),
-        helper.make_node("SubmanifoldConv", ["p", "p_coords", "Wd"], ["out_features", "out_coords"], domain="sparse",
-                         name="d", kernel_shape=[3, 3], spatial_shape=[3, 3]),
-    ]
-    inits = [i for i in inits if i.name != "bev_columns"] + [numpy_helper.from_array(np.array([0, 2, 3], np.int64),
-                                                                                       "bev_columns")]
-    graph = helper.make_graph(nodes, "voxelnext_like", [
-        helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", 2]),
-        helper.make_tensor_value_info("coords", TensorProto.INT64, ["N", 4])], [
-        helper.make_tensor_value_info("out_features", TensorProto.FLOAT, ["M", 3]),
-        helper.make_tensor_value_info("out_coords", TensorProto.INT64, ["M", 3])], inits)
-    return helper.make_model(graph, opset_imports=OPSET_IMPORTS, ir_version=IR_VERSION)
 
 
 @pytest.mark.parametrize("rows", [0, 1, 40, 300])

@@ -6,7 +6,7 @@
  *
  * Every function returns 0 when it succeeded, 1 when the inputs were refused or CUDA failed (the
  * message, as the CPU library words it, in `error`: `error_size` bytes, NUL-terminated), or, for the
- * two whose output row count depends on the data, 2 when that count (written to *count) exceeds
+ * three whose output row count depends on the data, 2 when that count (written to *count) exceeds
  * `capacity`, the rows the caller allocated: nothing is written then, and a second call with room
  * for *count rows writes them. Semantics: docs/custom_ops.md, op by op; the shapes are the
  * arguments'. */
@@ -48,6 +48,13 @@ SL_EXPORT int sl_site_index(void* stream, int32_t dims, const int64_t* extent, i
 SL_EXPORT int sl_active_sites(void* stream, const float* x, int64_t batch, int64_t channels, int32_t dims,
                               const int64_t* extent, int64_t capacity, int64_t* count, int64_t* coords, int64_t* sites,
                               char* error, int64_t error_size);
+
+/* CoalesceMap: out_coords [*count, 1 + dims] and members [*count, *width] of coords [rows, 1 + dims], whose
+ * rows may repeat a site; `members` > 0 fixes the table's width (a site with more rows is refused). *width
+ * holds the columns the caller allocated and returns the columns needed: 2 also when they differ. */
+SL_EXPORT int sl_coalesce_map(void* stream, int32_t dims, const int64_t* extent, const int64_t* coords, int64_t rows,
+                              int64_t members, int64_t capacity, int64_t* count, int64_t* width, int64_t* out_coords,
+                              int64_t* table, char* error, int64_t error_size);
 
 /* IndexedUnfold: y [rows, taps, channels] from x: rows [limit, channels], or with dense = 1 a
  * [B, channels, *S] tensor of `volume` sites per batch (limit = B·volume). */

@@ -130,6 +130,21 @@ int sl_active_sites(void* stream, const float* x, int64_t batch, int64_t channel
   });
 }
 
+int sl_coalesce_map(void* stream, int32_t dims, const int64_t* extent, const int64_t* coords, int64_t rows,
+                    int64_t members, int64_t capacity, int64_t* count, int64_t* width, int64_t* out_coords,
+                    int64_t* table, char* error, int64_t error_size) {
+  return Guarded(error, error_size, [&] {
+    const bodies::GridShape grid = CheckedGrid(dims, extent);
+    if (members < 0) Fail("members = ", members, " must be at least 0");
+    kernels::CoalescedSites<Backend> coalesced(StreamOf(stream), grid, CoordsView{coords, rows, 1 + dims}, members);
+    const int64_t allocated = *width;
+    *width = coalesced.Width();
+    if (Counted(coalesced.Count(), capacity, count) || coalesced.Width() != allocated) return 2;
+    coalesced.Write(StreamOf(stream), out_coords, table);
+    return 0;
+  });
+}
+
 int sl_unfold(void* stream, const float* x, int64_t limit, int64_t channels, int32_t dense, int64_t volume,
               const int64_t* idx, int64_t rows, int64_t taps, float* y, char* error, int64_t error_size) {
   return Guarded(error, error_size, [&] {

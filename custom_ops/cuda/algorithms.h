@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "cuda/bodies/coalesce.h"
 #include "cuda/bodies/conv.h"
 #include "cuda/bodies/maps.h"
 #include "cuda/bodies/movement.h"
@@ -64,6 +65,14 @@ class Fault {
   typename B::Stream stream_;
   typename B::template Buffer<int64_t> slot_;
 };
+
+// Entry e of `values`, read back.
+template <typename B>
+int64_t ValueAt(typename B::Stream s, const int64_t* values, int64_t e) {
+  int64_t value = 0;
+  B::ToHost(s, &value, values + e, sizeof value);
+  return value;
+}
 
 // The sites of every row of `coords` in `grid` (sites: `coords.rows` entries), each coordinate checked
 // (common/coords.cc's LinearSites: batch ≥ 0, below batch_size when it is > 0, at most max_batch, and
@@ -288,6 +297,98 @@ class ActiveSites {
   int64_t count_ = 0;
 };
 
+// values[i] = i for i < count.
+template <typename B>
+int64_t* Iota(typename B::Stream s, int64_t* values, int64_t count) {
+  B::ForEach(s, count, SL_LAMBDA(int64_t i) { values[i] = i; });
+  return values;
+}
+
+// flags [rows]: whether each position of the sorted sites starts a group (CoalesceMap).
+template <typename B>
+const uint8_t* GroupStarts(typename B::Stream s, const int64_t* sorted, int64_t rows, uint8_t* flags) {
+  B::ForEach(s, rows, SL_LAMBDA(int64_t i) { flags[i] = bodies::StartsGroup(sorted, i); });
+  return flags;
+}
+
+// The most rows any of the `groups` groups starting at `starts` has, at least 1.
+template <typename B>
+int64_t Fullest(typename B::Stream s, const int64_t* starts, int64_t groups, int64_t rows) {
+  typename B::template Buffer<int64_t> most(s, 1);
+  int64_t* slot = most.data();
+  Set<B>(s, slot, 1, 1);
+  B::ForEach(s, groups, SL_LAMBDA(int64_t g) {
+    bodies::AtomicMax(slot, bodies::GroupEnd(starts, groups, rows, g) - starts[g]);
+  });
+  int64_t fullest = 1;
+  B::ToHost(s, &fullest, slot, sizeof fullest);
+  return fullest;
+}
+
+// The first group (in site order) with more than `members` rows.
+template <typename B>
+int64_t FirstOverfull(typename B::Stream s, const int64_t* starts, int64_t groups, int64_t rows, int64_t members) {
+  Fault<B> fault(s);
+  int64_t* first = fault.Slot();
+  B::ForEach(s, groups, SL_LAMBDA(int64_t g) {
+    if (bodies::GroupEnd(starts, groups, rows, g) - starts[g] > members) bodies::AtomicMin(first, g);
+  });
+  return fault.First();
+}
+
+// CoalesceMap: the distinct sites of coords (rows may repeat a site; each coordinate checked), sorted,
+// and the rows at each site in input order, in a table of R columns: the most rows a site has (at
+// least 1), or `members` when it is > 0, a site with more rows being refused as the CPU library does.
+// Two steps, as ReachedSites: the counts (read back, for the caller to allocate), then the writes.
+template <typename B>
+class CoalescedSites {
+ public:
+  CoalescedSites(typename B::Stream s, const GridShape& grid, CoordsView coords, int64_t members)
+      : grid_(grid), rows_(coords.rows), sites_(s, rows_), order_(s, rows_), starts_(s, rows_) {
+    LinearSites<B>(s, coords, grid, MaxBatch(grid), 0, "coords", "grid", sites_.data());
+    B::StableSortByKey(s, sites_.data(), Iota<B>(s, order_.data(), rows_), rows_);
+    {
+      typename B::template Buffer<uint8_t> flags(s, rows_);
+      count_ = B::Select(s, GroupStarts<B>(s, sites_.data(), rows_, flags.data()), rows_, starts_.data());
+    }
+    const int64_t fullest = Fullest<B>(s, starts_.data(), count_, rows_);
+    if (members > 0 && fullest > members) {
+      const int64_t g = FirstOverfull<B>(s, starts_.data(), count_, rows_, members);
+      const int64_t begin = ValueAt<B>(s, starts_.data(), g);
+      const int64_t end = g + 1 < count_ ? ValueAt<B>(s, starts_.data(), g + 1) : rows_;
+      Fail("coords hold ", end - begin, " rows at the site of row ", ValueAt<B>(s, order_.data(), begin),
+           ", more than members = ", members, " (max_members); raise max_members to at least ", fullest);
+    }
+    width_ = members > 0 ? members : fullest;
+  }
+
+  int64_t Count() const { return count_; }
+  int64_t Width() const { return width_; }
+
+  // out_coords [Count(), 1 + D] and members [Count(), Width()], in the backend's memory.
+  void Write(typename B::Stream s, int64_t* out_coords, int64_t* table) {
+    const GridShape grid = grid_;
+    const int64_t* sites = sites_.data();
+    const int64_t* order = order_.data();
+    const int64_t* starts = starts_.data();
+    const int64_t groups = count_, rows = rows_, width = width_, coords_width = 1 + grid.dims;
+    B::ForEach(s, groups, SL_LAMBDA(int64_t g) {
+      bodies::DecodeSite(sites[starts[g]], grid, out_coords + g * coords_width);
+    });
+    B::ForEach(s, groups * width, SL_LAMBDA(int64_t i) {
+      table[i] = bodies::Member(order, starts, groups, rows, i / width, i % width);
+    });
+  }
+
+ private:
+  GridShape grid_;
+  int64_t rows_;
+  typename B::template Buffer<int64_t> sites_;
+  typename B::template Buffer<int64_t> order_;
+  typename B::template Buffer<int64_t> starts_;
+  int64_t count_ = 0, width_ = 1;
+};
+
 // The least entry of idx [count] outside [−1, limit), or kNone.
 template <typename B>
 int64_t FirstInvalid(typename B::Stream s, const int64_t* idx, int64_t count, int64_t limit) {
@@ -297,13 +398,6 @@ int64_t FirstInvalid(typename B::Stream s, const int64_t* idx, int64_t count, in
     if (!bodies::ValidIndex(idx[e], limit)) bodies::AtomicMin(first, e);
   });
   return fault.First();
-}
-
-template <typename B>
-int64_t ValueAt(typename B::Stream s, const int64_t* idx, int64_t e) {
-  int64_t value = 0;
-  B::ToHost(s, &value, idx + e, sizeof value);
-  return value;
 }
 
 // IndexedUnfold: y [rows, taps, channels] from X rows [limit, channels] or a dense X of `volume` sites

@@ -42,5 +42,14 @@ SL_HD inline void AtomicMin(int64_t* address, int64_t value) {
 #endif
 }
 
+// *address = max(*address, value).
+SL_HD inline void AtomicMax(int64_t* address, int64_t value) {
+#if defined(__CUDA_ARCH__)
+  atomicMax(reinterpret_cast<long long*>(address), static_cast<long long>(value));
+#else
+  if (value > *address) *address = value;
+#endif
+}
+
 }  // namespace bodies
 }  // namespace sparse_lower

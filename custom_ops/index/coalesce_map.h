@@ -22,7 +22,7 @@ class CoalesceMap {
   void Compute(const Ort::KernelContext& ctx) const;
   static void InferShapes(const ShapeContext& ctx);
 
- private:
+ protected:  // the CUDA kernel (cuda/device/ops.cu) derives from it, sharing its checks
   Grid grid_;
   int64_t members_;  // 0: as many as the fullest site needs
 };

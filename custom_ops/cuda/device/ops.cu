@@ -17,6 +17,7 @@
 #include "cuda/device/cuda_backend.h"
 #include "fold/indexed_fold.h"
 #include "index/active_sites.h"
+#include "index/coalesce_map.h"
 #include "index/site_index.h"
 #include "index/strided_map.h"
 #include "index/submanifold_map.h"
@@ -102,6 +103,20 @@ struct ActiveSitesCuda : ActiveSites {
   }
 };
 
+struct CoalesceMapCuda : CoalesceMap {
+  static constexpr const char* kProvider = kCuda;
+  using CoalesceMap::CoalesceMap;
+
+  void Compute(const Ort::KernelContext& ctx) const {
+    const Coords coords = ReadCoords(ctx, 0, "coords", grid_.Dims());
+    const cudaStream_t stream = StreamOf(ctx);
+    kernels::CoalescedSites<Backend> coalesced(stream, Shape(grid_), View(coords), members_);
+    int64_t* out_coords = AllocateOutput<int64_t>(ctx, 0, {coalesced.Count(), coords.width});
+    int64_t* members = AllocateOutput<int64_t>(ctx, 1, {coalesced.Count(), coalesced.Width()});
+    coalesced.Write(stream, out_coords, members);
+  }
+};
+
 struct IndexedUnfoldCuda : IndexedUnfold {
   static constexpr const char* kProvider = kCuda;
   using IndexedUnfold::IndexedUnfold;
@@ -149,11 +164,12 @@ void AddProviderOps(Ort::CustomOpDomain& domain) {
   static const Op<ReachedMapCuda<TransposedMap>> transposed_map;
   static const Op<TargetMapCuda> target_map;
   static const Op<SiteIndexCuda> site_index;
+  static const Op<CoalesceMapCuda> coalesce_map;
   static const Op<IndexedUnfoldCuda> indexed_unfold;
   static const Op<IndexedFoldCuda> indexed_fold;
   static const Op<IndexedConvCuda> indexed_conv;
   for (const OrtCustomOp* op : std::initializer_list<const OrtCustomOp*>{
-           &active_sites, &submanifold_map, &strided_map, &transposed_map, &target_map, &site_index, &indexed_unfold,
+           &active_sites, &submanifold_map, &strided_map, &transposed_map, &target_map, &site_index, &coalesce_map, &indexed_unfold,
            &indexed_fold, &indexed_conv}) {
     domain.Add(op);
   }
