@@ -219,3 +219,18 @@ class Kernels:
                    ctypes.c_int64(w.shape[2]), self._pointer(bias), self._pointer(residual),
                    ctypes.c_int32(activation == "relu"), ctypes.c_int32(half), self._pointer(y))
         return y
+
+    def indexed_conv_int8(self, x, idx, w, x_scale, w_scale, bias=None, residual=None, activation: str = "none"):
+        """IndexedConvInt8: y [M, Cout] from float rows x, int8 weights w and their scales; the CPU library's bits."""
+        x, idx = self._array(x, np.float32), self._array(idx, np.int64)
+        w = self._array(w, np.int8)
+        x_scale, w_scale = self._array(x_scale, np.float32), self._array(w_scale, np.float32)
+        bias = None if bias is None else self._array(bias, np.float32)
+        residual = None if residual is None else self._array(residual, np.float32)
+        rows, taps = idx.shape
+        y = self.xp.empty((rows, w.shape[2]), np.float32)
+        self._call("sl_indexed_conv_int8", self._pointer(x), ctypes.c_int64(x.shape[0]), ctypes.c_int64(x.shape[1]),
+                   self._pointer(idx), ctypes.c_int64(rows), ctypes.c_int64(taps), self._pointer(w),
+                   ctypes.c_int64(w.shape[2]), self._pointer(x_scale), self._pointer(w_scale), self._pointer(bias),
+                   self._pointer(residual), ctypes.c_int32(activation == "relu"), self._pointer(y))
+        return y

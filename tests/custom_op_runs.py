@@ -136,3 +136,15 @@ def random_shape(rng, seed, max_rank: int) -> tuple:
 def index_shape(rng, seed) -> tuple:
     """[..., K] of rank 1 to 3 with K up to 27."""
     return (*random_shape(rng, seed, 3)[:-1], int(rng.integers(1, 28)))
+
+
+def int8_conv_inputs(rng, n, m, taps, cin, cout) -> dict:
+    """IndexedConvInt8's inputs: rows ≥ 0 mostly (some negative, some past the range, a NaN: they clamp),
+    weights within ±63, positive scales."""
+    x = np.abs(rng.standard_normal((n, cin))).astype(np.float32)
+    if x.size:
+        x.flat[rng.integers(0, x.size, 3)] = [-1.0, 1e6, np.nan]
+    return {"X": x, "idx": random_index(rng, n, (m, taps)),
+            "W": rng.integers(-63, 64, (taps, cin, cout)).astype(np.int8),
+            "x_scale": rng.uniform(0.005, 0.02, cin).astype(np.float32),
+            "w_scale": rng.uniform(1e-3, 1e-2, (taps, cout)).astype(np.float32)}

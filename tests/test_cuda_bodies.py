@@ -22,8 +22,8 @@ import pytest
 import custom_op_reference as ref
 import sparse_lower
 from conftest import DATA
-from custom_op_runs import (assert_same, coords_for, index_shape, output_extent, random_coords, random_geometry,
-                            random_index, random_shape, run)
+from custom_op_runs import (assert_same, coords_for, index_shape, int8_conv_inputs, output_extent, random_coords,
+                            random_geometry, random_index, random_shape, run)
 from helpers import chain_model, session, voxelnext_like
 from oracle import random_sparse
 from sparse_lower.cuda_kernels import Kernels
@@ -293,6 +293,48 @@ def test_indexed_conv_float16(kernels, seed):
     assert np.abs(got - full).max(initial=0) <= 1e-2 * max(np.abs(full).max(initial=0), 1e-6)
 
 
+def int8_cases(rng, seed) -> tuple[dict, str]:
+    """IndexedConvInt8's inputs as conv_inputs draws the float conv's (row and column tiles, slices of 16
+    channels, taps of uneven fill, Cin up to 140: past the 64-column tile and several slices), and an
+    activation."""
+    n = 0 if seed % 10 == 3 else int(rng.integers(1, 200))
+    m = 0 if seed % 10 == 7 else int(rng.integers(1, 300))
+    taps, cin, cout = int(rng.integers(1, 28)), int(rng.integers(0, 140)), int(rng.integers(0, 140))
+    inputs = {**int8_conv_inputs(rng, n, m, taps, cin, cout), "B": None, "coords": None, "R": None}
+    inputs["idx"][:, rng.random(taps) < 0.3] = -1
+    if seed % 2:
+        inputs["B"] = rng.standard_normal(cout).astype(np.float32)
+    if seed % 3 == 0:
+        inputs["R"] = rng.standard_normal((m, cout)).astype(np.float32)
+    return inputs, "relu" if seed % 4 == 0 else "none"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_indexed_conv_int8_has_the_cpu_librarys_bits(kernels, seed):
+    """Exact integer sums (centred codes on the tensor cores' s8 fragments) and the CPU kernel's float
+    steps in its order: the same bits as the CPU library, for every input."""
+    rng = np.random.default_rng(seed)
+    inputs, activation = int8_cases(rng, seed)
+    (want,) = run("IndexedConvInt8", inputs, 1, activation=activation)
+    got = kernels.indexed_conv_int8(inputs["X"], inputs["idx"], inputs["W"], inputs["x_scale"], inputs["w_scale"],
+                                    inputs["B"], inputs["R"], activation)
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_indexed_conv_int8_on_the_widest_channels(kernels):
+    """Cin = 1024, the most the op sums exactly, with every code 255 and every weight ±63: the largest
+    sums, and the centred codes' correction at its largest."""
+    rng = np.random.default_rng(0)
+    inputs = int8_conv_inputs(rng, 70, 90, 3, 1024, 20)
+    inputs["X"][:] = 1e6  # every code clamps to 255
+    inputs["W"] = np.where(rng.random(inputs["W"].shape) < 0.5, 63, -63).astype(np.int8)
+    inputs["W"][0] = 63
+    (want,) = run("IndexedConvInt8", inputs, 1)
+    got = kernels.indexed_conv_int8(inputs["X"], inputs["idx"], inputs["W"], inputs["x_scale"], inputs["w_scale"])
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 # ----------------------------------------------------------------------------------------------------
 # Refusals: the CPU library's messages
 
@@ -346,6 +388,21 @@ def test_refused_indices_get_the_cpu_librarys_message(kernels):
     rows = np.ones((3, 2, 2), np.float32)
     message = refusal(lambda: kernels.fold(rows, idx, like_rows=4))
     assert message in cpu_refusal("IndexedFold", {"rows": rows, "idx": idx, "like": np.zeros((4, 1))}, 1), message
+
+
+@pytest.mark.parametrize("change", ["weight", "x_scale", "w_scale", "channels", "index"])
+def test_refused_int8_inputs_get_the_cpu_librarys_message(kernels, change):
+    rng = np.random.default_rng(1)
+    inputs = int8_conv_inputs(rng, 5, 4, 3, 1025 if change == "channels" else 6, 7)
+    if change == "weight":
+        inputs["W"].flat[17] = -64
+    elif change in ("x_scale", "w_scale"):
+        inputs[change].flat[-1] = np.inf if change == "x_scale" else 0.0
+    elif change == "index":
+        inputs["idx"][2, 1] = 5
+    message = refusal(lambda: kernels.indexed_conv_int8(inputs["X"], inputs["idx"], inputs["W"], inputs["x_scale"],
+                                                        inputs["w_scale"]))
+    assert message in cpu_refusal("IndexedConvInt8", inputs, 1), message
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -405,3 +462,22 @@ def test_gpu_target_models_run_through_the_kernels(kernels, kernel_model, name):
                 np.testing.assert_array_equal(got, value)
             else:
                 assert np.abs(got - value).max(initial=0) <= tolerance * max(np.abs(value).max(initial=0), 1), output
+
+
+def test_int8_gpu_target_runs_through_the_kernels(kernels, kernel_model):
+    """The head stack quantized by sparse_lower.quantize (a float first conv, then IndexedConvInt8) run op
+    by op through the kernels, as gpu_check runs it: the same bits as the CPU library's session."""
+    rng = np.random.default_rng(5)
+    model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    frames = [dict(zip(("features", "coords"), random_sparse(rng, 1, 5, (10, 40, 40), count=900))) for _ in range(3)]
+    quantized, found = sparse_lower.quantize(model, frames[:2])
+    assert found.tops  # some convs are 8-bit
+    want = session(quantized).run(None, frames[2])
+    import torch
+
+    on_gpu = isinstance(kernels, OnHost)
+    device, device_kernels = ("cuda", kernels.kernels) if on_gpu else ("cpu", kernels)
+    inputs = {k: torch.as_tensor(v, device=device) for k, v in frames[2].items()}
+    outputs = kernel_model(quantized, device_kernels, device, False).graph.run(inputs)
+    for value, got in zip(want, outputs):
+        np.testing.assert_array_equal(got.cpu().numpy(), value)

@@ -19,8 +19,8 @@ import pytest
 from onnx import helper
 
 import custom_op_reference as ref
-from custom_op_runs import (ELEMENT_TYPES, assert_same, coords_for, index_shape, op_model, output_extent, random_coords,
-                            random_geometry, random_index, random_shape, run, session)
+from custom_op_runs import (ELEMENT_TYPES, assert_same, coords_for, index_shape, int8_conv_inputs, op_model, output_extent,
+                            random_coords, random_geometry, random_index, random_shape, run, session)
 from sparse_lower.runtime import create_session, get_library_path, vector_units
 
 SEEDS = range(30)
@@ -327,18 +327,6 @@ def test_indexed_conv_with_the_last_of_64_taps(taps):
     idx[7, -1] = 9
     with pytest.raises(Exception, match=rf"idx value 9 \(row 7, tap {taps - 1}\) is outside \[0, 9\)"):
         run("IndexedConv", {"X": x, "idx": idx, "W": w}, 1)
-
-
-def int8_conv_inputs(rng, n, m, taps, cin, cout) -> dict:
-    """IndexedConvInt8's inputs: rows ≥ 0 mostly (some negative, some past the range, a NaN: they clamp),
-    weights within ±63, positive scales."""
-    x = np.abs(rng.standard_normal((n, cin))).astype(np.float32)
-    if x.size:
-        x.flat[rng.integers(0, x.size, 3)] = [-1.0, 1e6, np.nan]
-    return {"X": x, "idx": random_index(rng, n, (m, taps)),
-            "W": rng.integers(-63, 64, (taps, cin, cout)).astype(np.int8),
-            "x_scale": rng.uniform(0.005, 0.02, cin).astype(np.float32),
-            "w_scale": rng.uniform(1e-3, 1e-2, (taps, cout)).astype(np.float32)}
 
 
 @pytest.mark.parametrize("seed", SEEDS)

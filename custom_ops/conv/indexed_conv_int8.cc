@@ -27,8 +27,11 @@ constexpr int64_t kMaxWeight = 63;  // 2 · 255 · 63 < 32767: vpmaddubsw's int1
 constexpr float kCodes = 255.0f;
 constexpr int64_t kMaxChannels = 1024;  // Cin · 255 · 63 < 2^24: a tap's sum converts to float exactly
 
-void CheckScales(const Input<float>& scales, const std::vector<int64_t>& shape, const char* name) {
+void CheckScaleShape(const Input<float>& scales, const std::vector<int64_t>& shape, const char* name) {
   if (scales.shape != shape) Fail(name, " must have shape ", List(shape), ", got ", List(scales.shape));
+}
+
+void CheckScales(const Input<float>& scales, const char* name) {
   for (int64_t i = 0; i < scales.Size(); ++i) {
     if (!(scales.data[i] > 0.0f) || !std::isfinite(scales.data[i])) {
       Fail(name, " must be finite and positive, got ", scales.data[i], " at flat index ", i);
@@ -101,25 +104,36 @@ std::unique_ptr<uint8_t[]> QuantizeRows(const Ort::KernelContext& ctx, const Inp
 IndexedConvInt8::IndexedConvInt8(const Ort::ConstKernelInfo& info)
     : relu_(Choice(info, "activation", {"none", "relu"}) == 1) {}
 
-void IndexedConvInt8::Compute(const Ort::KernelContext& ctx) const {
-  const Input<float> x = ReadInput<float>(ctx, 0);
-  const Input<int64_t> idx = ReadInput<int64_t>(ctx, 1);
-  const Input<int8_t> w = ReadInput<int8_t>(ctx, 2);
-  const ConvShapes s = CheckConvShapes(ctx, x.shape, idx.shape, w.shape, kOptional);
+IndexedConvInt8::Inputs IndexedConvInt8::Read(const Ort::KernelContext& ctx) {
+  Inputs in{ReadInput<float>(ctx, 0), ReadInput<float>(ctx, 3), ReadInput<float>(ctx, 4), ReadInput<int64_t>(ctx, 1),
+            ReadInput<int8_t>(ctx, 2)};
+  const ConvShapes& s = in.shapes = CheckConvShapes(ctx, in.x.shape, in.idx.shape, in.w.shape, kOptional);
   if (s.cin > kMaxChannels) {
     Fail("Cin = ", s.cin, " is above the ", kMaxChannels, " input channels this op sums exactly");
   }
-  const Input<float> x_scale = ReadInput<float>(ctx, 3);
-  const Input<float> w_scale = ReadInput<float>(ctx, 4);
-  CheckScales(x_scale, {s.cin}, "x_scale");
-  CheckScales(w_scale, {s.taps, s.cout}, "w_scale");
+  CheckScaleShape(in.x_scale, {s.cin}, "x_scale");
+  CheckScaleShape(in.w_scale, {s.taps, s.cout}, "w_scale");
+  in.bias = HasInput(ctx, kOptional) ? ReadInput<float>(ctx, kOptional).data : nullptr;
+  in.residual = HasInput(ctx, kOptional + 2) ? ReadInput<float>(ctx, kOptional + 2).data : nullptr;
+  return in;
+}
+
+void IndexedConvInt8::Compute(const Ort::KernelContext& ctx) const {
+  const Inputs in = Read(ctx);
+  const Input<float>& x = in.x;
+  const Input<int64_t>& idx = in.idx;
+  const Input<int8_t>& w = in.w;
+  const Input<float>& w_scale = in.w_scale;
+  const ConvShapes& s = in.shapes;
+  const float* bias = in.bias;
+  const float* residual = in.residual;
+  CheckScales(in.x_scale, "x_scale");
+  CheckScales(w_scale, "w_scale");
   CheckWeights(w);
-  const float* bias = HasInput(ctx, kOptional) ? ReadInput<float>(ctx, kOptional).data : nullptr;
-  const float* residual = HasInput(ctx, kOptional + 2) ? ReadInput<float>(ctx, kOptional + 2).data : nullptr;
   float* y = AllocateOutput<float>(ctx, 0, {s.rows, s.cout});
 
   const int64_t stride = 4 * ((s.cin + 3) / 4);
-  const std::unique_ptr<uint8_t[]> q = QuantizeRows(ctx, x, x_scale.data, stride);
+  const std::unique_ptr<uint8_t[]> q = QuantizeRows(ctx, x, in.x_scale.data, stride);
   std::vector<PackedWeights> packed;
   packed.reserve(static_cast<size_t>(s.taps));
   for (int64_t k = 0; k < s.taps; ++k) packed.emplace_back(w.data + k * s.cin * s.cout, s.cin, s.cout);

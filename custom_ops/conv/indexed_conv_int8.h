@@ -2,6 +2,8 @@
 #pragma once
 
 #include "common/op.h"
+#include "common/tensor.h"
+#include "conv/conv_rows.h"
 
 namespace sparse_lower {
 
@@ -27,7 +29,18 @@ class IndexedConvInt8 {
   void Compute(const Ort::KernelContext& ctx) const;
   static void InferShapes(const ShapeContext& ctx);
 
- private:
+ protected:  // the CUDA kernel (cuda/device/ops.cu) derives from it, sharing its checks
+  // The inputs, their shapes checked (and Cin's bound); their values are each kernel's to check.
+  struct Inputs {
+    Input<float> x, x_scale, w_scale;
+    Input<int64_t> idx;
+    Input<int8_t> w;
+    ConvShapes shapes;
+    const float* bias;      // null without one
+    const float* residual;  // null without one
+  };
+  static Inputs Read(const Ort::KernelContext& ctx);
+
   bool relu_;
 };
 

@@ -173,3 +173,14 @@ int sl_indexed_conv(void* stream, const float* x, int64_t inputs, int64_t cin, c
     return 0;
   });
 }
+
+int sl_indexed_conv_int8(void* stream, const float* x, int64_t inputs, int64_t cin, const int64_t* idx, int64_t rows,
+                         int64_t taps, const int8_t* w, int64_t cout, const float* x_scale, const float* w_scale,
+                         const float* bias, const float* residual, int32_t relu, float* y, char* error,
+                         int64_t error_size) {
+  return Guarded(error, error_size, [&] {
+    const bodies::ConvArgs args{x, inputs, cin, idx, rows, taps, nullptr, cout, bias, residual, relu, y};
+    kernels::ConvInt8<Backend>(StreamOf(stream), args, w, x_scale, w_scale);
+    return 0;
+  });
+}

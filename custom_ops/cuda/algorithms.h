@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "cuda/bodies/coalesce.h"
 #include "cuda/bodies/conv.h"
+#include "cuda/bodies/conv_int8.h"
 #include "cuda/bodies/maps.h"
 #include "cuda/bodies/movement.h"
 #include "cuda/bodies/sites.h"
@@ -67,9 +68,9 @@ class Fault {
 };
 
 // Entry e of `values`, read back.
-template <typename B>
-int64_t ValueAt(typename B::Stream s, const int64_t* values, int64_t e) {
-  int64_t value = 0;
+template <typename B, typename T>
+T ValueAt(typename B::Stream s, const T* values, int64_t e) {
+  T value{};
   B::ToHost(s, &value, values + e, sizeof value);
   return value;
 }
@@ -442,19 +443,89 @@ void Fold(typename B::Stream s, const float* rows, const int64_t* idx, int64_t c
   });
 }
 
-// IndexedConv (float32, or with `half` its products in float16 on tensor cores, summed in float32).
+// Refuses an idx entry outside [−1, inputs), as the CPU library's tap lists do.
 template <typename B>
-void Conv(typename B::Stream s, const bodies::ConvArgs& args, bool half) {
+void CheckConvIndices(typename B::Stream s, const bodies::ConvArgs& args) {
   const int64_t bad = FirstInvalid<B>(s, args.idx, args.rows * args.taps, args.inputs);
   if (bad != bodies::kNone) {
     Fail("idx value ", ValueAt<B>(s, args.idx, bad), " (row ", bad / args.taps, ", tap ", bad % args.taps,
          ") is outside [0, ", args.inputs, "), the rows of X; only -1 marks a missing input");
   }
+}
+
+// IndexedConv (float32, or with `half` its products in float16 on tensor cores, summed in float32).
+template <typename B>
+void Conv(typename B::Stream s, const bodies::ConvArgs& args, bool half) {
+  CheckConvIndices<B>(s, args);
   if (half) {
     B::ConvHalf(s, args);
   } else {
     B::ConvFloat(s, args);
   }
+}
+
+// The least entry of values [count] that `valid` refuses, or kNone.
+template <typename B, typename T, typename Valid>
+int64_t FirstRefused(typename B::Stream s, const T* values, int64_t count, Valid valid) {
+  Fault<B> fault(s);
+  int64_t* first = fault.Slot();
+  B::ForEach(s, count, SL_LAMBDA(int64_t e) {
+    if (!valid(values[e])) bodies::AtomicMin(first, e);
+  });
+  return fault.First();
+}
+
+struct ValidScale {
+  SL_HD bool operator()(float v) const { return bodies::ValidScale(v); }
+};
+struct ValidWeight {
+  SL_HD bool operator()(int8_t v) const { return bodies::ValidWeight(v); }
+};
+
+template <typename B>
+void CheckScales(typename B::Stream s, const float* scales, int64_t count, const char* name) {
+  const int64_t bad = FirstRefused<B>(s, scales, count, ValidScale{});
+  if (bad != bodies::kNone) Fail(name, " must be finite and positive, got ", ValueAt<B>(s, scales, bad), " at flat index ", bad);
+}
+
+// X's codes [inputs, cin] (conv/indexed_conv_int8.cc's QuantizeRow).
+template <typename B>
+const uint8_t* Codes(typename B::Stream s, const float* x, int64_t inputs, int64_t cin, const float* x_scale,
+                     float* inverse, uint8_t* q) {
+  B::ForEach(s, cin, SL_LAMBDA(int64_t c) { inverse[c] = 1.0f / x_scale[c]; });
+  B::ForEach(s, inputs * cin, SL_LAMBDA(int64_t i) { q[i] = bodies::Code(x[i], inverse[i % cin]); });
+  return q;
+}
+
+// 128 · Σ_c W[k, c, o] for every (k, o).
+template <typename B>
+const int32_t* Centres(typename B::Stream s, const int8_t* w, int64_t taps, int64_t cin, int64_t cout, int32_t* centre) {
+  B::ForEach(s, taps * cout, SL_LAMBDA(int64_t i) { centre[i] = bodies::CentreOf(w, cin, cout, i / cout, i % cout); });
+  return centre;
+}
+
+// IndexedConvInt8: args.x and the weights w (int8 [taps, cin, cout]) with x_scale [cin] and w_scale
+// [taps, cout], checked as the CPU library checks them and in its order; the same bits as its result.
+template <typename B>
+void ConvInt8(typename B::Stream s, const bodies::ConvArgs& args, const int8_t* w, const float* x_scale,
+              const float* w_scale) {
+  if (args.cin > bodies::kMaxInt8Channels) {
+    Fail("Cin = ", args.cin, " is above the ", bodies::kMaxInt8Channels, " input channels this op sums exactly");
+  }
+  CheckScales<B>(s, x_scale, args.cin, "x_scale");
+  CheckScales<B>(s, w_scale, args.taps * args.cout, "w_scale");
+  const int64_t bad = FirstRefused<B>(s, w, args.taps * args.cin * args.cout, ValidWeight{});
+  if (bad != bodies::kNone) {
+    Fail("W must be within [-", bodies::kMaxWeight, ", ", bodies::kMaxWeight, "] (7-bit: see IndexedConvInt8), got ",
+         int{ValueAt<B>(s, w, bad)}, " at flat index ", bad, "; quantize with sparse_lower.quantize");
+  }
+  CheckConvIndices<B>(s, args);
+  typename B::template Buffer<float> inverse(s, args.cin);
+  typename B::template Buffer<uint8_t> q(s, args.inputs * args.cin);
+  typename B::template Buffer<int32_t> centre(s, args.taps * args.cout);
+  const bodies::Int8ConvArgs int8{args, Codes<B>(s, args.x, args.inputs, args.cin, x_scale, inverse.data(), q.data()),
+                                  w, Centres<B>(s, w, args.taps, args.cin, args.cout, centre.data()), w_scale};
+  B::ConvInt8(s, int8);
 }
 
 }  // namespace kernels

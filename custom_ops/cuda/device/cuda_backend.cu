@@ -88,6 +88,51 @@ __global__ void __launch_bounds__(kHalfThreads) ConvHalfKernel(ConvArgs a) {
   StoreHalf(a, first_row, first_col, t, tile);
 }
 
+__global__ void __launch_bounds__(kInt8Threads) ConvInt8Kernel(Int8ConvArgs a) {
+  using namespace nvcuda;
+  __shared__ TileSources sources;
+  __shared__ __align__(32) int8_t x[kTileRows * kTileDepth];
+  __shared__ __align__(32) int8_t w[kTileCols * kTileDepth];
+  __shared__ __align__(32) int32_t sums[kTileRows * kTileLead];
+  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  const int64_t first_col = static_cast<int64_t>(blockIdx.y) * kTileCols;
+  const int t = threadIdx.x, warp = t / 32;
+  const int r0 = (warp / (kTileCols / kWarpTile)) * kWarpTile, n0 = (warp % (kTileCols / kWarpTile)) * kWarpTile;
+  Int8Accumulators acc;
+  StartInt8(a, first_col, t, acc);
+  for (int64_t k = 0; k < a.conv.taps; ++k) {
+    if (!ListTap(a.conv, first_row, k, sources)) continue;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, int> tap[2][2];
+    for (auto& row : tap) {
+      for (auto& fragment : row) wmma::fill_fragment(fragment, 0);
+    }
+    for (int64_t c0 = 0; c0 < a.conv.cin; c0 += kTileDepth) {
+      LoadInt8Slice(a, sources, k, c0, first_col, t, x, w);
+      __syncthreads();
+      for (int i = 0; i < 2; ++i) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, signed char, wmma::row_major> xa;
+        wmma::load_matrix_sync(xa, reinterpret_cast<const signed char*>(x) + (r0 + 16 * i) * kTileDepth, kTileDepth);
+        for (int j = 0; j < 2; ++j) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, signed char, wmma::col_major> wb;
+          wmma::load_matrix_sync(wb, reinterpret_cast<const signed char*>(w) + (n0 + 16 * j) * kTileDepth, kTileDepth);
+          wmma::mma_sync(tap[i][j], xa, wb, tap[i][j]);
+        }
+      }
+      __syncthreads();
+    }
+    for (int i = 0; i < 2; ++i) {
+      for (int j = 0; j < 2; ++j) {
+        wmma::store_matrix_sync(sums + (r0 + 16 * i) * kTileLead + n0 + 16 * j, tap[i][j], kTileLead,
+                                wmma::mem_row_major);
+      }
+    }
+    __syncthreads();
+    AddInt8Tap(a, sources, k, first_col, t, sums, acc);
+    __syncthreads();  // the next tap lists its sources and stores its sums over these
+  }
+  StoreInt8(a, first_row, first_col, t, acc);
+}
+
 dim3 TileGrid(const ConvArgs& a) {
   return dim3(static_cast<unsigned>((a.rows + kTileRows - 1) / kTileRows),
               static_cast<unsigned>((a.cout + kTileCols - 1) / kTileCols));
@@ -135,6 +180,12 @@ void CudaBackend::ConvHalf(Stream stream, const ConvArgs& args) {
   if (args.rows == 0 || args.cout == 0) return;
   ConvHalfKernel<<<TileGrid(args), kHalfThreads, 0, stream>>>(args);
   CheckCuda(cudaGetLastError(), "the IndexedConv kernel (float16)");
+}
+
+void CudaBackend::ConvInt8(Stream stream, const Int8ConvArgs& args) {
+  if (args.conv.rows == 0 || args.conv.cout == 0) return;
+  ConvInt8Kernel<<<TileGrid(args.conv), kInt8Threads, 0, stream>>>(args);
+  CheckCuda(cudaGetLastError(), "the IndexedConvInt8 kernel");
 }
 
 }  // namespace sparse_lower

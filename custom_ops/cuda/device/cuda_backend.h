@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "cuda/bodies/conv.h"
+#include "cuda/bodies/conv_int8.h"
 
 namespace sparse_lower {
 
@@ -66,6 +67,7 @@ struct CudaBackend {
 
   static void ConvFloat(Stream stream, const bodies::ConvArgs& args);
   static void ConvHalf(Stream stream, const bodies::ConvArgs& args);
+  static void ConvInt8(Stream stream, const bodies::Int8ConvArgs& args);
 };
 
 }  // namespace sparse_lower

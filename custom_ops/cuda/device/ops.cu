@@ -4,8 +4,7 @@
 // and the work runs on the provider's stream through the CUDA backend of cuda/algorithms.h.
 //
 // Not here, so onnxruntime runs them on the CPU (copying their inputs there): Rulebook (the gpu
-// target's rulebook strategy; its default form is IndexedConv), IndexedConvInt8, and the index builders
-// of the nna target.
+// target's rulebook strategy; its default form is IndexedConv) and the index builders of the nna target.
 #include <initializer_list>
 
 #include "common/op.h"
@@ -13,6 +12,7 @@
 #include "common/tensor.h"
 #include "conv/conv_rows.h"
 #include "conv/indexed_conv.h"
+#include "conv/indexed_conv_int8.h"
 #include "cuda/algorithms.h"
 #include "cuda/device/cuda_backend.h"
 #include "fold/indexed_fold.h"
@@ -155,6 +155,20 @@ struct IndexedConvCuda : IndexedConv {
   }
 };
 
+struct IndexedConvInt8Cuda : IndexedConvInt8 {
+  static constexpr const char* kProvider = kCuda;
+  using IndexedConvInt8::IndexedConvInt8;
+
+  void Compute(const Ort::KernelContext& ctx) const {
+    const Inputs in = Read(ctx);
+    const ConvShapes& s = in.shapes;
+    float* y = AllocateOutput<float>(ctx, 0, {s.rows, s.cout});
+    const bodies::ConvArgs args{in.x.data, s.inputs, s.cin, in.idx.data, s.rows, s.taps, nullptr, s.cout,
+                                in.bias,   in.residual, relu_ ? 1 : 0, y};
+    kernels::ConvInt8<Backend>(StreamOf(ctx), args, in.w.data, in.x_scale.data, in.w_scale.data);
+  }
+};
+
 }  // namespace
 
 void AddProviderOps(Ort::CustomOpDomain& domain) {
@@ -168,9 +182,10 @@ void AddProviderOps(Ort::CustomOpDomain& domain) {
   static const Op<IndexedUnfoldCuda> indexed_unfold;
   static const Op<IndexedFoldCuda> indexed_fold;
   static const Op<IndexedConvCuda> indexed_conv;
+  static const Op<IndexedConvInt8Cuda> indexed_conv_int8;
   for (const OrtCustomOp* op : std::initializer_list<const OrtCustomOp*>{
            &active_sites, &submanifold_map, &strided_map, &transposed_map, &target_map, &site_index, &coalesce_map, &indexed_unfold,
-           &indexed_fold, &indexed_conv}) {
+           &indexed_fold, &indexed_conv, &indexed_conv_int8}) {
     domain.Add(op);
   }
 }

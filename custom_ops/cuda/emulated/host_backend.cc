@@ -98,4 +98,37 @@ void HostBackend::ConvHalf(Stream, const ConvArgs& a) {
   }
 }
 
+void HostBackend::ConvInt8(Stream, const Int8ConvArgs& a) {
+  const ConvArgs& c = a.conv;
+  std::vector<Int8Accumulators> acc(kInt8Threads);
+  std::vector<int8_t> x(kTileRows * kTileDepth), w(kTileCols * kTileDepth);
+  std::vector<int32_t> sums(kTileRows * kTileLead);
+  for (int64_t row_tile = 0; row_tile < Tiles(c.rows, kTileRows); ++row_tile) {
+    for (int64_t col_tile = 0; col_tile < Tiles(c.cout, kTileCols); ++col_tile) {
+      const int64_t first_row = row_tile * kTileRows, first_col = col_tile * kTileCols;
+      for (int t = 0; t < kInt8Threads; ++t) StartInt8(a, first_col, t, acc[t]);
+      TileSources sources;
+      for (int64_t k = 0; k < c.taps; ++k) {
+        ClearSources(sources);
+        for (int t = 0; t < kInt8Threads; ++t) ListSource(c, first_row, k, t, sources);
+        if (!sources.any) continue;
+        std::fill(sums.begin(), sums.end(), 0);  // the integer fragments start at zero each tap
+        for (int64_t c0 = 0; c0 < c.cin; c0 += kTileDepth) {
+          for (int t = 0; t < kInt8Threads; ++t) LoadInt8Slice(a, sources, k, c0, first_col, t, x.data(), w.data());
+          // What the warps' 16 × 16 × 16 integer products add: exact, in any order.
+          for (int r = 0; r < kTileRows; ++r) {
+            for (int n = 0; n < kTileCols; ++n) {
+              int32_t sum = 0;
+              for (int cc = 0; cc < kTileDepth; ++cc) sum += int32_t{x[r * kTileDepth + cc]} * w[n * kTileDepth + cc];
+              sums[r * kTileLead + n] += sum;
+            }
+          }
+        }
+        for (int t = 0; t < kInt8Threads; ++t) AddInt8Tap(a, sources, k, first_col, t, sums.data(), acc[t]);
+      }
+      for (int t = 0; t < kInt8Threads; ++t) StoreInt8(a, first_row, first_col, t, acc[t]);
+    }
+  }
+}
+
 }  // namespace sparse_lower

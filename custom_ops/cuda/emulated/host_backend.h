@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda/bodies/conv.h"
+#include "cuda/bodies/conv_int8.h"
 
 namespace sparse_lower {
 
@@ -48,6 +49,7 @@ struct HostBackend {
 
   static void ConvFloat(Stream, const bodies::ConvArgs& args);
   static void ConvHalf(Stream, const bodies::ConvArgs& args);
+  static void ConvInt8(Stream, const bodies::Int8ConvArgs& args);
 };
 
 }  // namespace sparse_lower
