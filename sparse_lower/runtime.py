@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import warnings
 from importlib import metadata
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import onnx
 import onnxruntime as ort
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
-from .errors import SparseLowerError
+from .errors import SparseLowerError, SparseLowerWarning
 from .model_io import recorded_options
 from .onnx_conventions import CUSTOM_DOMAIN, DEFAULT_DOMAIN_ALIAS, SOURCE_DOMAIN, STANDARD_DOMAINS
 
@@ -33,6 +34,7 @@ EMULATED_LIBRARY_NAME = "libsparse_lower_emulated.so"
 EMULATED_LIBRARY_ENV = "SPARSE_LOWER_EMULATED_LIBRARY"
 CUDA_PROVIDER = "CUDAExecutionProvider"
 REGISTERED_KEY = "sparse_lower.library"  # a session config entry marking options the library is on
+ASSIGNMENT_KEY = "session.record_ep_graph_assignment_info"  # onnxruntime keeps its record of each node's provider
 
 
 def get_library_path() -> str:
@@ -211,24 +213,63 @@ def create_session(model, **ort_kwargs) -> ort.InferenceSession:
     options = ort_kwargs.pop("sess_options", None) or ort.SessionOptions()
     providers = ort_kwargs.pop("providers", None) or ["CPUExecutionProvider"]
     register_library(options, _library_for(providers))
+    if _asks_for_cuda(providers):
+        options.add_session_config_entry(ASSIGNMENT_KEY, "1")
     if isinstance(model, onnx.ModelProto):
         model = model.SerializeToString()
     elif isinstance(model, os.PathLike):
         model = os.fspath(model)
     try:
-        return ort.InferenceSession(model, sess_options=options, providers=providers, **ort_kwargs)
+        session = ort.InferenceSession(model, sess_options=options, providers=providers, **ort_kwargs)
     except (ort_state.Fail, ort_state.InvalidGraph, ort_state.NotImplemented) as error:
         unlowered = _not_lowered(model)
         if unlowered is None:
             raise
         what, fix = unlowered
         raise SparseLowerError(f"{what}: onnxruntime cannot run it ({error})", fix=fix) from error
+    if CUDA_PROVIDER in session.get_providers():
+        _warn_of_custom_ops_off(session, CUDA_PROVIDER)
+    return session
+
+
+def placement(session: ort.InferenceSession) -> dict[str, list[tuple[str, str, str]]]:
+    """{provider: [(domain, op_type, node name), ...]}: where onnxruntime placed each node, from its own record
+    (kept for a session created with ``session.record_ep_graph_assignment_info`` = "1", as create_session
+    does whenever the CUDA provider is asked for)."""
+    placed: dict[str, list[tuple[str, str, str]]] = {}
+    for part in session.get_provider_graph_assignment_info():
+        placed.setdefault(part.ep_name, []).extend((n.domain, n.op_type, n.name) for n in part.get_nodes())
+    return placed
+
+
+def custom_ops_off(session: ort.InferenceSession, provider: str) -> list[tuple[str, str]]:
+    """(op_type, node name) of every custom op of the library that onnxruntime did not place on `provider`."""
+    return sorted((op_type, name) for ep, nodes in placement(session).items() if ep != provider
+                  for domain, op_type, name in nodes if domain == CUSTOM_DOMAIN)
+
+
+def _warn_of_custom_ops_off(session: ort.InferenceSession, provider: str) -> None:
+    """Says which custom ops run on the CPU of a session on `provider`: onnxruntime would copy their inputs
+    to the host and back without a word (the ops the CUDA library has no kernel for: the nna target's
+    index builders, the gpu target's rulebook form)."""
+    off = custom_ops_off(session, provider)
+    if off:
+        counts = {op: sum(1 for o, _ in off if o == op) for op, _ in off}
+        warnings.warn(SparseLowerWarning(
+            f"{len(off)} custom op(s) run on the CPU, not on {provider}, their inputs copied to the host and back: "
+            + ", ".join(f"{op} x{n}" for op, n in counts.items())
+            + " (the CUDA library has no kernel for them; the gpu target's default form has one for every op)"),
+            stacklevel=3)
+
+
+def _asks_for_cuda(providers: list) -> bool:
+    """Whether onnxruntime's CUDA provider is among `providers` (names, or (name, options) pairs)."""
+    return any((p[0] if isinstance(p, (tuple, list)) else p) == CUDA_PROVIDER for p in providers)
 
 
 def _library_for(providers: list) -> str:
-    """The CUDA library where onnxruntime's CUDA provider is asked for (a name, or a (name, options) pair),
-    else the CPU one."""
-    if not any((p[0] if isinstance(p, (tuple, list)) else p) == CUDA_PROVIDER for p in providers):
+    """The CUDA library where onnxruntime's CUDA provider is asked for, else the CPU one."""
+    if not _asks_for_cuda(providers):
         return get_library_path()
     path = cuda_library_path()
     if path is None:

@@ -34,7 +34,7 @@ def cuda_library() -> str:
 def test_it_exports_the_entry_point_and_the_c_abi(cuda_library):
     library = ctypes.CDLL(cuda_library)
     for name in ("RegisterCustomOps", "sl_submanifold_map", "sl_reached_map", "sl_target_map", "sl_site_index",
-                 "sl_active_sites", "sl_unfold", "sl_fold", "sl_indexed_conv"):
+                 "sl_active_sites", "sl_coalesce_map", "sl_unfold", "sl_fold", "sl_indexed_conv", "sl_indexed_conv_int8"):
         assert hasattr(library, name), name
     library.sl_backend.restype = ctypes.c_char_p
     assert library.sl_backend() == b"cuda"
@@ -63,3 +63,20 @@ def test_create_session_loads_it_for_the_cuda_provider(cuda_library, monkeypatch
     monkeypatch.setattr(runtime, "cuda_library_path", lambda: None)
     with pytest.raises(FileNotFoundError, match="holds no libsparse_lower_cuda.so"):
         sparse_lower.create_session(model, providers=[("CUDAExecutionProvider", {}), "CPUExecutionProvider"])
+
+
+def test_placement_reads_onnxruntimes_record_of_each_node():
+    """What create_session reads, for a session on the CUDA provider, to say which custom ops onnxruntime
+    left on the CPU: here a CPU session, where every custom op is off any other provider."""
+    model = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="gpu")
+    options = ort.SessionOptions()
+    options.add_session_config_entry(runtime.ASSIGNMENT_KEY, "1")
+    session = sparse_lower.create_session(model, sess_options=options)
+    placed = runtime.placement(session)
+    assert set(placed) == {"CPUExecutionProvider"}
+    custom = sorted((n.op_type, n.name) for n in model.graph.node if n.domain == "sparse_lower")
+    assert runtime.custom_ops_off(session, "CPUExecutionProvider") == []
+    assert runtime.custom_ops_off(session, "CUDAExecutionProvider") == custom
+    with pytest.warns(sparse_lower.errors.SparseLowerWarning,
+                      match=r"5 custom op\(s\) run on the CPU, not on CUDAExecutionProvider.*IndexedConv x3"):
+        runtime._warn_of_custom_ops_off(session, "CUDAExecutionProvider")
