@@ -114,6 +114,19 @@ class Kernels:
             self._call(name, *args, ctypes.c_int64(count.value), ctypes.byref(count), *map(self._pointer, outputs))
         return outputs
 
+    # -- input checks ---------------------------------------------------------------------------------------
+
+    def defer_checks(self, on: bool = True) -> None:
+        """With `on`, the ops on the current stream leave their input checks' verdicts on the device and
+        read back nothing but output sizes; report() then raises the first refusal. Off (the default),
+        each op raises its own."""
+        self.library.sl_defer_checks(self._stream(), ctypes.c_int32(on))
+
+    def report(self) -> None:
+        """Raises the first input refused on the current stream since the last report (deferred checks),
+        with the message the op would have raised; nothing when all were right."""
+        self._call("sl_report")
+
     # -- the ops --------------------------------------------------------------------------------------------
 
     def submanifold_map(self, coords, source: str = "rows", **attributes):

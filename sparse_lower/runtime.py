@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 import warnings
 from importlib import metadata
 from pathlib import Path
@@ -208,19 +209,30 @@ def create_session(model, **ort_kwargs) -> ort.InferenceSession:
     ``sess_options`` (registered on in place; a new SessionOptions when absent), ``providers`` (default
     CPU) and every other keyword go to ``onnxruntime.InferenceSession``. With onnxruntime's CUDA execution
     provider among the providers (onnxruntime-gpu), the CUDA build of the library is loaded, whose CUDA
-    kernels run the ops on the GPU (cuda_library_path()).
+    kernels run the ops on the GPU (cuda_library_path()), and a custom op left on the CPU is warned of.
+    Unless the CUDA provider's options name a ``user_compute_stream`` of their own, the session runs on
+    the library's stream for its GPU with the input checks deferred: a run copies nothing back to the
+    host but the sizes its outputs need, and a refused input raises SparseLowerError at the run's end,
+    naming the op (CudaSession).
     """
     options = ort_kwargs.pop("sess_options", None) or ort.SessionOptions()
     providers = ort_kwargs.pop("providers", None) or ["CPUExecutionProvider"]
-    register_library(options, _library_for(providers))
+    library = _library_for(providers)
+    register_library(options, library)
+    stream = None
     if _asks_for_cuda(providers):
         options.add_session_config_entry(ASSIGNMENT_KEY, "1")
+        if CUDA_PROVIDER in ort.get_available_providers() and "provider_options" not in ort_kwargs:
+            providers, stream = _on_library_stream(providers, library)
     if isinstance(model, onnx.ModelProto):
         model = model.SerializeToString()
     elif isinstance(model, os.PathLike):
         model = os.fspath(model)
     try:
-        session = ort.InferenceSession(model, sess_options=options, providers=providers, **ort_kwargs)
+        if stream is None:
+            session = ort.InferenceSession(model, sess_options=options, providers=providers, **ort_kwargs)
+        else:
+            session = CudaSession(model, stream, library, sess_options=options, providers=providers, **ort_kwargs)
     except (ort_state.Fail, ort_state.InvalidGraph, ort_state.NotImplemented) as error:
         unlowered = _not_lowered(model)
         if unlowered is None:
@@ -230,6 +242,82 @@ def create_session(model, **ort_kwargs) -> ort.InferenceSession:
     if CUDA_PROVIDER in session.get_providers():
         _warn_of_custom_ops_off(session, CUDA_PROVIDER)
     return session
+
+
+class _Stream:
+    """A stream of the CUDA library (its address), a lock that keeps one run at a time on it (the checks of
+    a stream report the first refusal since the last report: two runs at once would mix theirs), and the
+    library's C ABI."""
+
+    def __init__(self, library: str, device: int):
+        self.abi = ctypes.CDLL(library)  # the handle onnxruntime loaded: the same checks
+        self.lock = threading.Lock()
+        error, pointer = ctypes.create_string_buffer(_ERROR_SIZE), ctypes.c_void_p()
+        if self.abi.sl_new_stream(ctypes.c_int32(device), ctypes.byref(pointer), error, ctypes.c_int64(_ERROR_SIZE)):
+            raise SparseLowerError(f"no CUDA stream on GPU {device}: {error.value.decode()}")
+        self.address = pointer.value or 0
+        self.abi.sl_defer_checks(ctypes.c_void_p(self.address), ctypes.c_int32(1))
+
+    def report(self) -> None:
+        """Raises the first input refused on the stream since the last report."""
+        error = ctypes.create_string_buffer(_ERROR_SIZE)
+        if self.abi.sl_report(ctypes.c_void_p(self.address), error, ctypes.c_int64(_ERROR_SIZE)):
+            raise SparseLowerError(error.value.decode(), fix="correct the frame (docs/custom_ops.md says what each op "
+                                                              "checks)")
+
+
+_ERROR_SIZE = 4096
+_STREAMS: dict[tuple[str, int], _Stream] = {}
+_STREAMS_LOCK = threading.Lock()
+
+
+def _on_library_stream(providers: list, library: str) -> tuple[list, _Stream | None]:
+    """`providers` with the CUDA provider on the library's stream for its GPU (one per GPU, shared by the
+    sessions there), and that stream; as given, and None, where the CUDA provider's options name a stream."""
+    out, stream = [], None
+    for provider in providers:
+        name, given = (provider[0], dict(provider[1])) if isinstance(provider, (tuple, list)) else (provider, {})
+        if name == CUDA_PROVIDER and "user_compute_stream" not in given:
+            device = int(given.get("device_id", 0))
+            with _STREAMS_LOCK:
+                if (library, device) not in _STREAMS:
+                    _STREAMS[library, device] = _Stream(library, device)
+                stream = _STREAMS[library, device]
+            given.update(user_compute_stream=str(stream.address), has_user_compute_stream="1")
+            provider = (name, given)
+        out.append(provider)
+    return out, stream
+
+
+class CudaSession(ort.InferenceSession):
+    """A session on onnxruntime's CUDA provider whose custom ops defer their input checks to the end of
+    each run (create_session makes it): the checks' verdicts stay on the GPU, and after the run the first
+    refused input raises SparseLowerError with the op's message and node. Runs on one GPU go one at a time
+    (they share the library's stream); give the CUDA provider a ``user_compute_stream`` of your own for
+    sessions that run at once (their ops then check and report one by one)."""
+
+    def __init__(self, model, stream: _Stream, library: str, **kwargs):
+        super().__init__(model, **kwargs)
+        self._stream, self._library = stream, library
+
+    def _reported(self, run, *args, **kwargs):
+        with self._stream.lock:
+            try:
+                result = run(*args, **kwargs)
+            except Exception:
+                self._stream.report()  # a refusal recorded before the op that failed is the one to name
+                raise
+            self._stream.report()
+            return result
+
+    def run(self, *args, **kwargs):
+        return self._reported(super().run, *args, **kwargs)
+
+    def run_with_iobinding(self, *args, **kwargs):
+        return self._reported(super().run_with_iobinding, *args, **kwargs)
+
+    def run_with_ort_values(self, *args, **kwargs):
+        return self._reported(super().run_with_ort_values, *args, **kwargs)
 
 
 def placement(session: ort.InferenceSession) -> dict[str, list[tuple[str, str, str]]]:

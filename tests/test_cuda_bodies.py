@@ -49,6 +49,8 @@ class OnHost:
 
         def on_host(*args, **kwargs):
             result = method(*args, **kwargs)
+            if result is None:  # defer_checks, report
+                return None
             return tuple(map(cupy.asnumpy, result)) if isinstance(result, tuple) else cupy.asnumpy(result)
         return on_host
 
@@ -403,6 +405,80 @@ def test_refused_int8_inputs_get_the_cpu_librarys_message(kernels, change):
     message = refusal(lambda: kernels.indexed_conv_int8(inputs["X"], inputs["idx"], inputs["W"], inputs["x_scale"],
                                                         inputs["w_scale"]))
     assert message in cpu_refusal("IndexedConvInt8", inputs, 1), message
+
+
+# ----------------------------------------------------------------------------------------------------
+# Deferred checks: a run reads back nothing but sizes, and reports its first refusal at its end
+
+
+@pytest.fixture
+def deferred(kernels):
+    """The kernels with their checks deferred on the current stream, set back after the test."""
+    kernels.defer_checks(True)
+    try:
+        yield kernels
+    finally:
+        kernels.defer_checks(False)
+        kernels.report()  # nothing may be left over for the next test
+
+
+def bad_calls():
+    """(name, call(kernels)) of every kind of refused input, each alone."""
+    x, w = np.ones((4, 2), np.float32), np.ones((2, 2, 3), np.float32)
+    bad_idx = np.array([[0, 1], [3, 4], [5, -1]], np.int64)
+    int8 = int8_conv_inputs(np.random.default_rng(2), 5, 4, 3, 6, 7)
+    int8["W"].flat[9] = 70
+    scaled = {**int8, "W": int8_conv_inputs(np.random.default_rng(2), 5, 4, 3, 6, 7)["W"]}
+    scaled["x_scale"] = scaled["x_scale"].copy()
+    scaled["x_scale"][2] = -0.5
+    return [
+        ("duplicate", lambda k: k.submanifold_map(np.array([[0, 1, 1], [0, 2, 2], [0, 1, 1]]), **SUBM)),
+        ("negative batch", lambda k: k.submanifold_map(np.array([[0, 1, 1], [-1, 2, 2]]), **SUBM)),
+        ("outside", lambda k: k.reached_map("StridedMap", np.array([[0, 1, 1], [0, 5, 2]]), strides=[2, 2], **SUBM)),
+        ("conv index", lambda k: k.indexed_conv(x, bad_idx, w)),
+        ("unfold index", lambda k: k.unfold(x, bad_idx)),
+        ("fold index", lambda k: k.fold(np.ones((3, 2, 2), np.float32), bad_idx, like_rows=4)),
+        ("int8 weight", lambda k: k.indexed_conv_int8(int8["X"], int8["idx"], int8["W"], int8["x_scale"],
+                                                      int8["w_scale"])),
+        ("int8 scale", lambda k: k.indexed_conv_int8(scaled["X"], scaled["idx"], scaled["W"], scaled["x_scale"],
+                                                     scaled["w_scale"])),
+        ("coalesce outside", lambda k: k.coalesce_map(np.array([[0, 1, 1], [0, 1, 7]]), SUBM["spatial_shape"])),
+    ]
+
+
+@pytest.mark.parametrize("name, call", bad_calls(), ids=[name for name, _ in bad_calls()])
+def test_a_deferred_refusal_has_the_same_message(deferred, name, call):
+    """Each kind of refused input, its verdict left on the device: the call returns, and the report raises
+    what the call raises when its checks report at once."""
+    deferred.defer_checks(False)
+    message = refusal(lambda: call(deferred))
+    deferred.defer_checks(True)
+    call(deferred)  # returns: the verdict stays on the device
+    assert refusal(deferred.report) == message
+    deferred.report()  # reported once: the record is clear again
+
+
+def test_deferred_checks_report_the_runs_first_refusal(deferred):
+    """Three ops in a run: a map with a refused coordinate, then a conv with a refused index (which runs,
+    its bad entry read as missing, never outside X), then a good one; the report names the first."""
+    coords = np.array([[0, 1, 1], [-1, 2, 2], [0, 2, 3]], np.int64)
+    nbr = deferred.submanifold_map(coords, **SUBM)
+    assert nbr.shape == (3, 9)
+    x, w = np.ones((3, 2), np.float32), np.ones((9, 2, 4), np.float32)
+    idx = np.where(nbr >= 0, nbr, -1)
+    idx[0, 4] = 10 ** 12  # far outside X
+    y = deferred.indexed_conv(x, idx, w)
+    assert y.shape == (3, 4) and np.isfinite(y).all()
+    deferred.unfold(x, idx)
+    with pytest.raises(SparseLowerError, match=r"row 1 of coords has a negative batch -1"):
+        deferred.report()
+    good = np.array([[0, 1, 1], [0, 2, 2]], np.int64)
+    out_coords, good_nbr = deferred.reached_map("StridedMap", good, strides=[2, 2], **SUBM)
+    deferred.report()  # a good run reports nothing, and computes what the checked kernels compute
+    deferred.defer_checks(False)
+    want_coords, want_nbr = deferred.reached_map("StridedMap", good, strides=[2, 2], **SUBM)
+    assert_same(out_coords, want_coords)
+    assert_same(good_nbr, want_nbr)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ import pytest
 import sparse_lower
 from oracle import random_sparse
 from sparse_lower import runtime
+from sparse_lower.cuda_kernels import Kernels
+from sparse_lower.errors import SparseLowerError
 from sparse_lower.models.samples import centerpoint_head_stack
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").is_file() else None)
@@ -80,3 +82,49 @@ def test_placement_reads_onnxruntimes_record_of_each_node():
     with pytest.warns(sparse_lower.errors.SparseLowerWarning,
                       match=r"5 custom op\(s\) run on the CPU, not on CUDAExecutionProvider.*IndexedConv x3"):
         runtime._warn_of_custom_ops_off(session, "CUDAExecutionProvider")
+
+
+@pytest.fixture
+def emulated_stream(monkeypatch):
+    """The stream machinery of create_session's CUDA sessions over the emulated library (its one stream,
+    null), with its checks deferred, set back after the test."""
+    monkeypatch.setattr(runtime, "_STREAMS", {})
+    library = runtime.emulated_library_path()
+    stream = runtime._Stream(library, 0)
+    yield library, stream
+    stream.abi.sl_defer_checks(ctypes.c_void_p(stream.address), ctypes.c_int32(0))
+    stream.report()
+
+
+def test_a_cuda_session_runs_on_the_librarys_stream(emulated_stream):
+    """The CUDA provider's options gain the library's stream for its GPU (one per GPU), unless they name
+    one of their own; other providers pass as they are."""
+    library, stream = emulated_stream
+    runtime._STREAMS[library, 0] = stream
+    providers, got = runtime._on_library_stream(["CUDAExecutionProvider", "CPUExecutionProvider"], library)
+    assert got is stream
+    assert providers == [("CUDAExecutionProvider", {"user_compute_stream": str(stream.address),
+                                                    "has_user_compute_stream": "1"}), "CPUExecutionProvider"]
+    own = [("CUDAExecutionProvider", {"user_compute_stream": "1234"})]
+    assert runtime._on_library_stream(own, library) == (own, None)
+
+
+def test_a_cuda_session_reports_a_refusal_its_run_left_on_the_stream(emulated_stream, rng):
+    """What CudaSession does after each run: the first refusal recorded on its stream (here by a kernel of
+    the emulated library, as the CUDA provider's ops record theirs) raises with the op's message; a run
+    with nothing recorded returns its outputs."""
+    library, stream = emulated_stream
+    model = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="gpu")
+    options = runtime.register_library(ort.SessionOptions())
+    session = runtime.CudaSession(model.SerializeToString(), stream, library, sess_options=options,
+                                  providers=["CPUExecutionProvider"])
+    features, coords = random_sparse(rng, 1, 5, (10, 40, 40), count=300)
+    feeds = {"features": features, "coords": coords}
+    want = sparse_lower.create_session(model).run(None, feeds)
+    for a, b in zip(session.run(None, feeds), want):
+        np.testing.assert_array_equal(a, b)
+    kernels = Kernels.emulated()
+    kernels.submanifold_map(np.array([[0, 1, 1], [-1, 2, 2]]), kernel_shape=[3, 3], spatial_shape=[5, 6])
+    with pytest.raises(SparseLowerError, match="row 1 of coords has a negative batch -1"):
+        session.run(None, feeds)
+    session.run(None, feeds)  # reported once

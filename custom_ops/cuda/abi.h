@@ -26,6 +26,17 @@ extern "C" {
 /* "cuda" or "emulated". */
 SL_EXPORT const char* sl_backend(void);
 
+/* Input checks: by default each function reports its own (status 1, the message in `error`). After
+ * sl_defer_checks(stream, 1) the functions on `stream` leave their verdicts on the device, read back
+ * nothing but their output sizes, and return 0; sl_report(stream, ...) then waits for the stream and
+ * returns 1 with the message of the first refused input since the last report (0 when there was none).
+ * What a function computes after a refused input is not to be used. */
+SL_EXPORT int sl_defer_checks(void* stream, int32_t on);
+/* A new stream on GPU `device` for the functions and onnxruntime's CUDA provider to share (its
+ * user_compute_stream); the emulated library gives a null stream. */
+SL_EXPORT int sl_new_stream(int32_t device, void** stream, char* error, int64_t error_size);
+SL_EXPORT int sl_report(void* stream, char* error, int64_t error_size);
+
 /* SubmanifoldMap: nbr [rows, K] of coords [rows, 1 + D]. */
 SL_EXPORT int sl_submanifold_map(void* stream, const SlMapShape* map, const int64_t* coords, int64_t rows,
                                  int32_t dense, int64_t* nbr, char* error, int64_t error_size);

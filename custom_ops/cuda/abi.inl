@@ -73,6 +73,27 @@ using namespace sparse_lower;
 
 const char* sl_backend(void) { return Backend::kName; }
 
+int sl_defer_checks(void* stream, int32_t on) {
+  return Guarded(nullptr, 0, [&] {
+    kernels::Checks<Backend>::Of(StreamOf(stream)).Defer(on != 0);
+    return 0;
+  });
+}
+
+int sl_new_stream(int32_t device, void** stream, char* error, int64_t error_size) {
+  return Guarded(error, error_size, [&] {
+    *stream = reinterpret_cast<void*>(Backend::NewStream(device));
+    return 0;
+  });
+}
+
+int sl_report(void* stream, char* error, int64_t error_size) {
+  return Guarded(error, error_size, [&] {
+    kernels::Checks<Backend>::Of(StreamOf(stream)).Report(StreamOf(stream));
+    return 0;
+  });
+}
+
 int sl_submanifold_map(void* stream, const SlMapShape* map, const int64_t* coords, int64_t rows, int32_t dense,
                        int64_t* nbr, char* error, int64_t error_size) {
   return Guarded(error, error_size, [&] {

@@ -5,7 +5,8 @@
 //
 // Each function takes its tensors in the backend's memory and checks what docs/custom_ops.md says the
 // op checks: a failing row is found on the backend (the least such row: the same one the CPU library
-// names), then its values are copied back and the message is the CPU library's.
+// names) and recorded with the values its message quotes, which the host reads when the stream's checks
+// report (cuda/checks.h: at once, or at the end of a run); the message is the CPU library's.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "cuda/checks.h"
 #include "cuda/bodies/coalesce.h"
 #include "cuda/bodies/conv.h"
 #include "cuda/bodies/conv_int8.h"
@@ -48,7 +50,8 @@ void Set(typename B::Stream s, int64_t* values, int64_t count, int64_t value) {
   B::ForEach(s, count, SL_LAMBDA(int64_t i) { values[i] = value; });
 }
 
-// The least row or entry a launch found wrong, kNone when none (bodies::AtomicMin into one slot).
+// The least row or entry a launch found, kNone when none (bodies::AtomicMin into one slot), read back at
+// once: for what a size already read back refuses (CoalesceMap's members), not for input checks.
 template <typename B>
 class Fault {
  public:
@@ -75,51 +78,82 @@ T ValueAt(typename B::Stream s, const T* values, int64_t e) {
   return value;
 }
 
+// record->values [0, count) = from[record->at · stride …], where the record holds check `id`: what the
+// message of a failed row quotes (the row of a coordinate table, one index, a scale's bits).
+template <typename B, typename T>
+void Quote(typename B::Stream s, bodies::FaultRecord* record, int64_t id, const T* from, int64_t stride, int64_t count) {
+  B::ForEach(s, 1, SL_LAMBDA(int64_t) {
+    if (!bodies::Holds(record, id)) return;
+    for (int64_t i = 0; i < count; ++i) record->values[i] = bodies::Quoted(from[record->at * stride + i]);
+  });
+}
+
+// Check `id` over coords: the sites of every row in `grid`, −1 and recorded for a row refused.
+template <typename B>
+void CheckSites(typename B::Stream s, bodies::FaultRecord* record, int64_t id, CoordsView coords, const GridShape& grid,
+                int64_t max_batch, int64_t batch_size, int64_t* sites) {
+  B::ForEach(s, coords.rows, SL_LAMBDA(int64_t r) {
+    int64_t site = -1;
+    if (bodies::CheckedSite(coords.data + r * coords.width, grid, max_batch, batch_size, &site) != bodies::kSiteOk &&
+        bodies::Open(record, id)) {
+      bodies::Record(record, id, r);
+    }
+    sites[r] = site;
+  });
+}
+
 // The sites of every row of `coords` in `grid` (sites: `coords.rows` entries), each coordinate checked
 // (common/coords.cc's LinearSites: batch ≥ 0, below batch_size when it is > 0, at most max_batch, and
 // inside the grid).
 template <typename B>
 void LinearSites(typename B::Stream s, CoordsView coords, const GridShape& grid, int64_t max_batch, int64_t batch_size,
                  const char* name, const char* grid_name, int64_t* sites) {
-  Fault<B> fault(s);
-  int64_t* first = fault.Slot();
-  B::ForEach(s, coords.rows, SL_LAMBDA(int64_t r) {
-    int64_t site = -1;
-    if (bodies::CheckedSite(coords.data + r * coords.width, grid, max_batch, batch_size, &site) != bodies::kSiteOk) {
-      bodies::AtomicMin(first, r);
+  Checks<B>& checks = Checks<B>::Of(s);
+  const int64_t width = coords.width;
+  const int64_t id = checks.Open([=](const bodies::FaultRecord& f) {
+    const int64_t* c = f.values;
+    int64_t site = 0;
+    switch (bodies::CheckedSite(c, grid, max_batch, batch_size, &site)) {
+      case bodies::kNegativeBatch:
+        Fail("row ", f.at, " of ", name, " has a negative batch ", c[0]);
+      case bodies::kBatchNotBelowSize:
+        Fail("row ", f.at, " of ", name, " has batch ", c[0], ", not below batch_size ", batch_size);
+      case bodies::kBatchTooLarge:
+        Fail("row ", f.at, " of ", name, " has batch ", c[0], ", too large for linear sites to fit in int64");
+      default:
+        Fail("coordinate ", Tuple(c, static_cast<size_t>(width)), " of row ", f.at, " of ", name, " is outside the ",
+             grid_name, " ", List(Extents(grid)));
     }
-    sites[r] = site;
   });
-  const int64_t r = fault.First();
-  if (r == bodies::kNone) return;
-  std::vector<int64_t> c(static_cast<size_t>(coords.width));
-  B::ToHost(s, c.data(), coords.data + r * coords.width, sizeof(int64_t) * c.size());
-  int64_t site = 0;
-  switch (bodies::CheckedSite(c.data(), grid, max_batch, batch_size, &site)) {
-    case bodies::kNegativeBatch:
-      Fail("row ", r, " of ", name, " has a negative batch ", c[0]);
-    case bodies::kBatchNotBelowSize:
-      Fail("row ", r, " of ", name, " has batch ", c[0], ", not below batch_size ", batch_size);
-    case bodies::kBatchTooLarge:
-      Fail("row ", r, " of ", name, " has batch ", c[0], ", too large for linear sites to fit in int64");
-    default:
-      Fail("coordinate ", Tuple(c.data(), c.size()), " of row ", r, " of ", name, " is outside the ", grid_name, " ",
-           List(Extents(grid)));
-  }
+  CheckSites<B>(s, checks.Record(), id, coords, grid, max_batch, batch_size, sites);
+  Quote<B>(s, checks.Record(), id, coords.data, width, width);
+  checks.Settle(s);
 }
 
-// Inserts every row r of `sites` into `table`; returns the least row that repeats an earlier row's site.
+// Inserts every row r of `sites` into `table`; check `id` records the least row that repeats an earlier
+// row's site.
 template <typename B>
-int64_t InsertRows(typename B::Stream s, SiteTable table, const int64_t* sites, int64_t rows) {
+void InsertRows(typename B::Stream s, SiteTable table, const int64_t* sites, int64_t rows, bodies::FaultRecord* record,
+                int64_t id) {
   Set<B>(s, table.keys, table.mask + 1, -1);
   Set<B>(s, table.rows, table.mask + 1, bodies::kNone);
   B::ForEach(s, rows, SL_LAMBDA(int64_t r) { bodies::Insert(table, sites[r], r); });
-  Fault<B> fault(s);
-  int64_t* repeat = fault.Slot();
   B::ForEach(s, rows, SL_LAMBDA(int64_t r) {
-    if (bodies::Find(table, sites[r]) != r) bodies::AtomicMin(repeat, r);
+    if (bodies::Find(table, sites[r]) != r && bodies::Open(record, id)) bodies::Record(record, id, r);
   });
-  return fault.First();
+}
+
+// record->values[slot] = the least row whose site is the recorded row's, where the record holds check
+// `id`: the earlier of two equal rows.
+template <typename B>
+void QuoteEarliest(typename B::Stream s, bodies::FaultRecord* record, int64_t id, const int64_t* sites, int64_t rows,
+                   int slot) {
+  B::ForEach(s, 1, SL_LAMBDA(int64_t) {
+    if (bodies::Holds(record, id)) record->values[slot] = record->at;
+  });
+  B::ForEach(s, rows, SL_LAMBDA(int64_t r) {
+    if (bodies::Holds(record, id) && sites[r] == sites[record->at]) bodies::AtomicMin(record->values + slot, r);
+  });
 }
 
 // A site table of the rows of `coords` (their `sites`), refusing two equal rows as the CPU library does:
@@ -129,13 +163,16 @@ class IndexedSites {
  public:
   IndexedSites(typename B::Stream s, CoordsView coords, const int64_t* sites, const char* name)
       : capacity_(bodies::TableCapacity(coords.rows)), keys_(s, capacity_), rows_(s, capacity_) {
-    const int64_t r = InsertRows<B>(s, Table(), sites, coords.rows);
-    if (r == bodies::kNone) return;
-    std::vector<int64_t> all(static_cast<size_t>(coords.rows)), c(static_cast<size_t>(coords.width));
-    B::ToHost(s, all.data(), sites, sizeof(int64_t) * all.size());
-    B::ToHost(s, c.data(), coords.data + r * coords.width, sizeof(int64_t) * c.size());
-    const int64_t earlier = std::find(all.begin(), all.end(), all[static_cast<size_t>(r)]) - all.begin();
-    Fail("rows ", earlier, " and ", r, " of ", name, " are the same coordinate ", Tuple(c.data(), c.size()));
+    Checks<B>& checks = Checks<B>::Of(s);
+    const int64_t width = coords.width;
+    const int64_t id = checks.Open([=](const bodies::FaultRecord& f) {
+      Fail("rows ", f.values[width], " and ", f.at, " of ", name, " are the same coordinate ",
+           Tuple(f.values, static_cast<size_t>(width)));
+    });
+    InsertRows<B>(s, Table(), sites, coords.rows, checks.Record(), id);
+    Quote<B>(s, checks.Record(), id, coords.data, width, width);
+    QuoteEarliest<B>(s, checks.Record(), id, sites, coords.rows, static_cast<int>(width));
+    checks.Settle(s);
   }
 
   SiteTable Table() { return SiteTable{keys_.data(), rows_.data(), capacity_ - 1}; }
@@ -354,6 +391,7 @@ class CoalescedSites {
     }
     const int64_t fullest = Fullest<B>(s, starts_.data(), count_, rows_);
     if (members > 0 && fullest > members) {
+      Checks<B>::Of(s).Report(s);  // an earlier op's fault first, as the CPU library would fail there
       const int64_t g = FirstOverfull<B>(s, starts_.data(), count_, rows_, members);
       const int64_t begin = ValueAt<B>(s, starts_.data(), g);
       const int64_t end = g + 1 < count_ ? ValueAt<B>(s, starts_.data(), g + 1) : rows_;
@@ -390,15 +428,41 @@ class CoalescedSites {
   int64_t count_ = 0, width_ = 1;
 };
 
-// The least entry of idx [count] outside [−1, limit), or kNone.
-template <typename B>
-int64_t FirstInvalid(typename B::Stream s, const int64_t* idx, int64_t count, int64_t limit) {
-  Fault<B> fault(s);
-  int64_t* first = fault.Slot();
+// Check `id` over values [count]: records the least entry `valid` refuses.
+template <typename B, typename T, typename Valid>
+void RecordRefused(typename B::Stream s, bodies::FaultRecord* record, int64_t id, const T* values, int64_t count,
+                   Valid valid) {
   B::ForEach(s, count, SL_LAMBDA(int64_t e) {
-    if (!bodies::ValidIndex(idx[e], limit)) bodies::AtomicMin(first, e);
+    if (!valid(values[e]) && bodies::Open(record, id)) bodies::Record(record, id, e);
   });
-  return fault.First();
+}
+
+// Checks every entry of values [count] with `valid`; `message` words the least one refused, whose value
+// is the record's values[0].
+template <typename B, typename T, typename Valid>
+void CheckEntries(typename B::Stream s, const T* values, int64_t count, Valid valid,
+                  typename Checks<B>::Message message) {
+  Checks<B>& checks = Checks<B>::Of(s);
+  const int64_t id = checks.Open(std::move(message));
+  RecordRefused<B>(s, checks.Record(), id, values, count, valid);
+  Quote<B>(s, checks.Record(), id, values, 1, 1);
+  checks.Settle(s);
+}
+
+// An index of one of `limit` rows or sites, or −1.
+struct IndexBelow {
+  int64_t limit;
+  SL_HD bool operator()(int64_t v) const { return bodies::ValidIndex(v, limit); }
+};
+
+// Refuses an idx [rows, taps] entry outside [−1, limit), as the CPU library's tap lists and unfold do.
+template <typename B>
+void CheckTapIndices(typename B::Stream s, const int64_t* idx, int64_t rows, int64_t taps, int64_t limit,
+                     const char* what) {
+  CheckEntries<B>(s, idx, rows * taps, IndexBelow{limit}, [=](const bodies::FaultRecord& f) {
+    Fail("idx value ", f.values[0], " (row ", f.at / taps, ", tap ", f.at % taps, ") is outside [0, ", limit, "), the ",
+         what, " of X; only -1 marks a missing input");
+  });
 }
 
 // IndexedUnfold: y [rows, taps, channels] from X rows [limit, channels] or a dense X of `volume` sites
@@ -406,13 +470,9 @@ int64_t FirstInvalid(typename B::Stream s, const int64_t* idx, int64_t count, in
 template <typename B>
 void Unfold(typename B::Stream s, const float* x, int64_t limit, int64_t channels, bool dense, int64_t volume,
             const int64_t* idx, int64_t rows, int64_t taps, float* y) {
-  const int64_t bad = FirstInvalid<B>(s, idx, rows * taps, limit);
-  if (bad != bodies::kNone) {
-    Fail("idx value ", ValueAt<B>(s, idx, bad), " (row ", bad / taps, ", tap ", bad % taps, ") is outside [0, ", limit,
-         "), the ", dense ? "sites" : "rows", " of X; only -1 marks a missing input");
-  }
+  CheckTapIndices<B>(s, idx, rows, taps, limit, dense ? "sites" : "rows");
   B::ForEach(s, rows * taps * channels, SL_LAMBDA(int64_t i) {
-    y[i] = bodies::UnfoldValue(x, idx[i / channels], i % channels, channels, volume, dense);
+    y[i] = bodies::UnfoldValue(x, limit, idx[i / channels], i % channels, channels, volume, dense);
   });
 }
 
@@ -422,11 +482,10 @@ void Unfold(typename B::Stream s, const float* x, int64_t limit, int64_t channel
 template <typename B>
 void Fold(typename B::Stream s, const float* rows, const int64_t* idx, int64_t count, int64_t channels,
           int64_t targets, bool dense, int64_t volume, const float* init, bool init_rows, float* y) {
-  const int64_t bad = FirstInvalid<B>(s, idx, count, targets);
-  if (bad != bodies::kNone) {
-    Fail("idx value ", ValueAt<B>(s, idx, bad), " (entry ", bad, ") is outside [0, ", targets,
+  CheckEntries<B>(s, idx, count, IndexBelow{targets}, [=](const bodies::FaultRecord& f) {
+    Fail("idx value ", f.values[0], " (entry ", f.at, ") is outside [0, ", targets,
          "), the rows or sites of Y; only -1 skips");
-  }
+  });
   typename B::template Buffer<int64_t> keys(s, count), entries(s, count);
   int64_t* key = keys.data();
   int64_t* entry = entries.data();
@@ -443,36 +502,15 @@ void Fold(typename B::Stream s, const float* rows, const int64_t* idx, int64_t c
   });
 }
 
-// Refuses an idx entry outside [−1, inputs), as the CPU library's tap lists do.
-template <typename B>
-void CheckConvIndices(typename B::Stream s, const bodies::ConvArgs& args) {
-  const int64_t bad = FirstInvalid<B>(s, args.idx, args.rows * args.taps, args.inputs);
-  if (bad != bodies::kNone) {
-    Fail("idx value ", ValueAt<B>(s, args.idx, bad), " (row ", bad / args.taps, ", tap ", bad % args.taps,
-         ") is outside [0, ", args.inputs, "), the rows of X; only -1 marks a missing input");
-  }
-}
-
 // IndexedConv (float32, or with `half` its products in float16 on tensor cores, summed in float32).
 template <typename B>
 void Conv(typename B::Stream s, const bodies::ConvArgs& args, bool half) {
-  CheckConvIndices<B>(s, args);
+  CheckTapIndices<B>(s, args.idx, args.rows, args.taps, args.inputs, "rows");
   if (half) {
     B::ConvHalf(s, args);
   } else {
     B::ConvFloat(s, args);
   }
-}
-
-// The least entry of values [count] that `valid` refuses, or kNone.
-template <typename B, typename T, typename Valid>
-int64_t FirstRefused(typename B::Stream s, const T* values, int64_t count, Valid valid) {
-  Fault<B> fault(s);
-  int64_t* first = fault.Slot();
-  B::ForEach(s, count, SL_LAMBDA(int64_t e) {
-    if (!valid(values[e])) bodies::AtomicMin(first, e);
-  });
-  return fault.First();
 }
 
 struct ValidScale {
@@ -484,8 +522,9 @@ struct ValidWeight {
 
 template <typename B>
 void CheckScales(typename B::Stream s, const float* scales, int64_t count, const char* name) {
-  const int64_t bad = FirstRefused<B>(s, scales, count, ValidScale{});
-  if (bad != bodies::kNone) Fail(name, " must be finite and positive, got ", ValueAt<B>(s, scales, bad), " at flat index ", bad);
+  CheckEntries<B>(s, scales, count, ValidScale{}, [=](const bodies::FaultRecord& f) {
+    Fail(name, " must be finite and positive, got ", bodies::BitsFloat(f.values[0]), " at flat index ", f.at);
+  });
 }
 
 // X's codes [inputs, cin] (conv/indexed_conv_int8.cc's QuantizeRow).
@@ -510,16 +549,16 @@ template <typename B>
 void ConvInt8(typename B::Stream s, const bodies::ConvArgs& args, const int8_t* w, const float* x_scale,
               const float* w_scale) {
   if (args.cin > bodies::kMaxInt8Channels) {
+    Checks<B>::Of(s).Report(s);  // an earlier op's fault first, as the CPU library would fail there
     Fail("Cin = ", args.cin, " is above the ", bodies::kMaxInt8Channels, " input channels this op sums exactly");
   }
   CheckScales<B>(s, x_scale, args.cin, "x_scale");
   CheckScales<B>(s, w_scale, args.taps * args.cout, "w_scale");
-  const int64_t bad = FirstRefused<B>(s, w, args.taps * args.cin * args.cout, ValidWeight{});
-  if (bad != bodies::kNone) {
+  CheckEntries<B>(s, w, args.taps * args.cin * args.cout, ValidWeight{}, [](const bodies::FaultRecord& f) {
     Fail("W must be within [-", bodies::kMaxWeight, ", ", bodies::kMaxWeight, "] (7-bit: see IndexedConvInt8), got ",
-         int{ValueAt<B>(s, w, bad)}, " at flat index ", bad, "; quantize with sparse_lower.quantize");
-  }
-  CheckConvIndices<B>(s, args);
+         f.values[0], " at flat index ", f.at, "; quantize with sparse_lower.quantize");
+  });
+  CheckTapIndices<B>(s, args.idx, args.rows, args.taps, args.inputs, "rows");
   typename B::template Buffer<float> inverse(s, args.cin);
   typename B::template Buffer<uint8_t> q(s, args.inputs * args.cin);
   typename B::template Buffer<int32_t> centre(s, args.taps * args.cout);

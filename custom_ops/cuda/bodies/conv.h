@@ -54,11 +54,13 @@ struct TileSources {
 // Phase 1 (thread 0 alone): the tap starts unused.
 SL_HD inline void ClearSources(TileSources& s) { s.any = 0; }
 
-// Phase 2: thread t < kTileRows lists its row's input through tap k (−1 past the last row).
+// Phase 2: thread t < kTileRows lists its row's input through tap k (−1 past the last row, and for an
+// index outside [0, inputs): refused by the op's check, which a stream may report later).
 SL_HD inline void ListSource(const ConvArgs& a, int64_t first_row, int64_t k, int t, TileSources& s) {
   if (t >= kTileRows) return;
   const int64_t m = first_row + t;
-  const int64_t source = m < a.rows ? a.idx[m * a.taps + k] : -1;
+  int64_t source = m < a.rows ? a.idx[m * a.taps + k] : -1;
+  if (source >= a.inputs) source = -1;
   s.row[t] = source;
   if (source >= 0) s.any = 1;  // every writer writes 1: no order needed
 }

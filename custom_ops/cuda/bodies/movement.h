@@ -17,10 +17,11 @@ SL_HD inline int64_t ChannelOffset(int64_t at, int64_t c, int64_t channels, int6
   return dense ? (at / volume) * channels * volume + c * volume + at % volume : at * channels + c;
 }
 
-// Y[r, k, c] of IndexedUnfold: channel c of input `source` (idx[r, k]), 0 where it is −1.
-SL_HD inline float UnfoldValue(const float* x, int64_t source, int64_t c, int64_t channels, int64_t volume,
-                               bool dense) {
-  return source == -1 ? 0.0f : x[ChannelOffset(source, c, channels, volume, dense)];
+// Y[r, k, c] of IndexedUnfold: channel c of input `source` (idx[r, k]) of `limit`, 0 where it is −1 (or
+// outside [0, limit): refused by the op's check, which a stream may report later).
+SL_HD inline float UnfoldValue(const float* x, int64_t limit, int64_t source, int64_t c, int64_t channels,
+                               int64_t volume, bool dense) {
+  return source >= 0 && source < limit ? x[ChannelOffset(source, c, channels, volume, dense)] : 0.0f;
 }
 
 // The first position of `sorted` [0, n) holding a value ≥ `value`.

@@ -92,7 +92,9 @@ SL_HD inline int64_t FirstSlot(int64_t site, int64_t mask) {
   return static_cast<int64_t>((h ^ (h >> 31)) & static_cast<uint64_t>(mask));
 }
 
+// A negative site (a row whose coordinate was refused, in a stream that reports later) is left out.
 SL_HD inline void Insert(const SiteTable& table, int64_t site, int64_t row) {
+  if (site < 0) return;
   for (int64_t slot = FirstSlot(site, table.mask);; slot = (slot + 1) & table.mask) {
     const int64_t held = AtomicCas(table.keys + slot, -1, site);
     if (held == -1 || held == site) {
@@ -104,6 +106,7 @@ SL_HD inline void Insert(const SiteTable& table, int64_t site, int64_t row) {
 
 // The row at `site`, or −1.
 SL_HD inline int64_t Find(const SiteTable& table, int64_t site) {
+  if (site < 0) return -1;
   for (int64_t slot = FirstSlot(site, table.mask);; slot = (slot + 1) & table.mask) {
     const int64_t key = table.keys[slot];
     if (key == site) return table.rows[slot];

@@ -144,6 +144,13 @@ void CheckCuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) Fail("CUDA error in ", what, ": ", cudaGetErrorString(status));
 }
 
+cudaStream_t CudaBackend::NewStream(int32_t device) {
+  CheckCuda(cudaSetDevice(device), "cudaSetDevice");
+  cudaStream_t stream = nullptr;
+  CheckCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  return stream;
+}
+
 void CudaBackend::ToHost(Stream stream, void* host, const void* from, size_t bytes) {
   if (bytes) CheckCuda(cudaMemcpyAsync(host, from, bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
   CheckCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");

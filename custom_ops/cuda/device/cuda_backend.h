@@ -26,6 +26,9 @@ struct CudaBackend {
 
   static constexpr const char* kName = "cuda";
 
+  // A non-blocking stream on GPU `device` (its primary context, which onnxruntime's CUDA provider shares).
+  static Stream NewStream(int32_t device);
+
   // Device memory, allocated and freed in stream order (cudaMallocAsync): a kernel's scratch costs no
   // synchronisation.
   template <typename T>

@@ -17,6 +17,8 @@ struct HostBackend {
 
   static constexpr const char* kName = "emulated";
 
+  static Stream NewStream(int32_t) { return nullptr; }
+
   template <typename T>
   class Buffer {
    public:
