@@ -220,8 +220,10 @@ class Kernels:
                    self._pointer(init), ctypes.c_int32(init is not None and init.ndim == 2), self._pointer(y))
         return y
 
-    def indexed_conv(self, x, idx, w, bias=None, residual=None, activation: str = "none", half: bool = False):
-        """IndexedConv: y [M, Cout]; `half` multiplies in float16 on tensor cores, summing in float32."""
+    def indexed_conv(self, x, idx, w, bias=None, residual=None, activation: str = "none", half: bool = False,
+                     splits: int = 0):
+        """IndexedConv: y [M, Cout]; `half` multiplies in float16 on tensor cores, summing in float32; `splits`
+        blocks share each output tile's taps (0: the library's choice for the GPU, 1: none)."""
         x, idx, w = self._array(x, np.float32), self._array(idx, np.int64), self._array(w, np.float32)
         bias = None if bias is None else self._array(bias, np.float32)
         residual = None if residual is None else self._array(residual, np.float32)
@@ -230,7 +232,8 @@ class Kernels:
         self._call("sl_indexed_conv", self._pointer(x), ctypes.c_int64(x.shape[0]), ctypes.c_int64(x.shape[1]),
                    self._pointer(idx), ctypes.c_int64(rows), ctypes.c_int64(taps), self._pointer(w),
                    ctypes.c_int64(w.shape[2]), self._pointer(bias), self._pointer(residual),
-                   ctypes.c_int32(activation == "relu"), ctypes.c_int32(half), self._pointer(y))
+                   ctypes.c_int32(activation == "relu"), ctypes.c_int32(half), ctypes.c_int32(splits),
+                   self._pointer(y))
         return y
 
     def indexed_conv_int8(self, x, idx, w, x_scale, w_scale, bias=None, residual=None, activation: str = "none"):

@@ -263,30 +263,40 @@ def conv_inputs(rng, seed) -> dict:
     return inputs
 
 
-def emulated_conv(kernels, inputs, activation, half=False):
-    return kernels.indexed_conv(inputs["X"], inputs["idx"], inputs["W"], inputs["B"], inputs["R"], activation, half)
+def emulated_conv(kernels, inputs, activation, half=False, splits=0):
+    return kernels.indexed_conv(inputs["X"], inputs["idx"], inputs["W"], inputs["B"], inputs["R"], activation, half,
+                                splits)
 
 
+# Blocks per tile sharing its taps: the library's choice (here, as on an H100/H200, few tiles: a split of
+# up to 8), none, and 3 (uneven runs of taps, some of them empty in a tile).
+SPLITS = [0, 1, 3]
+
+
+@pytest.mark.parametrize("splits", SPLITS)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_indexed_conv_float32(kernels, seed):
+def test_indexed_conv_float32(kernels, seed, splits):
     rng = np.random.default_rng(seed)
     inputs = conv_inputs(rng, seed)
     activation = "relu" if seed % 4 == 0 else "none"
     (want,) = run("IndexedConv", inputs, 1, activation=activation)
-    got = emulated_conv(kernels, inputs, activation)
+    got = emulated_conv(kernels, inputs, activation, splits=splits)
     assert got.shape == want.shape and got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(inputs["X"].shape[1], 1))
+    again = emulated_conv(kernels, inputs, activation, splits=splits)
+    np.testing.assert_array_equal(again.view(np.uint32), got.view(np.uint32))  # the same bits run to run
 
 
+@pytest.mark.parametrize("splits", SPLITS)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_indexed_conv_float16(kernels, seed):
+def test_indexed_conv_float16(kernels, seed, splits):
     """Products of half-rounded inputs summed in float32: as a float64 reference of the rounded inputs to
     float32 rounding (the tensor cores sum in their own order), and within 1e-2 of the float32 conv
     (relative to its largest value)."""
     rng = np.random.default_rng(seed)
     inputs = conv_inputs(rng, seed)
     activation = "relu" if seed % 4 == 0 else "none"
-    got = emulated_conv(kernels, inputs, activation, half=True)
+    got = emulated_conv(kernels, inputs, activation, half=True, splits=splits)
     halved = {**inputs, "X": inputs["X"].astype(np.float16).astype(np.float32),
               "W": inputs["W"].astype(np.float16).astype(np.float32)}
     want = ref.indexed_conv(halved["X"], halved["idx"], halved["W"], halved["B"], halved["R"], activation)

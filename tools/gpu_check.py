@@ -132,12 +132,14 @@ class KernelModel:
     library on the GPU; the emulated one on the host, as tests/test_cuda_bodies.py runs it), the rest by
     PyTorch (tools/portable_torch.py's TorchGraph) on `device`, with `half` convs in float16. With `deferred`,
     the ops' input checks report once, at the end of each run (the kernels' deferred checks: nothing but
-    the sizes of outputs comes back to the host inside a run); else each op reports its own."""
+    the sizes of outputs comes back to the host inside a run); else each op reports its own. `splits`: the
+    blocks that share each conv tile's taps (0: the library's choice for the GPU, 1: none)."""
 
-    def __init__(self, model, kernels, device: str, half: bool, deferred: bool = True):
+    def __init__(self, model, kernels, device: str, half: bool, deferred: bool = True, splits: int = 0):
         import torch
 
-        self.torch, self.kernels, self.device, self.half, self.deferred = torch, kernels, device, half, deferred
+        self.torch, self.kernels, self.device, self.half = torch, kernels, device, half
+        self.deferred, self.splits = deferred, splits
         ops = {"SubmanifoldMap": self._submanifold_map, "StridedMap": self._reached_map,
                "TransposedMap": self._reached_map, "TargetMap": self._target_map, "SiteIndex": self._site_index,
                "IndexedFold": self._fold, "IndexedUnfold": self._unfold, "IndexedConv": self._conv,
@@ -198,7 +200,7 @@ class KernelModel:
         x, idx, w = inputs[:3]
         bias, residual, activation = self._epilogue(x, inputs[3:], attrs)
         return self._out(self.kernels.indexed_conv(self._in(x), self._in(idx), self._in(w), bias, residual, activation,
-                                                   self.half))
+                                                   self.half, self.splits))
 
     def _conv_int8(self, node, inputs, attrs):
         x, idx, w, x_scale, w_scale = inputs[:5]
@@ -310,12 +312,15 @@ def backbone(data: Path, repeat: int) -> tuple[bool, dict]:
     calibration = dict(zip(("features", "coords"), load_voxels(data / "nuscenes_bevfusion_voxels.npz")[:2]))
     quantized, _ = sparse_lower.quantize(model, [calibration])
     (want_int8,) = sparse_lower.create_session(quantized, sess_options=options).run(None, feeds)
-    variants = {"float32": (model, False, True, FLOAT32_TOLERANCE, want),
-                "float16": (model, True, True, FLOAT16_TOLERANCE, want),
-                "float16, per-op checks": (model, True, False, FLOAT16_TOLERANCE, want),
-                "int8": (quantized, False, True, FLOAT16_TOLERANCE, want_int8)}
-    for variant, (lowered, half, deferred, tolerance, expected) in variants.items():
-        gpu = KernelModel(lowered, kernels, "cuda", half, deferred)
+    # (model, half, deferred checks, tap splits, tolerance, expected): the last two float16 rows measure what
+    # the deferred checks and the split taps each save
+    variants = {"float32": (model, False, True, 0, FLOAT32_TOLERANCE, want),
+                "float16": (model, True, True, 0, FLOAT16_TOLERANCE, want),
+                "float16, per-op checks": (model, True, False, 0, FLOAT16_TOLERANCE, want),
+                "float16, no tap split": (model, True, True, 1, FLOAT16_TOLERANCE, want),
+                "int8": (quantized, False, True, 0, FLOAT16_TOLERANCE, want_int8)}
+    for variant, (lowered, half, deferred, splits, tolerance, expected) in variants.items():
+        gpu = KernelModel(lowered, kernels, "cuda", half, deferred, splits)
         got = gpu.run(on_gpu).cpu().numpy()
         error = relative_error(got, expected)
         ms, per_node = gpu.timed(on_gpu, repeat)

@@ -80,11 +80,12 @@ SL_EXPORT int sl_fold(void* stream, const float* rows, const int64_t* idx, int64
                       char* error, int64_t error_size);
 
 /* IndexedConv: y [rows, cout] = act(bias + Σ_k x[idx[m, k]] · w[k] + residual); bias and residual may be
- * null; half = 1 multiplies in float16 on tensor cores, summing in float32. */
+ * null; half = 1 multiplies in float16 on tensor cores, summing in float32; `splits` blocks share each
+ * output tile's taps (0: as many as fill the GPU, the library's choice; 1: none). */
 SL_EXPORT int sl_indexed_conv(void* stream, const float* x, int64_t inputs, int64_t cin, const int64_t* idx,
                               int64_t rows, int64_t taps, const float* w, int64_t cout, const float* bias,
-                              const float* residual, int32_t relu, int32_t half, float* y, char* error,
-                              int64_t error_size);
+                              const float* residual, int32_t relu, int32_t half, int32_t splits, float* y,
+                              char* error, int64_t error_size);
 
 /* IndexedConvInt8: y [rows, cout] = act(bias + Σ_k w_scale[k] · Σ_c q(x[idx[m, k]], x_scale) · w[k] + residual),
  * w int8 [taps, cin, cout] within ±63, x_scale [cin], w_scale [taps, cout]; the CPU library's bits. */

@@ -187,10 +187,11 @@ int sl_fold(void* stream, const float* rows, const int64_t* idx, int64_t count, 
 
 int sl_indexed_conv(void* stream, const float* x, int64_t inputs, int64_t cin, const int64_t* idx, int64_t rows,
                     int64_t taps, const float* w, int64_t cout, const float* bias, const float* residual, int32_t relu,
-                    int32_t half, float* y, char* error, int64_t error_size) {
+                    int32_t half, int32_t splits, float* y, char* error, int64_t error_size) {
   return Guarded(error, error_size, [&] {
+    if (splits < 0) Fail("splits = ", splits, " must be at least 0");
     const bodies::ConvArgs args{x, inputs, cin, idx, rows, taps, w, cout, bias, residual, relu, y};
-    kernels::Conv<Backend>(StreamOf(stream), args, half != 0);
+    kernels::Conv<Backend>(StreamOf(stream), args, half != 0, splits);
     return 0;
   });
 }

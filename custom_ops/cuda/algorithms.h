@@ -502,14 +502,37 @@ void Fold(typename B::Stream s, const float* rows, const int64_t* idx, int64_t c
   });
 }
 
-// IndexedConv (float32, or with `half` its products in float16 on tensor cores, summed in float32).
+constexpr int64_t kBlocksPerMultiprocessor = 4;  // what a split aims for: a few tiles resident on each
+constexpr int32_t kMostSplits = 8;
+
+// How many blocks share each tile's taps: enough for kBlocksPerMultiprocessor blocks on each of the GPU's
+// multiprocessors, at most kMostSplits and the taps; 1 where the tiles alone are that many.
+inline int32_t TapSplits(const bodies::ConvArgs& a, int multiprocessors) {
+  const int64_t tiles = ((a.rows + bodies::kTileRows - 1) / bodies::kTileRows) *
+                        ((a.cout + bodies::kTileCols - 1) / bodies::kTileCols);
+  if (tiles == 0) return 1;
+  const int64_t wanted = (kBlocksPerMultiprocessor * multiprocessors + tiles - 1) / tiles;
+  return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>({wanted, kMostSplits, a.taps})));
+}
+
+// IndexedConv (float32, or with `half` its products in float16 on tensor cores, summed in float32), its
+// taps split across `splits` blocks per tile (0: as TapSplits chooses for this GPU).
 template <typename B>
-void Conv(typename B::Stream s, const bodies::ConvArgs& args, bool half) {
+void Conv(typename B::Stream s, bodies::ConvArgs args, bool half, int32_t splits = 0) {
   CheckTapIndices<B>(s, args.idx, args.rows, args.taps, args.inputs, "rows");
+  args.splits = splits > 0 ? std::max<int32_t>(1, static_cast<int32_t>(std::min<int64_t>(splits, args.taps)))
+                           : TapSplits(args, B::Multiprocessors(s));
+  args.split_taps = (args.taps + args.splits - 1) / args.splits;
+  typename B::template Buffer<float> partial(s, args.splits > 1 ? args.splits * args.rows * args.cout : 0);
+  args.partial = partial.data();
   if (half) {
     B::ConvHalf(s, args);
   } else {
     B::ConvFloat(s, args);
+  }
+  if (args.splits > 1) {
+    const bodies::ConvArgs a = args;
+    B::ForEach(s, a.rows * a.cout, SL_LAMBDA(int64_t i) { bodies::AddSplits(a, i / a.cout, i % a.cout); });
   }
 }
 

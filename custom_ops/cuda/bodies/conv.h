@@ -13,6 +13,12 @@
 // the bias, then the taps in ascending k, each over ascending input channels, by fused multiply-adds.
 // In float16 (inputs rounded to half, products summed in float32 on tensor cores) each warp owns a
 // kWarpTile × kWarpTile block of 16 × 16 fragments.
+//
+// A layer of few tiles (the coarse levels: 10,000 rows × 128 channels is 324 tiles for an H100's 132
+// multiprocessors) would leave most of the GPU idle while each tile walks its 27 taps, so its taps are
+// split across blocks: block z of a tile sums taps [z·per, (z+1)·per) into partial rows of its own, and
+// a second pass adds the bias and the partials in ascending z, then the epilogue. The order is fixed by
+// the split, never by the scheduling: the same bits run to run.
 #pragma once
 
 #include <cmath>
@@ -43,7 +49,18 @@ struct ConvArgs {
   const float* residual;  // [rows, cout] or null
   int32_t relu;
   float* y;               // [rows, cout]
+  // The split of the taps across blocks (kernels::Conv sets it): block z sums taps [z·split_taps, …).
+  int32_t splits = 1;
+  int64_t split_taps = 0;  // taps per split (every tap without a split)
+  float* partial = nullptr;  // [splits, rows, cout] with a split
 };
+
+// The taps block z of a tile sums: [TapsBegin, TapsEnd).
+SL_HD inline int64_t TapsBegin(const ConvArgs& a, int z) { return a.splits > 1 ? z * a.split_taps : 0; }
+SL_HD inline int64_t TapsEnd(const ConvArgs& a, int z) {
+  const int64_t end = TapsBegin(a, z) + a.split_taps;
+  return a.splits > 1 && end < a.taps ? end : a.taps;
+}
 
 // The inputs of a tile's rows through one tap, and whether any row has one.
 struct TileSources {
@@ -103,11 +120,32 @@ struct FloatAccumulators {
 SL_HD inline int MicroRow(int t) { return (t / (kTileCols / kMicro)) * kMicro; }
 SL_HD inline int MicroCol(int t) { return (t % (kTileCols / kMicro)) * kMicro; }
 
-// Before the first tap: the bias (0 without one).
+// The bias of column o where a tile's sums start from it (no split), else 0.
+SL_HD inline float StartOf(const ConvArgs& a, int64_t o) {
+  return a.splits == 1 && a.bias != nullptr && o < a.cout ? a.bias[o] : 0.0f;
+}
+
+// A tile's sum of element (m, o): to Y through the epilogue, or to split z's partial rows.
+SL_HD inline void Put(const ConvArgs& a, int z, int64_t m, int64_t o, float sum) {
+  if (a.splits > 1) {
+    a.partial[(z * a.rows + m) * a.cout + o] = sum;
+  } else {
+    a.y[m * a.cout + o] = Finish(a, m, o, sum);
+  }
+}
+
+// The second pass of a split: Y[m, o] = the epilogue of the bias plus the partials in ascending z.
+SL_HD inline void AddSplits(const ConvArgs& a, int64_t m, int64_t o) {
+  float sum = a.bias != nullptr ? a.bias[o] : 0.0f;
+  for (int z = 0; z < a.splits; ++z) sum += a.partial[(z * a.rows + m) * a.cout + o];
+  a.y[m * a.cout + o] = Finish(a, m, o, sum);
+}
+
+// Before the first tap: the bias (0 without one, or with a split).
 SL_HD inline void StartFloat(const ConvArgs& a, int64_t first_col, int t, FloatAccumulators& acc) {
   for (int j = 0; j < kMicro; ++j) {
     const int64_t o = first_col + MicroCol(t) + j;
-    const float start = a.bias != nullptr && o < a.cout ? a.bias[o] : 0.0f;
+    const float start = StartOf(a, o);
     for (int i = 0; i < kMicro; ++i) acc.v[i][j] = start;
   }
 }
@@ -138,15 +176,15 @@ SL_HD inline void MultiplyFloatSlice(const FloatSlice& slice, int t, FloatAccumu
   }
 }
 
-// Last: thread t writes its elements of Y, through the epilogue.
-SL_HD inline void StoreFloat(const ConvArgs& a, int64_t first_row, int64_t first_col, int t,
+// Last: thread t writes its elements (of Y through the epilogue, or of split z's partial rows).
+SL_HD inline void StoreFloat(const ConvArgs& a, int z, int64_t first_row, int64_t first_col, int t,
                              const FloatAccumulators& acc) {
   for (int i = 0; i < kMicro; ++i) {
     const int64_t m = first_row + MicroRow(t) + i;
     if (m >= a.rows) break;
     for (int j = 0; j < kMicro; ++j) {
       const int64_t o = first_col + MicroCol(t) + j;
-      if (o < a.cout) a.y[m * a.cout + o] = Finish(a, m, o, acc.v[i][j]);
+      if (o < a.cout) Put(a, z, m, o, acc.v[i][j]);
     }
   }
 }
@@ -175,14 +213,13 @@ SL_HD inline void LoadHalfSlice(const ConvArgs& a, const TileSources& s, int64_t
 }
 
 // Last, in float16: thread t writes its elements of the tile (the sums the fragments stored, plus the
-// bias) to Y through the epilogue.
-SL_HD inline void StoreHalf(const ConvArgs& a, int64_t first_row, int64_t first_col, int t, const float* tile) {
+// bias without a split) as StoreFloat does.
+SL_HD inline void StoreHalf(const ConvArgs& a, int z, int64_t first_row, int64_t first_col, int t, const float* tile) {
   for (int e = t; e < kTileRows * kTileCols; e += kHalfThreads) {
     const int r = e / kTileCols, n = e % kTileCols;
     const int64_t m = first_row + r, o = first_col + n;
     if (m >= a.rows || o >= a.cout) continue;
-    const float sum = tile[r * kTileLead + n] + (a.bias != nullptr ? a.bias[o] : 0.0f);
-    a.y[m * a.cout + o] = Finish(a, m, o, sum);
+    Put(a, z, m, o, tile[r * kTileLead + n] + StartOf(a, o));
   }
 }
 

@@ -31,10 +31,10 @@ __global__ void __launch_bounds__(kFloatThreads) ConvFloatKernel(ConvArgs a) {
   __shared__ FloatSlice slice;
   const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kTileRows;
   const int64_t first_col = static_cast<int64_t>(blockIdx.y) * kTileCols;
-  const int t = threadIdx.x;
+  const int t = threadIdx.x, z = blockIdx.z;
   FloatAccumulators acc;
   StartFloat(a, first_col, t, acc);
-  for (int64_t k = 0; k < a.taps; ++k) {
+  for (int64_t k = TapsBegin(a, z); k < TapsEnd(a, z); ++k) {
     if (!ListTap(a, first_row, k, sources)) continue;
     for (int64_t c0 = 0; c0 < a.cin; c0 += kTileDepth) {
       LoadFloatSlice(a, sources, k, c0, first_col, t, slice);
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kFloatThreads) ConvFloatKernel(ConvArgs a) {
       __syncthreads();
     }
   }
-  StoreFloat(a, first_row, first_col, t, acc);
+  StoreFloat(a, z, first_row, first_col, t, acc);
 }
 
 __device__ __half ToHalf(float v) { return __float2half_rn(v); }
@@ -56,13 +56,13 @@ __global__ void __launch_bounds__(kHalfThreads) ConvHalfKernel(ConvArgs a) {
   __shared__ __align__(32) float tile[kTileRows * kTileLead];
   const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kTileRows;
   const int64_t first_col = static_cast<int64_t>(blockIdx.y) * kTileCols;
-  const int t = threadIdx.x, warp = t / 32;
+  const int t = threadIdx.x, warp = t / 32, z = blockIdx.z;
   const int r0 = (warp / (kTileCols / kWarpTile)) * kWarpTile, n0 = (warp % (kTileCols / kWarpTile)) * kWarpTile;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
   for (auto& row : acc) {
     for (auto& fragment : row) wmma::fill_fragment(fragment, 0.0f);
   }
-  for (int64_t k = 0; k < a.taps; ++k) {
+  for (int64_t k = TapsBegin(a, z); k < TapsEnd(a, z); ++k) {
     if (!ListTap(a, first_row, k, sources)) continue;
     for (int64_t c0 = 0; c0 < a.cin; c0 += kTileDepth) {
       LoadHalfSlice(a, sources, k, c0, first_col, t, x, w, ToHalf);
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kHalfThreads) ConvHalfKernel(ConvArgs a) {
     }
   }
   __syncthreads();
-  StoreHalf(a, first_row, first_col, t, tile);
+  StoreHalf(a, z, first_row, first_col, t, tile);
 }
 
 __global__ void __launch_bounds__(kInt8Threads) ConvInt8Kernel(Int8ConvArgs a) {
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kInt8Threads) ConvInt8Kernel(Int8ConvArgs a) {
 
 dim3 TileGrid(const ConvArgs& a) {
   return dim3(static_cast<unsigned>((a.rows + kTileRows - 1) / kTileRows),
-              static_cast<unsigned>((a.cout + kTileCols - 1) / kTileCols));
+              static_cast<unsigned>((a.cout + kTileCols - 1) / kTileCols), static_cast<unsigned>(a.splits));
 }
 
 }  // namespace
@@ -149,6 +149,13 @@ cudaStream_t CudaBackend::NewStream(int32_t device) {
   cudaStream_t stream = nullptr;
   CheckCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   return stream;
+}
+
+int CudaBackend::Multiprocessors(Stream) {
+  int device = 0, count = 0;
+  CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
+  CheckCuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  return count;
 }
 
 void CudaBackend::ToHost(Stream stream, void* host, const void* from, size_t bytes) {

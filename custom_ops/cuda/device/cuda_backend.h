@@ -28,6 +28,8 @@ struct CudaBackend {
 
   // A non-blocking stream on GPU `device` (its primary context, which onnxruntime's CUDA provider shares).
   static Stream NewStream(int32_t device);
+  // The multiprocessors of the current GPU.
+  static int Multiprocessors(Stream stream);
 
   // Device memory, allocated and freed in stream order (cudaMallocAsync): a kernel's scratch costs no
   // synchronisation.

@@ -13,13 +13,13 @@ using namespace bodies;
 // A half-precision value as float: the nearest half, ties to even (as the GPU's conversion).
 float ToHalf(float v) { return static_cast<float>(static_cast<_Float16>(v)); }
 
-// The tile's tap loop, as cuda/device/conv.cu launches it: phases 1–2 list the tap's inputs, and only a
-// tap that some row has is multiplied, slice by slice. `slice(k, c0)` runs phases 3 and 4 for every
-// thread of the block.
+// The tap loop of block z of a tile, as cuda/device/cuda_backend.cu launches it: phases 1–2 list the
+// tap's inputs, and only a tap that some row has is multiplied, slice by slice. `slice(k, c0)` runs
+// phases 3 and 4 for every thread of the block.
 template <typename Slice>
-void TapLoop(const ConvArgs& a, int64_t first_row, int threads, Slice slice) {
+void TapLoop(const ConvArgs& a, int z, int64_t first_row, int threads, Slice slice) {
   TileSources sources;
-  for (int64_t k = 0; k < a.taps; ++k) {
+  for (int64_t k = TapsBegin(a, z); k < TapsEnd(a, z); ++k) {
     ClearSources(sources);
     for (int t = 0; t < threads; ++t) ListSource(a, first_row, k, t, sources);
     if (!sources.any) continue;
@@ -30,6 +30,8 @@ void TapLoop(const ConvArgs& a, int64_t first_row, int threads, Slice slice) {
 int64_t Tiles(int64_t count, int size) { return (count + size - 1) / size; }
 
 }  // namespace
+
+int HostBackend::Multiprocessors(Stream) { return kEmulatedMultiprocessors; }
 
 int64_t HostBackend::SortUnique(Stream, int64_t* data, int64_t count) {
   std::sort(data, data + count);
@@ -60,40 +62,47 @@ int64_t HostBackend::Select(Stream, const uint8_t* flags, int64_t count, int64_t
 void HostBackend::ConvFloat(Stream, const ConvArgs& a) {
   std::vector<FloatAccumulators> acc(kFloatThreads);
   FloatSlice slice;
-  for (int64_t row_tile = 0; row_tile < Tiles(a.rows, kTileRows); ++row_tile) {
-    for (int64_t col_tile = 0; col_tile < Tiles(a.cout, kTileCols); ++col_tile) {
-      const int64_t first_row = row_tile * kTileRows, first_col = col_tile * kTileCols;
-      for (int t = 0; t < kFloatThreads; ++t) StartFloat(a, first_col, t, acc[t]);
-      TapLoop(a, first_row, kFloatThreads, [&](const TileSources& sources, int64_t k, int64_t c0) {
-        for (int t = 0; t < kFloatThreads; ++t) LoadFloatSlice(a, sources, k, c0, first_col, t, slice);
-        for (int t = 0; t < kFloatThreads; ++t) MultiplyFloatSlice(slice, t, acc[t]);
-      });
-      for (int t = 0; t < kFloatThreads; ++t) StoreFloat(a, first_row, first_col, t, acc[t]);
+  for (int z = 0; z < a.splits; ++z) {
+    for (int64_t row_tile = 0; row_tile < Tiles(a.rows, kTileRows); ++row_tile) {
+      for (int64_t col_tile = 0; col_tile < Tiles(a.cout, kTileCols); ++col_tile) {
+        const int64_t first_row = row_tile * kTileRows, first_col = col_tile * kTileCols;
+        for (int t = 0; t < kFloatThreads; ++t) StartFloat(a, first_col, t, acc[t]);
+        TapLoop(a, z, first_row, kFloatThreads, [&](const TileSources& sources, int64_t k, int64_t c0) {
+          for (int t = 0; t < kFloatThreads; ++t) LoadFloatSlice(a, sources, k, c0, first_col, t, slice);
+          for (int t = 0; t < kFloatThreads; ++t) MultiplyFloatSlice(slice, t, acc[t]);
+        });
+        for (int t = 0; t < kFloatThreads; ++t) StoreFloat(a, z, first_row, first_col, t, acc[t]);
+      }
     }
   }
 }
 
 void HostBackend::ConvHalf(Stream, const ConvArgs& a) {
   std::vector<float> x(kTileRows * kHalfSliceLead), w(kTileDepth * kHalfWeightLead), tile(kTileRows * kTileLead);
-  for (int64_t row_tile = 0; row_tile < Tiles(a.rows, kTileRows); ++row_tile) {
-    for (int64_t col_tile = 0; col_tile < Tiles(a.cout, kTileCols); ++col_tile) {
-      const int64_t first_row = row_tile * kTileRows, first_col = col_tile * kTileCols;
-      std::fill(tile.begin(), tile.end(), 0.0f);  // the fragments start at zero; the bias comes last
-      TapLoop(a, first_row, kHalfThreads, [&](const TileSources& sources, int64_t k, int64_t c0) {
-        for (int t = 0; t < kHalfThreads; ++t) LoadHalfSlice(a, sources, k, c0, first_col, t, x.data(), w.data(), ToHalf);
-        // Each warp's 32 × 32 block: what its 2 × 2 tensor-core products add, in float32.
-        for (int warp = 0; warp < kHalfWarps; ++warp) {
-          const int r0 = (warp / (kTileCols / kWarpTile)) * kWarpTile, n0 = (warp % (kTileCols / kWarpTile)) * kWarpTile;
-          for (int r = r0; r < r0 + kWarpTile; ++r) {
-            for (int n = n0; n < n0 + kWarpTile; ++n) {
-              float sum = 0.0f;
-              for (int cc = 0; cc < kTileDepth; ++cc) sum += x[r * kHalfSliceLead + cc] * w[cc * kHalfWeightLead + n];
-              tile[r * kTileLead + n] += sum;
+  for (int z = 0; z < a.splits; ++z) {
+    for (int64_t row_tile = 0; row_tile < Tiles(a.rows, kTileRows); ++row_tile) {
+      for (int64_t col_tile = 0; col_tile < Tiles(a.cout, kTileCols); ++col_tile) {
+        const int64_t first_row = row_tile * kTileRows, first_col = col_tile * kTileCols;
+        std::fill(tile.begin(), tile.end(), 0.0f);  // the fragments start at zero; the bias comes last
+        TapLoop(a, z, first_row, kHalfThreads, [&](const TileSources& sources, int64_t k, int64_t c0) {
+          for (int t = 0; t < kHalfThreads; ++t) {
+            LoadHalfSlice(a, sources, k, c0, first_col, t, x.data(), w.data(), ToHalf);
+          }
+          // Each warp's 32 × 32 block: what its 2 × 2 tensor-core products add, in float32.
+          for (int warp = 0; warp < kHalfWarps; ++warp) {
+            const int r0 = (warp / (kTileCols / kWarpTile)) * kWarpTile;
+            const int n0 = (warp % (kTileCols / kWarpTile)) * kWarpTile;
+            for (int r = r0; r < r0 + kWarpTile; ++r) {
+              for (int n = n0; n < n0 + kWarpTile; ++n) {
+                float sum = 0.0f;
+                for (int cc = 0; cc < kTileDepth; ++cc) sum += x[r * kHalfSliceLead + cc] * w[cc * kHalfWeightLead + n];
+                tile[r * kTileLead + n] += sum;
+              }
             }
           }
-        }
-      });
-      for (int t = 0; t < kHalfThreads; ++t) StoreHalf(a, first_row, first_col, t, tile.data());
+        });
+        for (int t = 0; t < kHalfThreads; ++t) StoreHalf(a, z, first_row, first_col, t, tile.data());
+      }
     }
   }
 }

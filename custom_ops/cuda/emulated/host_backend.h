@@ -19,6 +19,11 @@ struct HostBackend {
 
   static Stream NewStream(int32_t) { return nullptr; }
 
+  // The multiprocessors the launches fill: an H100's or H200's 132, so that the emulated conv splits its
+  // taps as it does on those GPUs.
+  static constexpr int kEmulatedMultiprocessors = 132;
+  static int Multiprocessors(Stream);
+
   template <typename T>
   class Buffer {
    public:
