@@ -5,6 +5,7 @@ one another."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,22 @@ from onnx import TensorProto, helper, numpy_helper
 
 import sparse_lower
 from oracle import IR_VERSION, OPSET_IMPORTS, sparse_node_model
+
+
+TOOLS = Path(__file__).resolve().parents[1] / "tools"
+
+
+def load_tool(name: str):
+    """The script tools/<name>.py as a module, imported as a script beside the others is (tools/ on the path
+    while it loads: gpu_check imports portable_torch)."""
+    spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(TOOLS))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(TOOLS))
+    return module
 
 
 def session(model, threads=1, **settings) -> ort.InferenceSession:

@@ -10,9 +10,7 @@ message. tools/gpu_check.py runs the same comparisons with the CUDA library on a
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,14 +22,13 @@ import sparse_lower
 from conftest import DATA
 from custom_op_runs import (assert_same, coords_for, index_shape, int8_conv_inputs, output_extent, random_coords,
                             random_geometry, random_index, random_shape, run)
-from helpers import chain_model, session, voxelnext_like
+from helpers import chain_model, load_tool, session, voxelnext_like
 from oracle import random_sparse
 from sparse_lower.cuda_kernels import Kernels
 from sparse_lower.errors import SparseLowerError
 from sparse_lower.models.samples import centerpoint_head_stack
 
 SEEDS = range(30)
-TOOLS = Path(__file__).resolve().parents[1] / "tools"
 MODELS = Path(__file__).resolve().parents[1] / "models"
 BACKEND_ENV = "SPARSE_LOWER_KERNELS"  # "cuda": these tests on a GPU, through the CUDA library (tools/gpu_check.py)
 
@@ -498,14 +495,7 @@ def test_deferred_checks_report_the_runs_first_refusal(deferred):
 @pytest.fixture(scope="module")
 def kernel_model():
     pytest.importorskip("torch", reason="PyTorch is not installed: pip install '.[spconv]'")
-    spec = importlib.util.spec_from_file_location("gpu_check", TOOLS / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(TOOLS))  # gpu_check imports portable_torch, as a script beside it does
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(TOOLS))
-    return module.KernelModel
+    return load_tool("gpu_check").KernelModel
 
 
 @pytest.mark.parametrize("name", ["head stack", "dense boundaries", "sparse UNet", "merging network"])

@@ -7,9 +7,7 @@ tools/libspconv_anchor.cpp builds NVIDIA's engine from. Their GPU results come f
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import io
-import sys
 import tarfile
 from pathlib import Path
 
@@ -18,31 +16,18 @@ import onnx
 import pytest
 
 import sparse_lower
+from helpers import load_tool
 from sparse_lower.frames.sample import synthetic_voxels
 from sparse_lower.models import NvidiaEmitter, sp_middle_resnet_fhd
 
-TOOLS = Path(__file__).resolve().parents[1] / "tools"
-
-
-def tool(name: str):
-    spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(TOOLS))  # gpu_check imports portable_torch, as a script beside it does
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(TOOLS))
-    return module
-
-
 @pytest.fixture(scope="module")
 def gpu_check():
-    return tool("gpu_check")
+    return load_tool("gpu_check")
 
 
 @pytest.fixture(scope="module")
 def gpu_stage():
-    return tool("gpu_stage")
+    return load_tool("gpu_stage")
 
 
 def test_the_onnxruntime_phase_runs_every_model_in_the_cpu_provider(gpu_check, tmp_path, capsys):

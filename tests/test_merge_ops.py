@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import sparse_lower
 from helpers import run_lowered, runner, voxelnext_like

@@ -6,29 +6,23 @@ convs of every kind and attribute form (2-D/3-D, strides, pads, dilations, trans
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
 import sparse_lower
-from helpers import chain_model
+from helpers import chain_model, load_tool
 from oracle import random_conv_config, sparse_node_model
 from sparse_lower import reference
 from sparse_lower.runtime import pad_rows
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install '.[spconv]'")
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "portable_torch.py"
 
 
 @pytest.fixture(scope="module")
 def tool():
-    spec = importlib.util.spec_from_file_location("portable_torch", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("portable_torch")
 
 
 def both(tool, lowered, feeds) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from conftest import DATA
-from helpers import sparse_lower_cli
+from helpers import load_tool, sparse_lower_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -246,9 +246,7 @@ def test_the_readme_is_short_and_speaks_of_the_present():
 def test_the_toolchain_tables_cells_are_whole():
     """docs/toolchains.md's table is what tools/toolchain_table.py renders from the kept rows, every
     refusal's message whole in its footnote (none cut at a fixed width)."""
-    spec = importlib.util.spec_from_file_location("toolchain_table", TOOLS / "toolchain_table.py")
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
+    table = load_tool("toolchain_table")
     rows = [json.loads(line) for line in table.RESULTS.read_text().splitlines()]
     text = table.DOC.read_text()
     kept = text[text.index(table.BEGIN) + len(table.BEGIN):text.index(table.END)].strip()

@@ -10,7 +10,6 @@ tools), and `sparse-lower convert` verifies what the tool wrote."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import warnings
 from pathlib import Path
@@ -19,12 +18,10 @@ import onnx
 import pytest
 
 from aimet_exports import AIMET_NETWORKS, aimet_export
+from helpers import load_tool
 from sparse_lower.cli.main import main
 
-TOOLS_DIR = Path(__file__).resolve().parents[1] / "tools"
-spec = importlib.util.spec_from_file_location("tool_variants", TOOLS_DIR / "tool_variants.py")
-variants = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(variants)
+variants = load_tool("tool_variants")
 
 for package in ("onnxsim", "onnxslim", "polygraphy", "onnxconverter_common"):
     pytest.importorskip(package, reason=f"{package} is not installed: pip install '.[test]'")
