@@ -13,7 +13,7 @@ from .frames import run_frames
 from .importers import import_model
 from .importers.spconv_tracer import export
 from .partition import Partition
-from .quantize import quantize
+from .quantization.gpu import quantize
 from .runtime import create_session, cuda_library_path, get_library_path
 from .version import VERSION as __version__
 

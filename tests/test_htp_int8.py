@@ -15,10 +15,11 @@ import sparse_lower
 from sparse_lower.models import centerpoint_head_stack, small_networks
 from sparse_lower.runtime import create_session
 from sparse_lower.toolchains import CompiledPartition, compile_partition, toolchain
-from sparse_lower.toolchains.htp_int8 import GATHER_COLUMNS, htp_form, layer_tensors
-from sparse_lower.toolchains.mixed_precision import QuantizedRuns, choose_wide_layers
+from sparse_lower.quantization import QuantizedRuns, choose_wide_layers
+from sparse_lower.quantization.calibration import segment_samples
+from sparse_lower.quantization.htp import GATHER_COLUMNS, htp_form, layer_tensors
+from sparse_lower.quantization.products import weight_products
 from sparse_lower.toolchains.prepare import fed
-from sparse_lower.toolchains.segment_int8 import segment_samples, weight_products
 from sparse_lower.verify import example_inputs, relative_error
 
 HEAD_STACK = centerpoint_head_stack(spatial_shape=(10, 40, 40))
@@ -73,7 +74,7 @@ def test_the_htp_quantized_form_runs_in_onnxruntime_within_two_percent():
     segment = parts.segment_model(index)
     calibration = segment_samples(parts, frames(HEAD_STACK))[index]
     edges = {"submanifoldconv0/MatMul", "sparseconv4/MatMul"}
-    quantized = toolchain("qnn").quantized(segment, calibration, edges)
+    quantized = toolchain("qnn").int8_form().quantized(segment, calibration, edges)
     types = {t.name: t.data_type for t in quantized.graph.initializer}
     zero_points = {node.input[0].removesuffix("_QuantizeLinear_Output"): types.get(node.input[2])
                    for node in quantized.graph.node if node.op_type == "DequantizeLinear"}
@@ -97,14 +98,14 @@ def test_the_mixed_precision_search_runs_in_qnns_form():
     widened; held to 0.1 % it is widened to 16 bits (16-bit weights too), which holds it."""
     parts = head_stack_parts()
     calibration = frames(HEAD_STACK)
-    qnn = toolchain("qnn")
+    qnn = toolchain("qnn").int8_form()
     runs = QuantizedRuns(parts, calibration, qnn)
     assert list(runs.layers) == ["submanifoldconv2"]
     at_8_bits = max(runs.errors(["submanifoldconv2"]))
     assert 1e-3 < at_8_bits < 2e-2
-    loose = choose_wide_layers(parts, calibration, chain=qnn)
+    loose = choose_wide_layers(parts, calibration, form=qnn)
     assert loose.wide == [] and loose.errors == [pytest.approx(at_8_bits)]
-    strict = choose_wide_layers(parts, calibration, limit=1e-3, chain=qnn)
+    strict = choose_wide_layers(parts, calibration, limit=1e-3, form=qnn)
     assert strict.wide == ["submanifoldconv2"] and strict.errors[-1] <= 1e-3 < strict.errors[0]
 
 

@@ -26,10 +26,11 @@ from sparse_lower.frames.sample import load_voxels
 from sparse_lower.models import CanonicalEmitter, centerpoint_head_stack, small_networks
 from sparse_lower.partition.segments import NodeGraph
 from sparse_lower.toolchains import TOOLCHAINS, CompiledPartition, compile_partition, toolchain
-from sparse_lower.toolchains.mixed_precision import choose_wide_layers
+from sparse_lower.quantization import choose_wide_layers
+from sparse_lower.quantization.calibration import activation_ranges, segment_samples
+from sparse_lower.quantization.products import first_and_last_products, weight_products
+from sparse_lower.quantization.qdq import quantize_qdq
 from sparse_lower.toolchains.prepare import fed, narrowable_inputs, prepare
-from sparse_lower.toolchains.segment_int8 import (activation_ranges, first_and_last_products, quantize_qdq,
-                                                   segment_samples, weight_products)
 from sparse_lower.verify import example_inputs, relative_error
 
 

@@ -21,10 +21,10 @@ from onnx import numpy_helper
 
 import sparse_lower
 from sparse_lower.runtime import create_session
-from sparse_lower.toolchains.base import ACCELERATOR
-from sparse_lower.toolchains.segment_int8 import (activation_ranges, first_and_last_products, layer_products,
-                                                   quantize_qdq, run_segments, segment_samples, segment_sessions,
-                                                   weight_products)
+from sparse_lower.partition.devices import ACCELERATOR
+from sparse_lower.quantization.calibration import activation_ranges, run_segments, segment_samples, segment_sessions
+from sparse_lower.quantization.products import first_and_last_products, layer_products, weight_products
+from sparse_lower.quantization.qdq import quantize_qdq
 from sparse_lower.verify import relative_error, snr_db
 from toolchain_table import FRAMES, capacities_for, frame, real_models
 

@@ -1,6 +1,6 @@
 """The recommended w8a8 form of a real-frame network (docs/toolchains.md, mixed precision): the layers
 that must keep 16-bit activations for its int8 nna segments to stay within 2 % on both nuScenes frames,
-chosen by `sparse_lower.toolchains.mixed_precision.choose_wide_layers` (each layer's sensitivity alone
+chosen by `sparse_lower.quantization.choose_wide_layers` (each layer's sensitivity alone
 at 8 bits, then the most sensitive widened one by one), then the partition compiled that way in
 onnxruntime and each toolchain given, measured on each frame beside int8 everywhere and w8a16
 everywhere: max error relative to the output's largest magnitude, and onnxruntime's median time.
@@ -23,7 +23,7 @@ from sparse_lower.bench.run import alternating_runs
 from sparse_lower.report import render
 from sparse_lower.lowering import COMBINES
 from sparse_lower.toolchains import compile_partition, toolchain
-from sparse_lower.toolchains.mixed_precision import QuantizedRuns, choose_wide_layers
+from sparse_lower.quantization import QuantizedRuns, choose_wide_layers
 from sparse_lower.verify import relative_error
 from toolchain_table import FRAMES, capacities_for, frame, real_models
 
@@ -89,10 +89,10 @@ def frame_errors(compiled, frames: list[dict], expected: list[dict]) -> list[flo
 def measure_qnn(lowered, parts, frames: list[dict], wide_given: str | None) -> None:
     """The plan in QNN's whole-graph form: int8 everywhere, the plan and w8a16 in onnxruntime (QNN's QDQ
     files on the CPU), then the plan compiled for the HTP and run there (simulated), timed."""
-    qnn = toolchain("qnn")
+    qnn = toolchain("qnn").int8_form()
     runs = QuantizedRuns(parts, frames, qnn)
     if wide_given is None:
-        plan = choose_wide_layers(parts, frames, log=lambda line: print(f"  {line}", flush=True), chain=qnn)
+        plan = choose_wide_layers(parts, frames, log=lambda line: print(f"  {line}", flush=True), form=qnn)
         wide = plan.wide
     else:
         wide = [layer for layer in wide_given.split(",") if layer]

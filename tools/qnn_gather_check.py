@@ -1,5 +1,5 @@
 """QNN's HTP and a quantized Gather (docs/toolchains.md, int8 on QNN's HTP): why the qnn toolchain pads
-the gathered rows of its int8 segments to 32 columns (htp_int8.htp_form). One
+the gathered rows of its int8 segments to 32 columns (sparse_lower.quantization.htp.htp_form). One
 `Gather` (axis 0) of `[rows, columns]` uint8 rows between QuantizeLinear/DequantizeLinear pairs, the
 form of every tap's gather in the nna rows layout, run on onnxruntime-qnn's HTP backend (simulated) and
 on onnxruntime's CPU, for several column counts; the relative error between them (one quantization

@@ -20,7 +20,7 @@ from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model
 from ..lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS
 from ..model_io import recorded_options
 from ..passes.lower import run_hint
-from ..quantize import quantize
+from ..quantization.gpu import quantize
 from ..report import render
 from ..runtime import create_session, fixed_rows
 from ..spconv_rules import LEAKY_RELU_ALPHA

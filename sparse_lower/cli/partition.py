@@ -15,7 +15,7 @@ from ..partition import DEFAULT_DEVICES
 from ..report import render
 from ..runtime import create_session
 from ..toolchains import TOOLCHAINS, compile_partition, toolchain
-from ..toolchains.mixed_precision import choose_wide_layers
+from ..quantization.mixed_precision import choose_wide_layers
 from ..verify import relative_error
 from .active import add_active_argument
 from .verbosity import Verbosity
@@ -104,7 +104,7 @@ class PartitionCommand:
         (feeds,) = feeds_of(parts.model, inputs) or [None]
         wide = [layer.strip() for layer in (args.wide_layers or "").split(",") if layer.strip()]
         if wide == ["auto"]:
-            plan = choose_wide_layers(parts, calibration_feeds, log=out.say, chain=toolchain(args.toolchain))
+            plan = choose_wide_layers(parts, calibration_feeds, log=out.say, form=toolchain(args.toolchain).int8_form())
             print(f"wide layers (16-bit activations): {','.join(plan.wide) or 'none'}, {len(plan.wide)} of "
                   f"{len(plan.sensitivity)}; the calibration frames within {100 * plan.errors[-1]:.2f} % "
                   f"in onnxruntime")

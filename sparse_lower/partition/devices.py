@@ -18,6 +18,8 @@ from .value_types import ValueTypes
 
 Predicate = Callable[[onnx.NodeProto, ValueTypes], "str | None"]
 
+ACCELERATOR = "nna"  # the device whose segments toolchains compile and int8 quantizes
+
 # Dense float compute an accelerator's compiler maps to its engines.
 NNA_OPS = frozenset({
     "Conv", "MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "Sigmoid", "Clip",

@@ -8,7 +8,8 @@ LiteRT (through onnx2tf) and Qualcomm's QNN HTP (through onnxruntime-qnn), each 
     outputs = compiled.run({"features": features, "coords": coords})
 
 One module per toolchain (base.py says what each provides); prepare.py changes a segment into the
-form toolchains take, runner.py compiles and runs across runtimes, quantize.py makes int8 segments.
+form toolchains take, runner.py compiles and runs across runtimes. int8 segments are made in
+sparse_lower.quantization, in the form each toolchain names (`Toolchain.int8_form`).
 """
 
 from .base import Toolchain

@@ -17,8 +17,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from ..quantization.forms import QUANTIZED_PRECISION, QuantizedForm
+from ..quantization.qdq import PartialQdq
+
 Run = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
-ACCELERATOR = "nna"  # the partition device whose segments a toolchain compiles
 
 
 def image_tensor(model: onnx.ModelProto) -> str | None:
@@ -27,8 +29,6 @@ def image_tensor(model: onnx.ModelProto) -> str | None:
                  if len(value.type.tensor_type.shape.dim) == 4), None)
 
 
-# the precision of a segment quantized with int8 weights, by the width of its activations
-QUANTIZED_PRECISION = {8: "int8", 16: "w8a16"}
 # the largest error relative to the output's magnitude expected from a precision; every quantized one: 2 %.
 # fp16 (unit roundoff 4.9e-4) through the 20 layers of the CenterPoint backbone: 1.2-2.1e-3 measured on
 # the real frames (rknn, QNN's HTP), so 5e-3
@@ -42,13 +42,6 @@ class Toolchain(ABC):
     distribution: str  # the PyPI distribution whose version is reported
     suffix: str  # of the artifact file
     precision: str = "fp32"  # what the accelerator computes in; once quantized, one of QUANTIZED_PRECISION
-    seven_bit_weights: bool = False  # with 8-bit activations: weights in −63…63 (segment_int8.quantize_qdq)
-    # whether its quantized form (`quantized`) is its own, so that the mixed-precision search measures that
-    # form rather than onnxruntime's (which the toolchains that read QDQ files run as onnxruntime does)
-    own_quantized_form: bool = False
-    # what the mixed-precision search holds its own form to in onnxruntime (mixed_precision.py): below the
-    # 2 % where the accelerator computes the same files measurably further off than onnxruntime's CPU
-    search_limit: float = TOLERANCE["int8"]
     # what the toolchain measurably does wrong with the nna image layout, "{image}" naming a 4-D tensor
     # of the segment; None where it takes that layout
     image_layout_wrong: str | None = None
@@ -81,25 +74,12 @@ class Toolchain(ABC):
             return None
         return self.image_layout_wrong.format(image=image), "lower with layout='rows'"
 
-    def quantization_ranges(self, model: onnx.ModelProto, samples: list[dict]) -> dict[str, tuple]:
-        """The MinMax ranges `quantized` calibrates `model` with on `samples`: computed once where a
-        caller quantizes one segment several ways (mixed_precision.py)."""
-        from .segment_int8 import activation_ranges, weight_products
-
-        return activation_ranges(model, samples, weight_products(model))
-
-    def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
-                  activation_bits: int = 8, wide: set[str] = frozenset(),
-                  ranges: dict[str, tuple] | None = None) -> onnx.ModelProto:
-        """The segment with int8 weights and `activation_bits` (8 or 16) activations, the products in
-        `wide` with 16-bit ones (mixed_precision.py): by default onnxruntime's QDQ form (segment_int8.py),
-        which the toolchains that read QDQ run as such; a toolchain that quantizes by itself keeps the
-        samples instead. `ranges`: `quantization_ranges(model, samples)`, computed here when absent."""
-        from .segment_int8 import quantize_qdq
-
-        self.precision = QUANTIZED_PRECISION[activation_bits]
-        return quantize_qdq(model, samples, keep_float, activation_bits, ranges, wide=wide,
-                            reduce_range=self.seven_bit_weights)
+    def int8_form(self) -> QuantizedForm:
+        """The quantized form the accelerator needs (sparse_lower.quantization.forms): how compile_partition
+        quantizes its segments, what the mixed-precision search measures and holds it to, and what the
+        accelerator refuses. By default onnxruntime's QDQ form of the products, which the toolchains that
+        read QDQ files run as such."""
+        return PartialQdq()
 
     def adapted(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """The prepared segment as this toolchain must be given it: the same computation in other standard

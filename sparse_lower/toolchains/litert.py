@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from ..errors import SparseLowerError
+from ..quantization.forms import Unsupported
 from .base import Run, Toolchain
 from .prepare import fed
 from .quiet import output_to
@@ -31,13 +32,11 @@ class LiteRt(Toolchain):
     image_layout_wrong = ("onnx2tf mistranslates the nna image layout (4-D '{image}': a gather on its last axis "
                           "fails to convert, the matmul combine converts to wrong numbers)")
 
-    def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
-                  activation_bits: int = 8, wide: set[str] = frozenset(),
-                  ranges: dict[str, tuple] | None = None) -> onnx.ModelProto:
+    def int8_form(self) -> Unsupported:
         """Refused: onnx2tf converts onnxruntime's QDQ segments to wrong numbers (32 % error on one SubM
         layer, measured), and its own int8 path (calibrated TFLite conversion) is not wired up here."""
-        raise SparseLowerError("int8 for LiteRT is not supported: onnx2tf converts the QDQ segments to wrong numbers",
-                               fix="run int8 with onnxruntime, OpenVINO, TVM or rknn; LiteRT in float32")
+        return Unsupported("int8 for LiteRT is not supported: onnx2tf converts the QDQ segments to wrong numbers",
+                           "run int8 with onnxruntime, OpenVINO, TVM or rknn; LiteRT in float32")
 
     def build(self, model: onnx.ModelProto, path: Path) -> None:
         import onnx2tf

@@ -16,9 +16,25 @@ from pathlib import Path
 
 import onnx
 
-from ..errors import SparseLowerError
+from ..quantization.qdq import PartialQdq
 from .base import Run, Toolchain, image_tensor
 from .prepare import fed
+
+
+class _OpenVinoQdq(PartialQdq):
+    """onnxruntime's QDQ form, refused for int16 activations in the rows layout with the scatter or matmul
+    combine: OpenVINO's numbers there are 5.5 % off on the head stack and 83 % on the patent 2-D stack,
+    where the QDQ model in onnxruntime is 0.08 % and 3.0 % off (docs/toolchains.md)."""
+
+    def refuses(self, model: onnx.ModelProto, activation_bits: int, wide: set[str]) -> tuple[str, str] | None:
+        stored = {tensor.name for tensor in model.graph.initializer}
+        combined_by = {node.op_type for node in model.graph.node if node.op_type == "ScatterElements"
+                       or (node.op_type == "MatMul" and not stored & set(node.input))}
+        if (activation_bits == 16 or wide) and combined_by and image_tensor(model) is None:
+            return (f"OpenVINO computes the rows layout's {'/'.join(sorted(combined_by))} combine wrong with int16 "
+                    f"activations (83 % off on the patent 2-D stack, measured)",
+                    "lower with combine='gather' or layout='image', or quantize with 8-bit activations")
+        return None
 
 
 class OpenVino(Toolchain):
@@ -27,22 +43,9 @@ class OpenVino(Toolchain):
     modules = ("openvino",)
     distribution = "openvino"
     suffix = ".xml"
-    seven_bit_weights = True  # an IR may run on a CPU without VNNI (module docstring)
 
-    def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
-                  activation_bits: int = 8, wide: set[str] = frozenset()) -> onnx.ModelProto:
-        """Refused for int16 activations in the rows layout with the scatter or matmul combine: OpenVINO's
-        numbers there are 5.5 % off on the head stack and 83 % on the patent 2-D stack, where the QDQ
-        model in onnxruntime is 0.08 % and 3.0 % off (docs/toolchains.md)."""
-        stored = {tensor.name for tensor in model.graph.initializer}
-        combined_by = {node.op_type for node in model.graph.node if node.op_type == "ScatterElements"
-                       or (node.op_type == "MatMul" and not stored & set(node.input))}
-        if (activation_bits == 16 or wide) and combined_by and image_tensor(model) is None:
-            raise SparseLowerError(f"OpenVINO computes the rows layout's {'/'.join(sorted(combined_by))} combine wrong "
-                                   f"with int16 activations (83 % off on the patent 2-D stack, measured)",
-                                   fix="lower with combine='gather' or layout='image', or quantize with 8-bit "
-                                       "activations")
-        return super().quantized(model, samples, keep_float, activation_bits, wide)
+    def int8_form(self) -> PartialQdq:
+        return _OpenVinoQdq(seven_bit_weights=True)  # an IR may run on a CPU without VNNI (module docstring)
 
     def build(self, model: onnx.ModelProto, path: Path) -> None:
         import openvino as ov

@@ -3,7 +3,7 @@ processor, simulated on x86) for the Snapdragon Ride Flex SoC (SA8255P, HTP v73)
 EPContext model that holds the compiled context binary: a deployment loads it without compiling again.
 
 Segments run on the HTP in fp16 (`enable_htp_fp16_precision`), or quantized with every tensor in QDQ
-form, 8 or 16 bits per layer (htp_int8.py).
+form, 8 or 16 bits per layer (sparse_lower/quantization/htp.py).
 Where each node runs is onnxruntime's own record of what each execution provider took
 (`session.record_ep_graph_assignment_info`): the QNN provider's nodes run on the HTP, the rest fall back
 to onnxruntime's CPU provider and are listed as fallbacks.
@@ -22,8 +22,8 @@ from pathlib import Path
 import onnx
 
 from ..errors import SparseLowerError
-from .base import QUANTIZED_PRECISION, Run, Toolchain
-from .htp_int8 import htp_form, htp_ranges, quantize_for_htp
+from ..quantization.htp import WholeGraphQdq
+from .base import Run, Toolchain
 from .prepare import fed
 from .quiet import output_to
 
@@ -38,26 +38,14 @@ class Qnn(Toolchain):
     distribution = "onnxruntime-qnn"
     suffix = ".qnn"  # an onnxruntime model (EPContext) with the context binary inside
     precision = "fp16"
-    own_quantized_form = True  # every tensor quantized (htp_int8.py)
-    # the HTP computed the CenterPoint backbone's plan (15 wide) 0.2-0.5 % further off than onnxruntime's
-    # CPU computes its files: 2.11 % and 2.03 % on the real frames against 1.64 % and 1.81 %
-    search_limit = 1.5e-2
     image_layout_wrong = ("QNN's HTP computes the nna image layout wrong (4-D '{image}': 32 % and 160 % off on the "
                           "patent 2-D and head stacks, measured)")
 
-    def quantization_ranges(self, model: onnx.ModelProto, samples: list[dict]) -> dict[str, tuple]:
-        return htp_ranges(htp_form(model), samples)
-
-    def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
-                  activation_bits: int = 8, wide: set[str] = frozenset(),
-                  ranges: dict[str, tuple] | None = None) -> onnx.ModelProto:
-        """The segment in the HTP's whole-graph QDQ form (htp_int8.py): uint8 tensors and int8 weights, or
-        uint16 ones with `activation_bits=16`; the products in `wide` and in `keep_float` (the HTP has no
-        float beside int8: 16 bits is the widest) with uint16 tensors and int16 weights."""
-        self.precision = QUANTIZED_PRECISION[activation_bits]
-        form = htp_form(model)
-        return quantize_for_htp(form, ranges or htp_ranges(form, samples), set(wide) | set(keep_float),
-                                activation_bits)
+    def int8_form(self) -> WholeGraphQdq:
+        """Every tensor quantized (quantization/htp.py). The search holds it to 1.5 %: the HTP computed the
+        CenterPoint backbone's plan (15 wide) 0.2-0.5 % further off than onnxruntime's CPU computes its
+        files, 2.11 % and 2.03 % on the real frames against 1.64 % and 1.81 %."""
+        return WholeGraphQdq(search_limit=1.5e-2)
 
     def build(self, model: onnx.ModelProto, path: Path) -> None:
         log = path.with_suffix(".log")

@@ -20,7 +20,8 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from ..errors import SparseLowerError
-from .base import QUANTIZED_PRECISION, Run, Toolchain
+from ..quantization.forms import CalibratedByToolchain
+from .base import Run, Toolchain
 from .prepare import fed
 from .quiet import output_to
 
@@ -40,19 +41,17 @@ class Rknn(Toolchain):
     def __init__(self):
         self.dataset: list[dict[str, np.ndarray]] | None = None  # int8 calibration inputs; None: fp16
 
-    def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
-                  activation_bits: int = 8, wide: set[str] = frozenset(),
-                  ranges: dict[str, tuple] | None = None) -> onnx.ModelProto:
-        """rknn quantizes by itself at build time (`do_quantization`, its own calibration on `samples`);
+    def int8_form(self) -> CalibratedByToolchain:
+        """rknn quantizes by itself at build time (`do_quantization`, its own calibration on the samples);
         it takes no list of layers to keep float, and for the RK3588 only 8-bit activations."""
-        if activation_bits != 8 or wide:
-            raise SparseLowerError(f"rknn-toolkit2 quantizes {TARGET} segments with 8-bit activations only (its "
-                                   f"message: The quantized_dtype = 'w8a16' not support in '{TARGET}')",
-                                   fix="quantize for rknn with 8-bit activations and no wide layers, or run 16-bit "
-                                       "activations with onnxruntime, OpenVINO or TVM")
-        self.precision = QUANTIZED_PRECISION[activation_bits]
+        return CalibratedByToolchain(
+            self._keep_dataset, f"rknn-toolkit2 quantizes {TARGET} segments with 8-bit activations only (its message: "
+                                f"The quantized_dtype = 'w8a16' not support in '{TARGET}')",
+            "quantize for rknn with 8-bit activations and no wide layers, or run 16-bit activations with onnxruntime, "
+            "OpenVINO or TVM")
+
+    def _keep_dataset(self, samples: list[dict]) -> None:
         self.dataset = samples
-        return model
 
     def _built(self, onnx_path: Path, model: onnx.ModelProto, log: Path):
         from rknn.api import RKNN

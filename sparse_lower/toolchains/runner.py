@@ -21,18 +21,22 @@ import onnx
 from ..errors import SparseLowerError
 from ..partition import Partition
 from ..runtime import create_session
-from .base import ACCELERATOR, QUANTIZED_PRECISION, Run, Toolchain
+from ..partition.devices import ACCELERATOR
+from ..quantization.calibration import segment_samples
+from ..quantization.forms import QUANTIZED_PRECISION
+from ..quantization.products import first_and_last_products, layer_products, weight_products
+from .base import Run, Toolchain
 from .prepare import prepare
 from .registry import toolchain
-from .segment_int8 import first_and_last_products, layer_products, segment_samples, weight_products
 
 def compile_partition(parts: Partition, name: str | Toolchain, directory: str | os.PathLike,
                       calibration: Iterable[Mapping[str, np.ndarray]] | None = None,
                       activation_bits: int = 8, wide_layers: Iterable[str] = ()) -> "CompiledPartition":
     """Write `parts` into `directory` with its accelerator segments compiled by toolchain `name`
     ("onnxruntime", "openvino", "tvm", "rknn", "tflite", "qnn"); returns the compiled partition, ready to run.
-    With `calibration` (graph feeds, e.g. real frames) the accelerator segments are quantized
-    (segment_int8.py) on what they read from those feeds: int8 weights, and int8 activations or, with
+    With `calibration` (graph feeds, e.g. real frames) the accelerator segments are quantized, in the
+    form the toolchain names (`Toolchain.int8_form`), on what they read from those feeds: int8 weights,
+    and int8 activations or, with
     `activation_bits=16`, int16 ones (precision "w8a16": on the CenterPoint backbone the 8-bit
     activations, not the weights, take its error above 2 %, docs/toolchains.md)."""
     if activation_bits not in QUANTIZED_PRECISION:
@@ -67,7 +71,12 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
         if samples is not None:
             own = by_layer[entry["index"]]
             wide = {product for layer in wide_layers & set(own) for product in own[layer]}
-            segment = chain.quantized(segment, samples[entry["index"]], keep_float, activation_bits, wide)
+            form = chain.int8_form()
+            refusal = form.refuses(segment, activation_bits, wide)
+            if refusal:
+                raise SparseLowerError(refusal[0], fix=refusal[1])
+            segment = form.quantized(segment, samples[entry["index"]], keep_float, activation_bits, wide)
+            chain.precision = QUANTIZED_PRECISION[activation_bits]
         prepared = chain.adapted(prepare(segment))
         onnx.save(prepared, file)  # the file the toolchain took
         artifact = file.with_suffix(chain.suffix)

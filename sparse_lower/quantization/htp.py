@@ -29,11 +29,43 @@ a Conv over `[rows, Cin, 1, 1]` (a search step on the backbone: about 8 s agains
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from .segment_int8 import static_quantized, tensor_ranges
+from .calibration import tensor_ranges
+from .forms import QuantizedForm
+from .qdq import static_quantized
+
+@dataclass(frozen=True)
+class WholeGraphQdq(QuantizedForm):
+    """This module's form as a toolchain names it (Toolchain.int8_form): the segment in `htp_form`, every
+    tensor quantized, the products in `wide` and in `keep_float` with 16-bit tensors and weights (the HTP
+    has no float beside int8: 16 bits is the widest). `search_limit`: what the mixed-precision search
+    holds this form to in onnxruntime."""
+
+    search_limit: float = 2e-2
+    # each segment's htp_form, by the model it was made of: the search quantizes one segment many times
+    _forms: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def form(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """`htp_form(model)`, made once per model."""
+        if id(model) not in self._forms:
+            self._forms[id(model)] = (model, htp_form(model))  # the model kept: its id stays its own
+        return self._forms[id(model)][1]
+
+    def ranges(self, model: onnx.ModelProto, samples: list[dict]) -> dict[str, tuple]:
+        return htp_ranges(self.form(model), samples)
+
+    def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
+                  activation_bits: int = 8, wide: set[str] = frozenset(),
+                  ranges: dict[str, tuple] | None = None) -> onnx.ModelProto:
+        form = self.form(model)
+        return quantize_for_htp(form, ranges or htp_ranges(form, samples), set(wide) | set(keep_float),
+                                activation_bits)
+
 
 GATHER_COLUMNS = 32  # the narrowest rows the HTP's quantized Gather was measured right on
 # ops that move or copy values without computing: a layer's input reaches its product through them

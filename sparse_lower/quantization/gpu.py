@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from .api import lower
-from .errors import SparseLowerError
-from .importers import SOURCE_FORMAT, detect_format, import_model
-from .model_io import exposing, load
-from .onnx_conventions import CUSTOM_DOMAIN, SOURCE_DOMAIN
-from .passes.check import CheckModel
-from .passes.manager import PassManager
-from .passes.quantize_convs import QuantizeConvs
-from .runtime import create_session
+from ..api import lower
+from ..errors import SparseLowerError
+from ..importers import SOURCE_FORMAT, detect_format, import_model
+from ..model_io import exposing, load
+from ..onnx_conventions import CUSTOM_DOMAIN, SOURCE_DOMAIN
+from ..passes.check import CheckModel
+from ..passes.manager import PassManager
+from ..passes.quantize_convs import QuantizeConvs
+from ..runtime import create_session
 
 
 @dataclass
