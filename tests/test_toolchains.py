@@ -6,6 +6,7 @@ skip, with the reason, where its pip extra is not installed."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -25,11 +26,11 @@ from sparse_lower.errors import SparseLowerError
 from sparse_lower.frames.sample import load_voxels
 from sparse_lower.models import CanonicalEmitter, centerpoint_head_stack, small_networks
 from sparse_lower.partition.segments import NodeGraph
-from sparse_lower.toolchains import TOOLCHAINS, CompiledPartition, compile_partition, toolchain
 from sparse_lower.quantization import choose_wide_layers
 from sparse_lower.quantization.calibration import activation_ranges, segment_samples
 from sparse_lower.quantization.products import first_and_last_products, weight_products
 from sparse_lower.quantization.qdq import quantize_qdq
+from sparse_lower.toolchains import TOOLCHAINS, CompiledPartition, compile_partition, toolchain
 from sparse_lower.toolchains.prepare import fed, narrowable_inputs, prepare
 from sparse_lower.verify import example_inputs, relative_error
 
@@ -302,6 +303,17 @@ def test_mixed_precision_widens_the_most_sensitive_layers_until_the_limit(tmp_pa
     assert all(np.array_equal(a[n], b[n]) for a, b in zip(all_wide, w8a16) for n in a)
 
 
+def test_the_old_name_of_the_search_still_works_with_a_warning():
+    sys.modules.pop("sparse_lower.toolchains.mixed_precision", None)
+    with pytest.warns(DeprecationWarning, match="use sparse_lower.quantization"):
+        old = importlib.import_module("sparse_lower.toolchains.mixed_precision")
+    assert old.Plan is sparse_lower.quantization.Plan
+    network, frames = patent_stack_frames(1)
+    parts = sparse_lower.partition(sparse_lower.lower(network.model, target="nna", max_active=network.capacity,
+                                                      layout="rows"))
+    assert old.choose_wide_layers(parts, frames, limit=1.0, chain=toolchain("onnxruntime")).wide == []
+
+
 def test_wide_layers_are_checked(tmp_path):
     network, frames = patent_stack_frames(1)
     parts = sparse_lower.partition(sparse_lower.lower(network.model, target="nna", max_active=network.capacity,
@@ -313,7 +325,9 @@ def test_wide_layers_are_checked(tmp_path):
         compile_partition(parts, "onnxruntime", tmp_path, wide_layers=["subm0"])
 
 
-def test_the_command_line_chooses_the_wide_layers(tmp_path, capsys):
+def test_the_command_line_chooses_the_wide_layers(tmp_path, capsys, monkeypatch):
+    """`partition --calibrate … --wide-layers auto`: the search's run of the calibration frames serves the
+    compile too (compile_partition never runs them again)."""
     network, frames = patent_stack_frames()
     onnx.save(sparse_lower.lower(network.model, target="nna", max_active=network.capacity, layout="rows"),
               tmp_path / "stack.nna.onnx")
@@ -323,6 +337,10 @@ def test_the_command_line_chooses_the_wide_layers(tmp_path, capsys):
         paths.append(str(tmp_path / f"frame{i}.npz"))
     command = ["partition", str(tmp_path / "stack.nna.onnx"), "--out-dir", str(tmp_path / "mixed"),
                "--for", "onnxruntime"]
+
+    def again(*args):
+        raise AssertionError("the calibration frames were run a second time")
+    monkeypatch.setattr("sparse_lower.toolchains.runner.segment_samples", again)
     assert main([*command, "--calibrate", *paths, "--wide-layers", "auto", "--inputs", paths[0]]) == 0
     out = capsys.readouterr().out
     assert re.search(r"wide layers \(16-bit activations\): (none|subm\d(,subm\d)?), \d of 2; the calibration frames "

@@ -92,7 +92,7 @@ def measure_qnn(lowered, parts, frames: list[dict], wide_given: str | None) -> N
     qnn = toolchain("qnn").int8_form()
     runs = QuantizedRuns(parts, frames, qnn)
     if wide_given is None:
-        plan = choose_wide_layers(parts, frames, log=lambda line: print(f"  {line}", flush=True), form=qnn)
+        plan = choose_wide_layers(parts, frames, log=lambda line: print(f"  {line}", flush=True), runs=runs)
         wide = plan.wide
     else:
         wide = [layer for layer in wide_given.split(",") if layer]

@@ -103,16 +103,17 @@ class PartitionCommand:
         calibration_feeds = feeds_of(parts.model, calibration)
         (feeds,) = feeds_of(parts.model, inputs) or [None]
         wide = [layer.strip() for layer in (args.wide_layers or "").split(",") if layer.strip()]
+        samples = None  # what the nna segments read on the calibration frames, once the search has run them
         if wide == ["auto"]:
             plan = choose_wide_layers(parts, calibration_feeds, log=out.say, form=toolchain(args.toolchain).int8_form())
             print(f"wide layers (16-bit activations): {','.join(plan.wide) or 'none'}, {len(plan.wide)} of "
                   f"{len(plan.sensitivity)}; the calibration frames within {100 * plan.errors[-1]:.2f} % "
                   f"in onnxruntime")
-            wide = plan.wide
+            wide, samples = plan.wide, plan.samples
         if args.toolchain:
             with out.captured():  # the toolchain's own build log: shown with -v
                 compiled = compile_partition(parts, args.toolchain, args.out_dir, calibration_feeds or None,
-                                             args.activation_bits, wide)
+                                             args.activation_bits, wide, samples)
             manifest = compiled.directory / "manifest.json"
         else:
             compiled, manifest = None, parts.to_onnx(args.out_dir)

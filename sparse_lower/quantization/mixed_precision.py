@@ -46,6 +46,7 @@ class Plan:
     errors: list[float]  # the largest error over the frames: every layer at 8 bits, then after each widening
     # and each layer put back to 8 bits
     sensitivity: dict[str, float]  # each layer alone at 8 bits, every other float; the most sensitive first
+    samples: dict[int, list[dict]]  # what each nna segment read on the frames: compile_partition(samples=...)
 
 
 class QuantizedRuns:
@@ -86,12 +87,14 @@ class QuantizedRuns:
 
 
 def choose_wide_layers(parts: Partition, calibration: Iterable[Mapping[str, np.ndarray]], limit: float | None = None,
-                       log: Callable[[str], None] = lambda line: None, form: QuantizedForm | None = None) -> Plan:
+                       log: Callable[[str], None] = lambda line: None, form: QuantizedForm | None = None,
+                       runs: QuantizedRuns | None = None) -> Plan:
     """The fewest layers, most sensitive first, that must read 16-bit activations for the partition's
     int8 nna segments to stay within `limit` on every calibration frame (module docstring), in `form`
     (`QuantizedRuns`). `limit`: by default what the form is held to (`QuantizedForm.search_limit`: 2 %,
-    QNN's HTP 1.5 %, as it computes further off)."""
-    runs = QuantizedRuns(parts, calibration, form)
+    QNN's HTP 1.5 %, as it computes further off). `runs`: the QuantizedRuns of these, where the caller
+    has made one (its float run and ranges are then not made again)."""
+    runs = runs if runs is not None else QuantizedRuns(parts, calibration, form)
     limit = limit if limit is not None else runs.form.search_limit
     layers = list(runs.layers)
 
@@ -117,4 +120,4 @@ def choose_wide_layers(parts: Partition, calibration: Iterable[Mapping[str, np.n
             log(f"without {layer}: {100 * without:.2f} %{' (back to 8 bits)' if without <= limit else ''}")
             if without <= limit:
                 wide, errors = fewer, [*errors, without]
-    return Plan(wide, errors, {layer: sensitivity[layer] for layer in ranked})
+    return Plan(wide, errors, {layer: sensitivity[layer] for layer in ranked}, runs.samples)

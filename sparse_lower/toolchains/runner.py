@@ -31,14 +31,17 @@ from .registry import toolchain
 
 def compile_partition(parts: Partition, name: str | Toolchain, directory: str | os.PathLike,
                       calibration: Iterable[Mapping[str, np.ndarray]] | None = None,
-                      activation_bits: int = 8, wide_layers: Iterable[str] = ()) -> "CompiledPartition":
+                      activation_bits: int = 8, wide_layers: Iterable[str] = (),
+                      samples: Mapping[int, list[dict]] | None = None) -> "CompiledPartition":
     """Write `parts` into `directory` with its accelerator segments compiled by toolchain `name`
     ("onnxruntime", "openvino", "tvm", "rknn", "tflite", "qnn"); returns the compiled partition, ready to run.
     With `calibration` (graph feeds, e.g. real frames) the accelerator segments are quantized, in the
     form the toolchain names (`Toolchain.int8_form`), on what they read from those feeds: int8 weights,
     and int8 activations or, with
     `activation_bits=16`, int16 ones (precision "w8a16": on the CenterPoint backbone the 8-bit
-    activations, not the weights, take its error above 2 %, docs/toolchains.md)."""
+    activations, not the weights, take its error above 2 %, docs/toolchains.md). `samples`: what each
+    accelerator segment reads on those feeds, where the caller has it (`Plan.samples` of the
+    mixed-precision search): the feeds are then not run again."""
     if activation_bits not in QUANTIZED_PRECISION:
         raise SparseLowerError(f"activation_bits={activation_bits}: activations quantize to 8 or 16 bits",
                                fix="pass activation_bits=8 (int8) or 16 (int8 weights, int16 activations)")
@@ -56,7 +59,8 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
     directory = Path(directory)
     manifest_path = parts.to_onnx(directory)
     manifest = json.loads(manifest_path.read_text())
-    samples = segment_samples(parts, calibration) if calibration is not None else None
+    if calibration is not None and samples is None:
+        samples = segment_samples(parts, calibration)
     keep_float = first_and_last_products(parts.graph) if calibration is not None else set()
     by_layer = {index: layer_products(weight_products(parts.segment_model(index))) for index in samples or {}}
     layers = {layer for products in by_layer.values() for layer in products}
