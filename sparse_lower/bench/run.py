@@ -13,6 +13,8 @@ import gc
 import json
 import os
 import platform
+import re
+import subprocess
 import time
 import traceback
 from pathlib import Path
@@ -21,6 +23,7 @@ import numpy as np
 
 from ..report import render
 from ..runtime import vector_units
+from ..version import VERSION
 from .cases import Skip, all_cases, scaling_cases, select
 from .memory import peak_rss_mb
 from .systems import default_systems, gemm_peak_gflops, numpy_gemm_peak_gflops
@@ -277,6 +280,21 @@ def scaling_plot(result: dict, out: Path) -> Path | None:
     return path
 
 
+def provenance_fields() -> dict:
+    """What the documentation's tables say of a run (bench/tables.py): the CPU's model, the units our
+    kernels used, the date (UTC) and the commit of the checkout measured (the package's version outside
+    one)."""
+    info = Path("/proc/cpuinfo")
+    models = re.findall(r"^model name\s*:\s*(.+)$", info.read_text(), re.M) if info.is_file() else []
+    try:
+        commit = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = f"sparse-lower {VERSION}"
+    return {"cpu": models[0] if models else platform.processor() or platform.machine(), "vector_units": vector_units(),
+            "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit}
+
+
 def run(out="bench_results", quick: bool = False, cases: str | None = None, repeat: int | None = None,
         nna_max_rows: int | None = 50_000, log=print, scaling: bool = False) -> dict:
     """Run the suite (with `scaling`: the scaling curves instead); returns the result dict (also written
@@ -292,7 +310,7 @@ def run(out="bench_results", quick: bool = False, cases: str | None = None, repe
     blas = numpy_gemm_peak_gflops(512 if quick else 2048, 3 if quick else 9)
     log(f"  {peak:.1f} GFLOP/s (two threads: {peak2:.1f}; numpy on {os.cpu_count()} cores: {blas:.1f})")
     result = {"machine": f"{platform.machine()}, {platform.processor() or platform.system()}, our kernels on "
-                         f"{vector_units()}",
+                         f"{vector_units()}", **provenance_fields(),
               "repeat": repeat, "quick": quick, "gemm_peak_gflops": peak, "gemm_peak_2threads_gflops": peak2,
               "numpy_gemm_gflops": blas, "cores": os.cpu_count(),
               "systems": [s.name for s in systems], "cases": []}

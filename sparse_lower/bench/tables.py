@@ -1,0 +1,57 @@
+"""Tables of the documentation written from a benchmark's results file, never typed: each table says
+the machine, its CPU units, the date and the commit it was measured on, and a test (tests/test_tables.py)
+fails when a table and its results file disagree. `python tools/render_tables.py` writes them.
+
+A table lives in its document between two markers, `<!-- table NAME: FILE -->` and `<!-- end of table
+NAME -->`; FILE is the results file (relative to the repository root) that it is written from.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+# the README's speed table: CenterPoint's backbone on both real frames, a row per system
+SPEED_SYSTEMS = {"ours-gpu-auto": "sparse_lower, gpu target, 1 thread",
+                 "ours-gpu-auto-2threads": "sparse_lower, gpu target, 2 threads",
+                 "spconv-2.3.8": "spconv 2.3.8, 1 thread (its CPU kernels give wrong sums on more)",
+                 "minkowski-0.5.4": "MinkowskiEngine 0.5.4, 2 threads"}
+SPEED_FRAMES = {"centerpoint/centerpoint-frame": "CenterPoint frame", "centerpoint/bevfusion-frame": "BEVFusion frame"}
+
+
+def provenance(result: dict) -> str:
+    """Where and when the results were measured, as a caption says it."""
+    return (f"{result.get('cpu', result['machine'])}, {result['cores']} cores; our kernels on "
+            f"{result.get('vector_units', 'unrecorded units')}; {result.get('date', 'undated')}, commit "
+            f"{result.get('commit', 'unrecorded')}")
+
+
+def speed_table(result: dict) -> str:
+    """CenterPoint's backbone on the real frames, ms per frame (medians), a row per system measured."""
+    cases = {record["case"]: record for record in result["cases"] if record["case"] in SPEED_FRAMES}
+    header = ["system", *(f"{SPEED_FRAMES[name]} ({cases[name]['rows_in']:,} voxels)" for name in SPEED_FRAMES)]
+    lines = [f"Medians of {result['repeat']} runs on {provenance(result)}:", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for system, title in SPEED_SYSTEMS.items():
+        times = [cases[name]["systems"].get(system, {}).get("median_ms") for name in SPEED_FRAMES]
+        if any(ms is not None for ms in times):
+            lines.append("| " + " | ".join([title, *("–" if ms is None else f"{ms:,.1f}" for ms in times)]) + " |")
+    return "\n".join(lines)
+
+
+TABLES = {"speed": speed_table}
+_MARKED = re.compile(r"(?P<open><!-- table (?P<name>[\w-]+): (?P<file>\S+) -->\n)(?P<body>.*?)"
+                     r"(?P<close><!-- end of table (?P=name) -->)", re.S)
+
+
+def marked_tables(text: str) -> list[tuple[str, str, str]]:
+    """(name, results file, the table as written) of every marked table of a document."""
+    return [(m["name"], m["file"], m["body"].rstrip("\n")) for m in _MARKED.finditer(text)]
+
+
+def rendered(text: str, root: Path) -> str:
+    """The document with each marked table written anew from its results file."""
+    def table(m: re.Match) -> str:
+        return m["open"] + TABLES[m["name"]](json.loads((root / m["file"]).read_text())) + "\n" + m["close"]
+    return _MARKED.sub(table, text)
