@@ -84,3 +84,12 @@ def test_each_custom_op_is_in_a_file_named_after_it_and_named_in_the_layout(op):
     headers = list(ROOT.joinpath("custom_ops").glob(f"*/{_snake(op)}.h"))
     assert len(headers) == 1, f"{op}: expected one custom_ops/<family>/{_snake(op)}.h, found {headers}"
     assert re.search(rf"\b{op}\b", layout_block()), f"name {op} in docs/layout.md"
+
+
+def test_each_tool_has_its_line_in_the_tools_readme():
+    """tools/README.md says what every script of tools/ is for (nothing there is unreachable)."""
+    tools = Path(__file__).resolve().parents[1] / "tools"
+    named = set(re.findall(r"^\| `([^`]+)` \|", (tools / "README.md").read_text(), re.M))
+    present = {p.name for p in tools.iterdir() if p.name != "README.md" and p.name != "__pycache__"}
+    present = {f"{name}/" if (tools / name).is_dir() else name for name in present}
+    assert named == present
