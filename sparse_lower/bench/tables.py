@@ -40,7 +40,41 @@ def speed_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"speed": speed_table}
+def results_table(result: dict) -> str:
+    """Every case and system of a benchmark run, as its results.md holds them (bench.run.markdown), the
+    provenance in the caption."""
+    from .run import markdown  # the bench's own rendering: one table, written once
+
+    table = [line for line in markdown(result).splitlines() if line.startswith("|")]
+    return "\n".join([f"Medians of {result['repeat']} runs on {provenance(result)}:", "", *table])
+
+
+# the scaling table: the voxels of each case, and its systems' medians and peak memory
+SCALING_SYSTEMS = {"ours-gpu-auto": "gpu, 1 thread", "ours-gpu-auto-2threads": "gpu, 2 threads",
+                   "ours-nna-levels-2threads": "nna per level, 2 threads", "ours-nna-pairs-2threads": "nna pairs, 2 threads",
+                   "spconv-2.3.8": "spconv"}
+SCALING_MEMORY = ["ours-gpu-auto", "ours-nna-levels-2threads", "ours-nna-pairs-2threads", "spconv-2.3.8"]
+
+
+def scaling_table(result: dict) -> str:
+    """`sparse-lower bench --scaling`: ms per frame by voxel count, and peak memory (GiB) of the gpu target,
+    the nna forms and spconv."""
+    header = ["voxels", *(f"{title} ms" for title in SCALING_SYSTEMS.values()),
+              "peak GiB: gpu / nna per level / nna pairs / spconv"]
+    lines = [f"Medians of {result['repeat']} runs on {provenance(result)}:", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for record in result["cases"]:
+        systems = record["systems"]
+        times = [systems.get(name, {}).get("median_ms") for name in SCALING_SYSTEMS]
+        memory = [systems.get(name, {}).get("peak_rss_mb") for name in SCALING_MEMORY]
+        voxels = record["case"].split("/")[-1].replace("1000k", "1M")
+        lines.append("| " + " | ".join([voxels, *("–" if ms is None else f"{ms:,.1f}" for ms in times),
+                                        " / ".join("–" if mb is None else f"{mb / 1024:.2f}" for mb in memory)])
+                     + " |")
+    return "\n".join(lines)
+
+
+TABLES = {"speed": speed_table, "results": results_table, "scaling": scaling_table}
 _MARKED = re.compile(r"(?P<open><!-- table (?P<name>[\w-]+): (?P<file>\S+) -->\n)(?P<body>.*?)"
                      r"(?P<close><!-- end of table (?P=name) -->)", re.S)
 
