@@ -6,6 +6,7 @@ anew from their results files: run it after committing a new results file.
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from sparse_lower.bench.tables import rendered
@@ -15,6 +16,7 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     for document in DOCUMENTS:
         text = document.read_text()
         new = rendered(text, ROOT)
