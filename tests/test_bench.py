@@ -154,7 +154,7 @@ def test_scaling_plot_and_option(tmp_path):
 
 
 def test_layers_per_run_splits_a_profile_by_run(tmp_path):
-    """Runs interleaved with other work (tools/unet_inverse_layers.py alternates with spconv) are read
+    """Runs interleaved with other work (a measurement that alternates ours with spconv) are read
     one by one from one profile: every run has every layer, and the runs add up to the whole profile."""
     from sparse_lower.api import lower
     from sparse_lower.bench.cases import QUICK_CAP, network_case

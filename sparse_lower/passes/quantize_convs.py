@@ -8,7 +8,7 @@ Per conv, from the largest value of each input channel over the calibration fram
 * W' is rounded to integers within ±63 with one w_scale per (tap, output channel): 7 bits, the most
   the kernel sums exactly without VNNI (docs/custom_ops.md). A scale per (tap, output channel) rather
   than per output channel: with int8 weights alone, the CenterPoint backbone's BEV output on the real
-  frames was 39.0 / 37.0 dB from float against 37.2 / 35.0 dB (tools/int8_gpu_accuracy.py).
+  frames was 39.0 / 37.0 dB from float against 37.2 / 35.0 dB (docs/performance.md, int8).
 The bias, the coords, the residual and the activation stay as they were (float).
 """
 

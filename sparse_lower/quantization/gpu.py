@@ -2,7 +2,7 @@
 
 Why post-training, MinMax, per channel: a deployment has frames but rarely a training loop; MinMax keeps
 every calibrated value representable, which on the real frames measured better than clipping at a
-percentile (tools/int8_gpu_accuracy.py); per channel costs nothing in the kernel (passes/quantize_convs.py).
+percentile (docs/performance.md, int8: accuracy of the alternatives); per channel costs nothing in the kernel (passes/quantize_convs.py).
 
 A conv stays float when its input rows go below zero on some calibration frame: IndexedConvInt8 reads
 u8 codes, which is what the rows a ReLU made need, and the first layer of a LiDAR network reads raw point
