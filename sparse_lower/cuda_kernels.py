@@ -24,6 +24,7 @@ from .schemas import ConvGeometry
 
 _ERROR_SIZE = 2048
 _TOO_SMALL = 2  # the ABI's "more rows than the capacity given"
+_PRODUCTS = {"float32": 0, "float16": 1, "bfloat16": 2}  # sl_indexed_conv's `half`
 _GEOMETRY_OPS = {"SubmanifoldMap": "SubmanifoldConv", "StridedMap": "SparseConv", "TransposedMap": "SparseDeconv",
                  "TargetMap": "SparseDeconv"}
 
@@ -220,10 +221,11 @@ class Kernels:
                    self._pointer(init), ctypes.c_int32(init is not None and init.ndim == 2), self._pointer(y))
         return y
 
-    def indexed_conv(self, x, idx, w, bias=None, residual=None, activation: str = "none", half: bool = False,
+    def indexed_conv(self, x, idx, w, bias=None, residual=None, activation: str = "none", precision: str = "float32",
                      splits: int = 0):
-        """IndexedConv: y [M, Cout]; `half` multiplies in float16 on tensor cores, summing in float32; `splits`
-        blocks share each output tile's taps (0: the library's choice for the GPU, 1: none)."""
+        """IndexedConv: y [M, Cout]; `precision` "float16" or "bfloat16" multiplies X and W rounded to it on
+        tensor cores, summing in float32; `splits` blocks share each output tile's taps (0: the library's
+        choice for the GPU, 1: none)."""
         x, idx, w = self._array(x, np.float32), self._array(idx, np.int64), self._array(w, np.float32)
         bias = None if bias is None else self._array(bias, np.float32)
         residual = None if residual is None else self._array(residual, np.float32)
@@ -232,7 +234,7 @@ class Kernels:
         self._call("sl_indexed_conv", self._pointer(x), ctypes.c_int64(x.shape[0]), ctypes.c_int64(x.shape[1]),
                    self._pointer(idx), ctypes.c_int64(rows), ctypes.c_int64(taps), self._pointer(w),
                    ctypes.c_int64(w.shape[2]), self._pointer(bias), self._pointer(residual),
-                   ctypes.c_int32(activation == "relu"), ctypes.c_int32(half), ctypes.c_int32(splits),
+                   ctypes.c_int32(activation == "relu"), ctypes.c_int32(_PRODUCTS[precision]), ctypes.c_int32(splits),
                    self._pointer(y))
         return y
 

@@ -260,9 +260,18 @@ def conv_inputs(rng, seed) -> dict:
     return inputs
 
 
-def emulated_conv(kernels, inputs, activation, half=False, splits=0):
-    return kernels.indexed_conv(inputs["X"], inputs["idx"], inputs["W"], inputs["B"], inputs["R"], activation, half,
-                                splits)
+def emulated_conv(kernels, inputs, activation, precision="float32", splits=0):
+    return kernels.indexed_conv(inputs["X"], inputs["idx"], inputs["W"], inputs["B"], inputs["R"], activation,
+                                precision, splits)
+
+
+def rounded(values: np.ndarray, precision: str) -> np.ndarray:
+    """float32 values rounded to float16 or bfloat16 (to nearest, ties to even), as float32."""
+    if precision == "float16":
+        return values.astype(np.float16).astype(np.float32)
+    bits = np.ascontiguousarray(values, np.float32).view(np.uint32).astype(np.uint64)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    return bits.view(np.float32)
 
 
 # Blocks per tile sharing its taps: the library's choice (here, as on an H100/H200, few tiles: a split of
@@ -284,64 +293,22 @@ def test_indexed_conv_float32(kernels, seed, splits):
     np.testing.assert_array_equal(again.view(np.uint32), got.view(np.uint32))  # the same bits run to run
 
 
+@pytest.mark.parametrize("precision", ["float16", "bfloat16"])
 @pytest.mark.parametrize("splits", SPLITS)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_indexed_conv_float16(kernels, seed, splits):
-    """Products of half-rounded inputs summed in float32: as a float64 reference of the rounded inputs to
-    float32 rounding (the tensor cores sum in their own order), and within 1e-2 of the float32 conv
-    (relative to its largest value)."""
+def test_indexed_conv_on_tensor_cores(kernels, seed, splits, precision):
+    """Products of inputs rounded to float16 or bfloat16, summed in float32: as a float64 reference of the
+    rounded inputs to float32 rounding (the tensor cores sum in their own order), and within 1e-2 of the
+    float32 conv (relative to its largest value)."""
     rng = np.random.default_rng(seed)
     inputs = conv_inputs(rng, seed)
     activation = "relu" if seed % 4 == 0 else "none"
-    got = emulated_conv(kernels, inputs, activation, half=True, splits=splits)
-    halved = {**inputs, "X": inputs["X"].astype(np.float16).astype(np.float32),
-              "W": inputs["W"].astype(np.float16).astype(np.float32)}
-    want = ref.indexed_conv(halved["X"], halved["idx"], halved["W"], halved["B"], halved["R"], activation)
+    got = emulated_conv(kernels, inputs, activation, precision, splits)
+    want = ref.indexed_conv(rounded(inputs["X"], precision), inputs["idx"], rounded(inputs["W"], precision),
+                            inputs["B"], inputs["R"], activation)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(inputs["X"].shape[1], 1))
     (full,) = run("IndexedConv", inputs, 1, activation=activation)
     assert np.abs(got - full).max(initial=0) <= 1e-2 * max(np.abs(full).max(initial=0), 1e-6)
-
-
-def int8_cases(rng, seed) -> tuple[dict, str]:
-    """IndexedConvInt8's inputs as conv_inputs draws the float conv's (row and column tiles, slices of 16
-    channels, taps of uneven fill, Cin up to 140: past the 64-column tile and several slices), and an
-    activation."""
-    n = 0 if seed % 10 == 3 else int(rng.integers(1, 200))
-    m = 0 if seed % 10 == 7 else int(rng.integers(1, 300))
-    taps, cin, cout = int(rng.integers(1, 28)), int(rng.integers(0, 140)), int(rng.integers(0, 140))
-    inputs = {**int8_conv_inputs(rng, n, m, taps, cin, cout), "B": None, "coords": None, "R": None}
-    inputs["idx"][:, rng.random(taps) < 0.3] = -1
-    if seed % 2:
-        inputs["B"] = rng.standard_normal(cout).astype(np.float32)
-    if seed % 3 == 0:
-        inputs["R"] = rng.standard_normal((m, cout)).astype(np.float32)
-    return inputs, "relu" if seed % 4 == 0 else "none"
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_indexed_conv_int8_has_the_cpu_librarys_bits(kernels, seed):
-    """Exact integer sums (centred codes on the tensor cores' s8 fragments) and the CPU kernel's float
-    steps in its order: the same bits as the CPU library, for every input."""
-    rng = np.random.default_rng(seed)
-    inputs, activation = int8_cases(rng, seed)
-    (want,) = run("IndexedConvInt8", inputs, 1, activation=activation)
-    got = kernels.indexed_conv_int8(inputs["X"], inputs["idx"], inputs["W"], inputs["x_scale"], inputs["w_scale"],
-                                    inputs["B"], inputs["R"], activation)
-    assert got.shape == want.shape and got.dtype == np.float32
-    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
-
-
-def test_indexed_conv_int8_on_the_widest_channels(kernels):
-    """Cin = 1024, the most the op sums exactly, with every code 255 and every weight ±63: the largest
-    sums, and the centred codes' correction at its largest."""
-    rng = np.random.default_rng(0)
-    inputs = int8_conv_inputs(rng, 70, 90, 3, 1024, 20)
-    inputs["X"][:] = 1e6  # every code clamps to 255
-    inputs["W"] = np.where(rng.random(inputs["W"].shape) < 0.5, 63, -63).astype(np.int8)
-    inputs["W"][0] = 63
-    (want,) = run("IndexedConvInt8", inputs, 1)
-    got = kernels.indexed_conv_int8(inputs["X"], inputs["idx"], inputs["W"], inputs["x_scale"], inputs["w_scale"])
-    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -529,8 +496,8 @@ def test_gpu_target_models_run_through_the_kernels(kernels, kernel_model, name):
     on_gpu = isinstance(kernels, OnHost)  # the CUDA library: torch tensors on the GPU, CuPy views of them
     device, device_kernels = ("cuda", kernels.kernels) if on_gpu else ("cpu", kernels)
     inputs = {k: torch.as_tensor(v, device=device) for k, v in feeds.items()}
-    for half, tolerance in ((False, 1e-5), (True, 1e-2)):
-        outputs = kernel_model(lowered, device_kernels, device, half).graph.run(inputs)
+    for precision, tolerance in (("float32", 1e-5), ("float16", 1e-2), ("bfloat16", 1e-2)):
+        outputs = kernel_model(lowered, device_kernels, device, precision).graph.run(inputs)
         for (output, value), got in zip(want.items(), outputs):
             got = got.cpu().numpy()
             assert got.shape == value.shape and got.dtype == value.dtype, output
@@ -554,6 +521,6 @@ def test_int8_gpu_target_runs_through_the_kernels(kernels, kernel_model):
     on_gpu = isinstance(kernels, OnHost)
     device, device_kernels = ("cuda", kernels.kernels) if on_gpu else ("cpu", kernels)
     inputs = {k: torch.as_tensor(v, device=device) for k, v in frames[2].items()}
-    outputs = kernel_model(quantized, device_kernels, device, False).graph.run(inputs)
+    outputs = kernel_model(quantized, device_kernels, device, "float32").graph.run(inputs)
     for value, got in zip(want, outputs):
         np.testing.assert_array_equal(got.cpu().numpy(), value)

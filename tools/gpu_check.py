@@ -130,15 +130,16 @@ def kernel_tests(data: Path) -> bool:
 class KernelModel:
     """A gpu-target model run node by node: its custom ops through the C ABI of `kernels` (the CUDA
     library on the GPU; the emulated one on the host, as tests/test_cuda_bodies.py runs it), the rest by
-    PyTorch (tools/portable_torch.py's TorchGraph) on `device`, with `half` convs in float16. With `deferred`,
+    PyTorch (tools/portable_torch.py's TorchGraph) on `device`, its convs' products in `precision` ("float32",
+    or "float16" / "bfloat16" on tensor cores). With `deferred`,
     the ops' input checks report once, at the end of each run (the kernels' deferred checks: nothing but
     the sizes of outputs comes back to the host inside a run); else each op reports its own. `splits`: the
     blocks that share each conv tile's taps (0: the library's choice for the GPU, 1: none)."""
 
-    def __init__(self, model, kernels, device: str, half: bool, deferred: bool = True, splits: int = 0):
+    def __init__(self, model, kernels, device: str, precision: str, deferred: bool = True, splits: int = 0):
         import torch
 
-        self.torch, self.kernels, self.device, self.half = torch, kernels, device, half
+        self.torch, self.kernels, self.device, self.precision = torch, kernels, device, precision
         self.deferred, self.splits = deferred, splits
         ops = {"SubmanifoldMap": self._submanifold_map, "StridedMap": self._reached_map,
                "TransposedMap": self._reached_map, "TargetMap": self._target_map, "SiteIndex": self._site_index,
@@ -200,7 +201,7 @@ class KernelModel:
         x, idx, w = inputs[:3]
         bias, residual, activation = self._epilogue(x, inputs[3:], attrs)
         return self._out(self.kernels.indexed_conv(self._in(x), self._in(idx), self._in(w), bias, residual, activation,
-                                                   self.half, self.splits))
+                                                   self.precision, self.splits))
 
     def _conv_int8(self, node, inputs, attrs):
         x, idx, w, x_scale, w_scale = inputs[:5]
@@ -312,15 +313,16 @@ def backbone(data: Path, repeat: int) -> tuple[bool, dict]:
     calibration = dict(zip(("features", "coords"), load_voxels(data / "nuscenes_bevfusion_voxels.npz")[:2]))
     quantized, _ = sparse_lower.quantize(model, [calibration])
     (want_int8,) = sparse_lower.create_session(quantized, sess_options=options).run(None, feeds)
-    # (model, half, deferred checks, tap splits, tolerance, expected): the last two float16 rows measure what
-    # the deferred checks and the split taps each save
-    variants = {"float32": (model, False, True, 0, FLOAT32_TOLERANCE, want),
-                "float16": (model, True, True, 0, FLOAT16_TOLERANCE, want),
-                "float16, per-op checks": (model, True, False, 0, FLOAT16_TOLERANCE, want),
-                "float16, no tap split": (model, True, True, 1, FLOAT16_TOLERANCE, want),
-                "int8": (quantized, False, True, 0, FLOAT16_TOLERANCE, want_int8)}
-    for variant, (lowered, half, deferred, splits, tolerance, expected) in variants.items():
-        gpu = KernelModel(lowered, kernels, "cuda", half, deferred, splits)
+    # (model, products, deferred checks, tap splits, tolerance, expected): the two float16 rows after the first
+    # measure what the deferred checks and the split taps each save
+    variants = {"float32": (model, "float32", True, 0, FLOAT32_TOLERANCE, want),
+                "float16": (model, "float16", True, 0, FLOAT16_TOLERANCE, want),
+                "float16, per-op checks": (model, "float16", False, 0, FLOAT16_TOLERANCE, want),
+                "float16, no tap split": (model, "float16", True, 1, FLOAT16_TOLERANCE, want),
+                "bfloat16": (model, "bfloat16", True, 0, FLOAT16_TOLERANCE, want),
+                "int8": (quantized, "float32", True, 0, FLOAT16_TOLERANCE, want_int8)}
+    for variant, (lowered, precision, deferred, splits, tolerance, expected) in variants.items():
+        gpu = KernelModel(lowered, kernels, "cuda", precision, deferred, splits)
         got = gpu.run(on_gpu).cpu().numpy()
         error = relative_error(got, expected)
         ms, per_node = gpu.timed(on_gpu, repeat)

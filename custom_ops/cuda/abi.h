@@ -80,8 +80,8 @@ SL_EXPORT int sl_fold(void* stream, const float* rows, const int64_t* idx, int64
                       char* error, int64_t error_size);
 
 /* IndexedConv: y [rows, cout] = act(bias + Σ_k x[idx[m, k]] · w[k] + residual); bias and residual may be
- * null; half = 1 multiplies in float16 on tensor cores, summing in float32; `splits` blocks share each
- * output tile's taps (0: as many as fill the GPU, the library's choice; 1: none). */
+ * null; half = 1 multiplies in float16 on tensor cores, 2 in bfloat16, summing in float32 (0: float32);
+ * `splits` blocks share each output tile's taps (0: as many as fill the GPU, the library's choice; 1: none). */
 SL_EXPORT int sl_indexed_conv(void* stream, const float* x, int64_t inputs, int64_t cin, const int64_t* idx,
                               int64_t rows, int64_t taps, const float* w, int64_t cout, const float* bias,
                               const float* residual, int32_t relu, int32_t half, int32_t splits, float* y,

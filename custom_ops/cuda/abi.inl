@@ -190,8 +190,9 @@ int sl_indexed_conv(void* stream, const float* x, int64_t inputs, int64_t cin, c
                     int32_t half, int32_t splits, float* y, char* error, int64_t error_size) {
   return Guarded(error, error_size, [&] {
     if (splits < 0) Fail("splits = ", splits, " must be at least 0");
+    if (half < 0 || half > 2) Fail("half = ", half, " must be 0 (float32), 1 (float16) or 2 (bfloat16)");
     const bodies::ConvArgs args{x, inputs, cin, idx, rows, taps, w, cout, bias, residual, relu, y};
-    kernels::Conv<Backend>(StreamOf(stream), args, half != 0, splits);
+    kernels::Conv<Backend>(StreamOf(stream), args, static_cast<bodies::Products>(half), splits);
     return 0;
   });
 }

@@ -515,20 +515,20 @@ inline int32_t TapSplits(const bodies::ConvArgs& a, int multiprocessors) {
   return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>({wanted, kMostSplits, a.taps})));
 }
 
-// IndexedConv (float32, or with `half` its products in float16 on tensor cores, summed in float32), its
+// IndexedConv, its products in float32 or on tensor cores in float16 or bfloat16 (summed in float32), its
 // taps split across `splits` blocks per tile (0: as TapSplits chooses for this GPU).
 template <typename B>
-void Conv(typename B::Stream s, bodies::ConvArgs args, bool half, int32_t splits = 0) {
+void Conv(typename B::Stream s, bodies::ConvArgs args, bodies::Products products, int32_t splits = 0) {
   CheckTapIndices<B>(s, args.idx, args.rows, args.taps, args.inputs, "rows");
   args.splits = splits > 0 ? std::max<int32_t>(1, static_cast<int32_t>(std::min<int64_t>(splits, args.taps)))
                            : TapSplits(args, B::Multiprocessors(s));
   args.split_taps = (args.taps + args.splits - 1) / args.splits;
   typename B::template Buffer<float> partial(s, args.splits > 1 ? args.splits * args.rows * args.cout : 0);
   args.partial = partial.data();
-  if (half) {
-    B::ConvHalf(s, args);
-  } else {
+  if (products == bodies::Products::kFloat32) {
     B::ConvFloat(s, args);
+  } else {
+    B::ConvHalf(s, args, products);
   }
   if (args.splits > 1) {
     const bodies::ConvArgs a = args;

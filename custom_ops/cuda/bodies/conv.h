@@ -38,6 +38,10 @@ constexpr int kWarpTile = 32;                                                   
 constexpr int kHalfWarps = (kTileRows / kWarpTile) * (kTileCols / kWarpTile);     // 4
 constexpr int kHalfThreads = 32 * kHalfWarps;                                     // 128
 
+// What the products of IndexedConv are computed in: float32 (each thread's FMAs), or X and W rounded to
+// float16 or bfloat16 and multiplied on tensor cores, summing in float32. (The values of the C ABI's `half`.)
+enum class Products : int32_t { kFloat32 = 0, kFloat16 = 1, kBfloat16 = 2 };
+
 struct ConvArgs {
   const float* x;         // [inputs, cin]
   int64_t inputs, cin;
@@ -189,7 +193,7 @@ SL_HD inline void StoreFloat(const ConvArgs& a, int z, int64_t first_row, int64_
   }
 }
 
-// ---- float16 --------------------------------------------------------------------------------------------
+// ---- float16 and bfloat16 ---------------------------------------------------------------------------------
 
 // Leading dimensions of the half slices and of the float tile the fragments are stored to (the tensor
 // core loads want multiples of 8 halves, the stores of 4 floats).

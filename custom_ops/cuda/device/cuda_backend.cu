@@ -1,5 +1,6 @@
 #include "cuda/device/cuda_backend.h"
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
 #include <thrust/copy.h>
@@ -46,13 +47,22 @@ __global__ void __launch_bounds__(kFloatThreads) ConvFloatKernel(ConvArgs a) {
   StoreFloat(a, z, first_row, first_col, t, acc);
 }
 
-__device__ __half ToHalf(float v) { return __float2half_rn(v); }
+// X and W rounded to T (__half or __nv_bfloat16), to nearest, ties to even.
+template <typename T>
+struct Rounded {
+  __device__ T operator()(float v) const;
+};
+template <>
+__device__ __half Rounded<__half>::operator()(float v) const { return __float2half_rn(v); }
+template <>
+__device__ __nv_bfloat16 Rounded<__nv_bfloat16>::operator()(float v) const { return __float2bfloat16_rn(v); }
 
+template <typename T>
 __global__ void __launch_bounds__(kHalfThreads) ConvHalfKernel(ConvArgs a) {
   using namespace nvcuda;
   __shared__ TileSources sources;
-  __shared__ __align__(32) __half x[kTileRows * kHalfSliceLead];
-  __shared__ __align__(32) __half w[kTileDepth * kHalfWeightLead];
+  __shared__ __align__(32) T x[kTileRows * kHalfSliceLead];
+  __shared__ __align__(32) T w[kTileDepth * kHalfWeightLead];
   __shared__ __align__(32) float tile[kTileRows * kTileLead];
   const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kTileRows;
   const int64_t first_col = static_cast<int64_t>(blockIdx.y) * kTileCols;
@@ -65,13 +75,13 @@ __global__ void __launch_bounds__(kHalfThreads) ConvHalfKernel(ConvArgs a) {
   for (int64_t k = TapsBegin(a, z); k < TapsEnd(a, z); ++k) {
     if (!ListTap(a, first_row, k, sources)) continue;
     for (int64_t c0 = 0; c0 < a.cin; c0 += kTileDepth) {
-      LoadHalfSlice(a, sources, k, c0, first_col, t, x, w, ToHalf);
+      LoadHalfSlice(a, sources, k, c0, first_col, t, x, w, Rounded<T>());
       __syncthreads();
       for (int i = 0; i < 2; ++i) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> xa;
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> xa;
         wmma::load_matrix_sync(xa, x + (r0 + 16 * i) * kHalfSliceLead, kHalfSliceLead);
         for (int j = 0; j < 2; ++j) {
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> wb;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> wb;
           wmma::load_matrix_sync(wb, w + n0 + 16 * j, kHalfWeightLead);
           wmma::mma_sync(acc[i][j], xa, wb, acc[i][j]);
         }
@@ -190,10 +200,15 @@ void CudaBackend::ConvFloat(Stream stream, const ConvArgs& args) {
   CheckCuda(cudaGetLastError(), "the IndexedConv kernel (float32)");
 }
 
-void CudaBackend::ConvHalf(Stream stream, const ConvArgs& args) {
+void CudaBackend::ConvHalf(Stream stream, const ConvArgs& args, Products products) {
   if (args.rows == 0 || args.cout == 0) return;
-  ConvHalfKernel<<<TileGrid(args), kHalfThreads, 0, stream>>>(args);
-  CheckCuda(cudaGetLastError(), "the IndexedConv kernel (float16)");
+  if (products == Products::kBfloat16) {
+    ConvHalfKernel<__nv_bfloat16><<<TileGrid(args), kHalfThreads, 0, stream>>>(args);
+    CheckCuda(cudaGetLastError(), "the IndexedConv kernel (bfloat16)");
+  } else {
+    ConvHalfKernel<__half><<<TileGrid(args), kHalfThreads, 0, stream>>>(args);
+    CheckCuda(cudaGetLastError(), "the IndexedConv kernel (float16)");
+  }
 }
 
 void CudaBackend::ConvInt8(Stream stream, const Int8ConvArgs& args) {

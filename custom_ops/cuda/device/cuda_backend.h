@@ -71,7 +71,8 @@ struct CudaBackend {
   static int64_t Select(Stream stream, const uint8_t* flags, int64_t count, int64_t* out);
 
   static void ConvFloat(Stream stream, const bodies::ConvArgs& args);
-  static void ConvHalf(Stream stream, const bodies::ConvArgs& args);
+  // Products in float16 or bfloat16 (`products`) on tensor cores, summed in float32.
+  static void ConvHalf(Stream stream, const bodies::ConvArgs& args, bodies::Products products);
   static void ConvInt8(Stream stream, const bodies::Int8ConvArgs& args);
 };
 

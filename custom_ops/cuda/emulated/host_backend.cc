@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <utility>
 
@@ -12,6 +13,16 @@ using namespace bodies;
 
 // A half-precision value as float: the nearest half, ties to even (as the GPU's conversion).
 float ToHalf(float v) { return static_cast<float>(static_cast<_Float16>(v)); }
+
+// A bfloat16 value as float: the nearest, ties to even (as the GPU's __float2bfloat16_rn); NaN stays NaN.
+float ToBfloat16(float v) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return v;
+  bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
 
 // The tap loop of block z of a tile, as cuda/device/cuda_backend.cu launches it: phases 1–2 list the
 // tap's inputs, and only a tap that some row has is multiplied, slice by slice. `slice(k, c0)` runs
@@ -77,7 +88,8 @@ void HostBackend::ConvFloat(Stream, const ConvArgs& a) {
   }
 }
 
-void HostBackend::ConvHalf(Stream, const ConvArgs& a) {
+void HostBackend::ConvHalf(Stream, const ConvArgs& a, Products products) {
+  float (*const round)(float) = products == Products::kBfloat16 ? ToBfloat16 : ToHalf;
   std::vector<float> x(kTileRows * kHalfSliceLead), w(kTileDepth * kHalfWeightLead), tile(kTileRows * kTileLead);
   for (int z = 0; z < a.splits; ++z) {
     for (int64_t row_tile = 0; row_tile < Tiles(a.rows, kTileRows); ++row_tile) {
@@ -86,7 +98,7 @@ void HostBackend::ConvHalf(Stream, const ConvArgs& a) {
         std::fill(tile.begin(), tile.end(), 0.0f);  // the fragments start at zero; the bias comes last
         TapLoop(a, z, first_row, kHalfThreads, [&](const TileSources& sources, int64_t k, int64_t c0) {
           for (int t = 0; t < kHalfThreads; ++t) {
-            LoadHalfSlice(a, sources, k, c0, first_col, t, x.data(), w.data(), ToHalf);
+            LoadHalfSlice(a, sources, k, c0, first_col, t, x.data(), w.data(), round);
           }
           // Each warp's 32 × 32 block: what its 2 × 2 tensor-core products add, in float32.
           for (int warp = 0; warp < kHalfWarps; ++warp) {

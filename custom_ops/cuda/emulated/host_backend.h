@@ -55,7 +55,8 @@ struct HostBackend {
   static int64_t Select(Stream, const uint8_t* flags, int64_t count, int64_t* out);
 
   static void ConvFloat(Stream, const bodies::ConvArgs& args);
-  static void ConvHalf(Stream, const bodies::ConvArgs& args);
+  // Products in float16 or bfloat16 (`products`), as the tensor cores compute them.
+  static void ConvHalf(Stream, const bodies::ConvArgs& args, bodies::Products products);
   static void ConvInt8(Stream, const bodies::Int8ConvArgs& args);
 };
 
