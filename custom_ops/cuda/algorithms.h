@@ -508,8 +508,8 @@ constexpr int32_t kMostSplits = 8;
 // How many blocks share each tile's taps: enough for kBlocksPerMultiprocessor blocks on each of the GPU's
 // multiprocessors, at most kMostSplits and the taps; 1 where the tiles alone are that many.
 inline int32_t TapSplits(const bodies::ConvArgs& a, int multiprocessors) {
-  const int64_t tiles = ((a.rows + bodies::kTileRows - 1) / bodies::kTileRows) *
-                        ((a.cout + bodies::kTileCols - 1) / bodies::kTileCols);
+  const int cols = bodies::TileColumns(a.cout);
+  const int64_t tiles = ((a.rows + bodies::kTileRows - 1) / bodies::kTileRows) * ((a.cout + cols - 1) / cols);
   if (tiles == 0) return 1;
   const int64_t wanted = (kBlocksPerMultiprocessor * multiprocessors + tiles - 1) / tiles;
   return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>({wanted, kMostSplits, a.taps})));

@@ -30,13 +30,28 @@ namespace sparse_lower {
 namespace bodies {
 
 constexpr int kTileRows = 64;
-constexpr int kTileCols = 64;
+constexpr int kTileCols = 64;  // the widest tile (the int8 kernel's)
 constexpr int kTileDepth = 16;
 constexpr int kMicro = 4;                                                        // float32: 4 × 4 per thread
-constexpr int kFloatThreads = (kTileRows / kMicro) * (kTileCols / kMicro);        // 256
 constexpr int kWarpTile = 32;                                                     // float16: 32 × 32 per warp
-constexpr int kHalfWarps = (kTileRows / kWarpTile) * (kTileCols / kWarpTile);     // 4
-constexpr int kHalfThreads = 32 * kHalfWarps;                                     // 128
+constexpr int kHalfWarps = (kTileRows / kWarpTile) * (kTileCols / kWarpTile);     // 4 in the widest tile
+
+// An output tile of kTileRows rows × Cols columns: 16, 32 or 64, the narrowest that holds Cout
+// (TileColumns), so that a layer of 16 output channels computes no column past them.
+template <int Cols>
+struct Tile {
+  static constexpr int kCols = Cols;
+  static constexpr int kFloatThreads = (kTileRows / kMicro) * (Cols / kMicro);    // 64, 128, 256
+  static constexpr int kWarpCols = Cols < kWarpTile ? Cols : kWarpTile;           // a warp's 32 × 16 or 32 × 32
+  static constexpr int kHalfWarps = (kTileRows / kWarpTile) * (Cols / kWarpCols); // 2, 2, 4
+  static constexpr int kHalfThreads = 32 * kHalfWarps;
+  // leading dimensions of W's half slice and of the float tile the fragments are stored to (the tensor
+  // core loads want multiples of 8 halves, the stores of 4 floats)
+  static constexpr int kWeightLead = Cols + 8;
+  static constexpr int kLead = Cols + 4;
+};
+
+SL_HD inline int TileColumns(int64_t cout) { return cout <= 16 ? 16 : cout <= 32 ? 32 : kTileCols; }
 
 // What the products of IndexedConv are computed in: float32 (each thread's FMAs), or X and W rounded to
 // float16 or bfloat16 and multiplied on tensor cores, summing in float32. (The values of the C ABI's `half`.)
@@ -111,9 +126,10 @@ SL_HD inline float Finish(const ConvArgs& a, int64_t m, int64_t o, float value) 
 
 // A slice of the tile in shared memory: X transposed (depth-major), so that a thread reads its rows'
 // values of one channel side by side.
+template <typename T>
 struct FloatSlice {
   float x[kTileDepth][kTileRows];
-  float w[kTileDepth][kTileCols];
+  float w[kTileDepth][T::kCols];
 };
 
 // The accumulators of one thread: rows (t / 16)·4 + i, columns (t % 16)·4 + j of the tile.
@@ -121,8 +137,10 @@ struct FloatAccumulators {
   float v[kMicro][kMicro];
 };
 
-SL_HD inline int MicroRow(int t) { return (t / (kTileCols / kMicro)) * kMicro; }
-SL_HD inline int MicroCol(int t) { return (t % (kTileCols / kMicro)) * kMicro; }
+template <typename T>
+SL_HD inline int MicroRow(int t) { return (t / (T::kCols / kMicro)) * kMicro; }
+template <typename T>
+SL_HD inline int MicroCol(int t) { return (t % (T::kCols / kMicro)) * kMicro; }
 
 // The bias of column o where a tile's sums start from it (no split), else 0.
 SL_HD inline float StartOf(const ConvArgs& a, int64_t o) {
@@ -146,30 +164,33 @@ SL_HD inline void AddSplits(const ConvArgs& a, int64_t m, int64_t o) {
 }
 
 // Before the first tap: the bias (0 without one, or with a split).
+template <typename T>
 SL_HD inline void StartFloat(const ConvArgs& a, int64_t first_col, int t, FloatAccumulators& acc) {
   for (int j = 0; j < kMicro; ++j) {
-    const int64_t o = first_col + MicroCol(t) + j;
+    const int64_t o = first_col + MicroCol<T>(t) + j;
     const float start = StartOf(a, o);
     for (int i = 0; i < kMicro; ++i) acc.v[i][j] = start;
   }
 }
 
 // Phase 3: thread t loads its share of the slice (channels c0 …) of X and W.
+template <typename T>
 SL_HD inline void LoadFloatSlice(const ConvArgs& a, const TileSources& s, int64_t k, int64_t c0, int64_t first_col,
-                                 int t, FloatSlice& slice) {
-  for (int e = t; e < kTileRows * kTileDepth; e += kFloatThreads) {
+                                 int t, FloatSlice<T>& slice) {
+  for (int e = t; e < kTileRows * kTileDepth; e += T::kFloatThreads) {
     const int r = e / kTileDepth, cc = e % kTileDepth;
     slice.x[cc][r] = GatheredX(a, s, r, c0, cc);
   }
-  for (int e = t; e < kTileDepth * kTileCols; e += kFloatThreads) {
-    const int cc = e / kTileCols, n = e % kTileCols;
+  for (int e = t; e < kTileDepth * T::kCols; e += T::kFloatThreads) {
+    const int cc = e / T::kCols, n = e % T::kCols;
     slice.w[cc][n] = WeightAt(a, k, c0, cc, first_col, n);
   }
 }
 
 // Phase 4: thread t multiplies the slice into its accumulators, channel by ascending channel.
-SL_HD inline void MultiplyFloatSlice(const FloatSlice& slice, int t, FloatAccumulators& acc) {
-  const int r0 = MicroRow(t), n0 = MicroCol(t);
+template <typename T>
+SL_HD inline void MultiplyFloatSlice(const FloatSlice<T>& slice, int t, FloatAccumulators& acc) {
+  const int r0 = MicroRow<T>(t), n0 = MicroCol<T>(t);
   for (int cc = 0; cc < kTileDepth; ++cc) {
     float x[kMicro], w[kMicro];
     for (int i = 0; i < kMicro; ++i) x[i] = slice.x[cc][r0 + i];
@@ -181,13 +202,14 @@ SL_HD inline void MultiplyFloatSlice(const FloatSlice& slice, int t, FloatAccumu
 }
 
 // Last: thread t writes its elements (of Y through the epilogue, or of split z's partial rows).
+template <typename T>
 SL_HD inline void StoreFloat(const ConvArgs& a, int z, int64_t first_row, int64_t first_col, int t,
                              const FloatAccumulators& acc) {
   for (int i = 0; i < kMicro; ++i) {
-    const int64_t m = first_row + MicroRow(t) + i;
+    const int64_t m = first_row + MicroRow<T>(t) + i;
     if (m >= a.rows) break;
     for (int j = 0; j < kMicro; ++j) {
-      const int64_t o = first_col + MicroCol(t) + j;
+      const int64_t o = first_col + MicroCol<T>(t) + j;
       if (o < a.cout) Put(a, z, m, o, acc.v[i][j]);
     }
   }
@@ -195,35 +217,41 @@ SL_HD inline void StoreFloat(const ConvArgs& a, int z, int64_t first_row, int64_
 
 // ---- float16 and bfloat16 ---------------------------------------------------------------------------------
 
-// Leading dimensions of the half slices and of the float tile the fragments are stored to (the tensor
-// core loads want multiples of 8 halves, the stores of 4 floats).
+// Leading dimension of X's half slice (a multiple of 8 halves, as the tensor core loads want), and of the
+// widest float tile (the int8 kernel's sums).
 constexpr int kHalfSliceLead = kTileDepth + 8;
-constexpr int kHalfWeightLead = kTileCols + 8;
 constexpr int kTileLead = kTileCols + 4;
 
-// Phase 3 in float16: thread t loads its share of the slice, rounded to half by `to_half`, X row-major
+// Phase 3 in float16 or bfloat16: thread t loads its share of the slice, rounded by `to_half`, X row-major
 // [rows × depth] and W row-major [depth × cols] as the fragments read them.
-template <typename Half, typename ToHalf>
+template <typename T, typename Half, typename ToHalf>
 SL_HD inline void LoadHalfSlice(const ConvArgs& a, const TileSources& s, int64_t k, int64_t c0, int64_t first_col,
                                 int t, Half* x, Half* w, ToHalf to_half) {
-  for (int e = t; e < kTileRows * kTileDepth; e += kHalfThreads) {
+  for (int e = t; e < kTileRows * kTileDepth; e += T::kHalfThreads) {
     const int r = e / kTileDepth, cc = e % kTileDepth;
     x[r * kHalfSliceLead + cc] = to_half(GatheredX(a, s, r, c0, cc));
   }
-  for (int e = t; e < kTileDepth * kTileCols; e += kHalfThreads) {
-    const int cc = e / kTileCols, n = e % kTileCols;
-    w[cc * kHalfWeightLead + n] = to_half(WeightAt(a, k, c0, cc, first_col, n));
+  for (int e = t; e < kTileDepth * T::kCols; e += T::kHalfThreads) {
+    const int cc = e / T::kCols, n = e % T::kCols;
+    w[cc * T::kWeightLead + n] = to_half(WeightAt(a, k, c0, cc, first_col, n));
   }
 }
 
-// Last, in float16: thread t writes its elements of the tile (the sums the fragments stored, plus the
-// bias without a split) as StoreFloat does.
+// The top-left element of warp `warp`'s block of the tile: (row, column).
+template <typename T>
+SL_HD inline int WarpRow(int warp) { return (warp / (T::kCols / T::kWarpCols)) * kWarpTile; }
+template <typename T>
+SL_HD inline int WarpCol(int warp) { return (warp % (T::kCols / T::kWarpCols)) * T::kWarpCols; }
+
+// Last, in float16 or bfloat16: thread t writes its elements of the tile (the sums the fragments stored,
+// plus the bias without a split) as StoreFloat does.
+template <typename T>
 SL_HD inline void StoreHalf(const ConvArgs& a, int z, int64_t first_row, int64_t first_col, int t, const float* tile) {
-  for (int e = t; e < kTileRows * kTileCols; e += kHalfThreads) {
-    const int r = e / kTileCols, n = e % kTileCols;
+  for (int e = t; e < kTileRows * T::kCols; e += T::kHalfThreads) {
+    const int r = e / T::kCols, n = e % T::kCols;
     const int64_t m = first_row + r, o = first_col + n;
     if (m >= a.rows || o >= a.cout) continue;
-    Put(a, z, m, o, tile[r * kTileLead + n] + StartOf(a, o));
+    Put(a, z, m, o, tile[r * T::kLead + n] + StartOf(a, o));
   }
 }
 

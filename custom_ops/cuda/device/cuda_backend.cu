@@ -27,14 +27,15 @@ __device__ bool ListTap(const ConvArgs& a, int64_t first_row, int64_t k, TileSou
   return sources.any != 0;
 }
 
-__global__ void __launch_bounds__(kFloatThreads) ConvFloatKernel(ConvArgs a) {
+template <typename T>
+__global__ void __launch_bounds__(T::kFloatThreads) ConvFloatKernel(ConvArgs a) {
   __shared__ TileSources sources;
-  __shared__ FloatSlice slice;
+  __shared__ FloatSlice<T> slice;
   const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kTileRows;
-  const int64_t first_col = static_cast<int64_t>(blockIdx.y) * kTileCols;
+  const int64_t first_col = static_cast<int64_t>(blockIdx.y) * T::kCols;
   const int t = threadIdx.x, z = blockIdx.z;
   FloatAccumulators acc;
-  StartFloat(a, first_col, t, acc);
+  StartFloat<T>(a, first_col, t, acc);
   for (int64_t k = TapsBegin(a, z); k < TapsEnd(a, z); ++k) {
     if (!ListTap(a, first_row, k, sources)) continue;
     for (int64_t c0 = 0; c0 < a.cin; c0 += kTileDepth) {
@@ -44,45 +45,46 @@ __global__ void __launch_bounds__(kFloatThreads) ConvFloatKernel(ConvArgs a) {
       __syncthreads();
     }
   }
-  StoreFloat(a, z, first_row, first_col, t, acc);
+  StoreFloat<T>(a, z, first_row, first_col, t, acc);
 }
 
-// X and W rounded to T (__half or __nv_bfloat16), to nearest, ties to even.
-template <typename T>
+// X and W rounded to H (__half or __nv_bfloat16), to nearest, ties to even.
+template <typename H>
 struct Rounded {
-  __device__ T operator()(float v) const;
+  __device__ H operator()(float v) const;
 };
 template <>
 __device__ __half Rounded<__half>::operator()(float v) const { return __float2half_rn(v); }
 template <>
 __device__ __nv_bfloat16 Rounded<__nv_bfloat16>::operator()(float v) const { return __float2bfloat16_rn(v); }
 
-template <typename T>
-__global__ void __launch_bounds__(kHalfThreads) ConvHalfKernel(ConvArgs a) {
+template <typename T, typename H>
+__global__ void __launch_bounds__(T::kHalfThreads) ConvHalfKernel(ConvArgs a) {
   using namespace nvcuda;
+  constexpr int kFragments = T::kWarpCols / 16;  // a warp's 2 × 1 or 2 × 2 fragments of 16 × 16
   __shared__ TileSources sources;
-  __shared__ __align__(32) T x[kTileRows * kHalfSliceLead];
-  __shared__ __align__(32) T w[kTileDepth * kHalfWeightLead];
-  __shared__ __align__(32) float tile[kTileRows * kTileLead];
+  __shared__ __align__(32) H x[kTileRows * kHalfSliceLead];
+  __shared__ __align__(32) H w[kTileDepth * T::kWeightLead];
+  __shared__ __align__(32) float tile[kTileRows * T::kLead];
   const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kTileRows;
-  const int64_t first_col = static_cast<int64_t>(blockIdx.y) * kTileCols;
+  const int64_t first_col = static_cast<int64_t>(blockIdx.y) * T::kCols;
   const int t = threadIdx.x, warp = t / 32, z = blockIdx.z;
-  const int r0 = (warp / (kTileCols / kWarpTile)) * kWarpTile, n0 = (warp % (kTileCols / kWarpTile)) * kWarpTile;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+  const int r0 = WarpRow<T>(warp), n0 = WarpCol<T>(warp);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][kFragments];
   for (auto& row : acc) {
     for (auto& fragment : row) wmma::fill_fragment(fragment, 0.0f);
   }
   for (int64_t k = TapsBegin(a, z); k < TapsEnd(a, z); ++k) {
     if (!ListTap(a, first_row, k, sources)) continue;
     for (int64_t c0 = 0; c0 < a.cin; c0 += kTileDepth) {
-      LoadHalfSlice(a, sources, k, c0, first_col, t, x, w, Rounded<T>());
+      LoadHalfSlice<T>(a, sources, k, c0, first_col, t, x, w, Rounded<H>());
       __syncthreads();
       for (int i = 0; i < 2; ++i) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> xa;
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, H, wmma::row_major> xa;
         wmma::load_matrix_sync(xa, x + (r0 + 16 * i) * kHalfSliceLead, kHalfSliceLead);
-        for (int j = 0; j < 2; ++j) {
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> wb;
-          wmma::load_matrix_sync(wb, w + n0 + 16 * j, kHalfWeightLead);
+        for (int j = 0; j < kFragments; ++j) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, H, wmma::row_major> wb;
+          wmma::load_matrix_sync(wb, w + n0 + 16 * j, T::kWeightLead);
           wmma::mma_sync(acc[i][j], xa, wb, acc[i][j]);
         }
       }
@@ -90,12 +92,12 @@ __global__ void __launch_bounds__(kHalfThreads) ConvHalfKernel(ConvArgs a) {
     }
   }
   for (int i = 0; i < 2; ++i) {
-    for (int j = 0; j < 2; ++j) {
-      wmma::store_matrix_sync(tile + (r0 + 16 * i) * kTileLead + n0 + 16 * j, acc[i][j], kTileLead, wmma::mem_row_major);
+    for (int j = 0; j < kFragments; ++j) {
+      wmma::store_matrix_sync(tile + (r0 + 16 * i) * T::kLead + n0 + 16 * j, acc[i][j], T::kLead, wmma::mem_row_major);
     }
   }
   __syncthreads();
-  StoreHalf(a, z, first_row, first_col, t, tile);
+  StoreHalf<T>(a, z, first_row, first_col, t, tile);
 }
 
 __global__ void __launch_bounds__(kInt8Threads) ConvInt8Kernel(Int8ConvArgs a) {
@@ -143,9 +145,23 @@ __global__ void __launch_bounds__(kInt8Threads) ConvInt8Kernel(Int8ConvArgs a) {
   StoreInt8(a, first_row, first_col, t, acc);
 }
 
-dim3 TileGrid(const ConvArgs& a) {
+// The blocks of a launch: row tiles × column tiles of `cols` × the split of the taps.
+dim3 TileGrid(const ConvArgs& a, int cols = kTileCols) {
   return dim3(static_cast<unsigned>((a.rows + kTileRows - 1) / kTileRows),
-              static_cast<unsigned>((a.cout + kTileCols - 1) / kTileCols), static_cast<unsigned>(a.splits));
+              static_cast<unsigned>((a.cout + cols - 1) / cols), static_cast<unsigned>(a.splits));
+}
+
+// Runs f(Tile<Cols>{}) with the tile width of a's Cout (the host backend chooses alike).
+template <typename F>
+void WithTile(const ConvArgs& a, F f) {
+  switch (TileColumns(a.cout)) {
+    case 16:
+      return f(Tile<16>{});
+    case 32:
+      return f(Tile<32>{});
+    default:
+      return f(Tile<kTileCols>{});
+  }
 }
 
 }  // namespace
@@ -196,19 +212,25 @@ int64_t CudaBackend::Select(Stream stream, const uint8_t* flags, int64_t count, 
 
 void CudaBackend::ConvFloat(Stream stream, const ConvArgs& args) {
   if (args.rows == 0 || args.cout == 0) return;
-  ConvFloatKernel<<<TileGrid(args), kFloatThreads, 0, stream>>>(args);
+  WithTile(args, [&](auto tile) {
+    using T = decltype(tile);
+    ConvFloatKernel<T><<<TileGrid(args, T::kCols), T::kFloatThreads, 0, stream>>>(args);
+  });
   CheckCuda(cudaGetLastError(), "the IndexedConv kernel (float32)");
 }
 
 void CudaBackend::ConvHalf(Stream stream, const ConvArgs& args, Products products) {
   if (args.rows == 0 || args.cout == 0) return;
-  if (products == Products::kBfloat16) {
-    ConvHalfKernel<__nv_bfloat16><<<TileGrid(args), kHalfThreads, 0, stream>>>(args);
-    CheckCuda(cudaGetLastError(), "the IndexedConv kernel (bfloat16)");
-  } else {
-    ConvHalfKernel<__half><<<TileGrid(args), kHalfThreads, 0, stream>>>(args);
-    CheckCuda(cudaGetLastError(), "the IndexedConv kernel (float16)");
-  }
+  WithTile(args, [&](auto tile) {
+    using T = decltype(tile);
+    if (products == Products::kBfloat16) {
+      ConvHalfKernel<T, __nv_bfloat16><<<TileGrid(args, T::kCols), T::kHalfThreads, 0, stream>>>(args);
+    } else {
+      ConvHalfKernel<T, __half><<<TileGrid(args, T::kCols), T::kHalfThreads, 0, stream>>>(args);
+    }
+  });
+  CheckCuda(cudaGetLastError(), products == Products::kBfloat16 ? "the IndexedConv kernel (bfloat16)"
+                                                                 : "the IndexedConv kernel (float16)");
 }
 
 void CudaBackend::ConvInt8(Stream stream, const Int8ConvArgs& args) {

@@ -70,53 +70,79 @@ int64_t HostBackend::Select(Stream, const uint8_t* flags, int64_t count, int64_t
   return found;
 }
 
-void HostBackend::ConvFloat(Stream, const ConvArgs& a) {
-  std::vector<FloatAccumulators> acc(kFloatThreads);
-  FloatSlice slice;
+namespace {
+
+// Runs f(Tile<Cols>{}) with the tile width of a's Cout, as the CUDA backend's launches choose it.
+template <typename F>
+void WithTile(const ConvArgs& a, F f) {
+  switch (TileColumns(a.cout)) {
+    case 16:
+      return f(Tile<16>{});
+    case 32:
+      return f(Tile<32>{});
+    default:
+      return f(Tile<kTileCols>{});
+  }
+}
+
+template <typename T>
+void FloatTiles(const ConvArgs& a) {
+  std::vector<FloatAccumulators> acc(T::kFloatThreads);
+  FloatSlice<T> slice;
   for (int z = 0; z < a.splits; ++z) {
     for (int64_t row_tile = 0; row_tile < Tiles(a.rows, kTileRows); ++row_tile) {
-      for (int64_t col_tile = 0; col_tile < Tiles(a.cout, kTileCols); ++col_tile) {
-        const int64_t first_row = row_tile * kTileRows, first_col = col_tile * kTileCols;
-        for (int t = 0; t < kFloatThreads; ++t) StartFloat(a, first_col, t, acc[t]);
-        TapLoop(a, z, first_row, kFloatThreads, [&](const TileSources& sources, int64_t k, int64_t c0) {
-          for (int t = 0; t < kFloatThreads; ++t) LoadFloatSlice(a, sources, k, c0, first_col, t, slice);
-          for (int t = 0; t < kFloatThreads; ++t) MultiplyFloatSlice(slice, t, acc[t]);
+      for (int64_t col_tile = 0; col_tile < Tiles(a.cout, T::kCols); ++col_tile) {
+        const int64_t first_row = row_tile * kTileRows, first_col = col_tile * T::kCols;
+        for (int t = 0; t < T::kFloatThreads; ++t) StartFloat<T>(a, first_col, t, acc[t]);
+        TapLoop(a, z, first_row, T::kFloatThreads, [&](const TileSources& sources, int64_t k, int64_t c0) {
+          for (int t = 0; t < T::kFloatThreads; ++t) LoadFloatSlice(a, sources, k, c0, first_col, t, slice);
+          for (int t = 0; t < T::kFloatThreads; ++t) MultiplyFloatSlice(slice, t, acc[t]);
         });
-        for (int t = 0; t < kFloatThreads; ++t) StoreFloat(a, z, first_row, first_col, t, acc[t]);
+        for (int t = 0; t < T::kFloatThreads; ++t) StoreFloat<T>(a, z, first_row, first_col, t, acc[t]);
       }
     }
   }
 }
 
-void HostBackend::ConvHalf(Stream, const ConvArgs& a, Products products) {
-  float (*const round)(float) = products == Products::kBfloat16 ? ToBfloat16 : ToHalf;
-  std::vector<float> x(kTileRows * kHalfSliceLead), w(kTileDepth * kHalfWeightLead), tile(kTileRows * kTileLead);
+template <typename T>
+void HalfTiles(const ConvArgs& a, float (*round)(float)) {
+  std::vector<float> x(kTileRows * kHalfSliceLead), w(kTileDepth * T::kWeightLead), tile(kTileRows * T::kLead);
   for (int z = 0; z < a.splits; ++z) {
     for (int64_t row_tile = 0; row_tile < Tiles(a.rows, kTileRows); ++row_tile) {
-      for (int64_t col_tile = 0; col_tile < Tiles(a.cout, kTileCols); ++col_tile) {
-        const int64_t first_row = row_tile * kTileRows, first_col = col_tile * kTileCols;
+      for (int64_t col_tile = 0; col_tile < Tiles(a.cout, T::kCols); ++col_tile) {
+        const int64_t first_row = row_tile * kTileRows, first_col = col_tile * T::kCols;
         std::fill(tile.begin(), tile.end(), 0.0f);  // the fragments start at zero; the bias comes last
-        TapLoop(a, z, first_row, kHalfThreads, [&](const TileSources& sources, int64_t k, int64_t c0) {
-          for (int t = 0; t < kHalfThreads; ++t) {
-            LoadHalfSlice(a, sources, k, c0, first_col, t, x.data(), w.data(), round);
+        TapLoop(a, z, first_row, T::kHalfThreads, [&](const TileSources& sources, int64_t k, int64_t c0) {
+          for (int t = 0; t < T::kHalfThreads; ++t) {
+            LoadHalfSlice<T>(a, sources, k, c0, first_col, t, x.data(), w.data(), round);
           }
-          // Each warp's 32 × 32 block: what its 2 × 2 tensor-core products add, in float32.
-          for (int warp = 0; warp < kHalfWarps; ++warp) {
-            const int r0 = (warp / (kTileCols / kWarpTile)) * kWarpTile;
-            const int n0 = (warp % (kTileCols / kWarpTile)) * kWarpTile;
+          // Each warp's block: what its 16 × 16 tensor-core products add, in float32.
+          for (int warp = 0; warp < T::kHalfWarps; ++warp) {
+            const int r0 = WarpRow<T>(warp), n0 = WarpCol<T>(warp);
             for (int r = r0; r < r0 + kWarpTile; ++r) {
-              for (int n = n0; n < n0 + kWarpTile; ++n) {
+              for (int n = n0; n < n0 + T::kWarpCols; ++n) {
                 float sum = 0.0f;
-                for (int cc = 0; cc < kTileDepth; ++cc) sum += x[r * kHalfSliceLead + cc] * w[cc * kHalfWeightLead + n];
-                tile[r * kTileLead + n] += sum;
+                for (int cc = 0; cc < kTileDepth; ++cc) sum += x[r * kHalfSliceLead + cc] * w[cc * T::kWeightLead + n];
+                tile[r * T::kLead + n] += sum;
               }
             }
           }
         });
-        for (int t = 0; t < kHalfThreads; ++t) StoreHalf(a, z, first_row, first_col, t, tile.data());
+        for (int t = 0; t < T::kHalfThreads; ++t) StoreHalf<T>(a, z, first_row, first_col, t, tile.data());
       }
     }
   }
+}
+
+}  // namespace
+
+void HostBackend::ConvFloat(Stream, const ConvArgs& a) {
+  WithTile(a, [&](auto tile) { FloatTiles<decltype(tile)>(a); });
+}
+
+void HostBackend::ConvHalf(Stream, const ConvArgs& a, Products products) {
+  float (*const round)(float) = products == Products::kBfloat16 ? ToBfloat16 : ToHalf;
+  WithTile(a, [&](auto tile) { HalfTiles<decltype(tile)>(a, round); });
 }
 
 void HostBackend::ConvInt8(Stream, const Int8ConvArgs& a) {
