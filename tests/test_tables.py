@@ -35,7 +35,8 @@ def test_rendering_changes_nothing_but_the_tables():
     assert stale != text and rendered(stale, ROOT) == text
 
 
-@pytest.mark.parametrize("folder", [ROOT / "docs" / "performance", ROOT / "docs" / "performance" / "scaling"])
+@pytest.mark.parametrize("folder", [ROOT / "docs" / "performance", *(ROOT / "docs" / "performance" / name
+                                                                      for name in ("scaling", "voxelnext"))])
 def test_the_benchmarks_results_md_is_its_results_json(folder):
     result = json.loads((folder / "results.json").read_text())
     assert (folder / "results.md").read_text() == markdown(result)

@@ -74,7 +74,30 @@ def scaling_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"speed": speed_table, "results": results_table, "scaling": scaling_table}
+# the VoxelNeXt table: a row per system, a column per frame
+VOXELNEXT_SYSTEMS = {"ours-gpu-auto": "sparse_lower, gpu target, 1 thread",
+                     "ours-gpu-auto-2threads": "sparse_lower, gpu target, 2 threads",
+                     "ours-nna-levels-2threads": "sparse_lower, nna, a capacity per level (rows layout, 2 threads)",
+                     "ours-nna-pairs-2threads": "sparse_lower, nna pairs combine (2 threads)",
+                     "spconv-2.3.8": "spconv 2.3.8, 1 thread"}
+
+
+def voxelnext_table(result: dict) -> str:
+    """`sparse-lower bench --cases 'voxelnext/*'`: ms per frame of each system on each real frame (rows in
+    → the sparse BEV sites out), a skipped one with its reason."""
+    cases = result["cases"]
+    header = ["system", *(f"{c['case'].split('/')[-1]} ({c['rows_in']:,} voxels → {c['rows_out']:,} BEV sites)"
+                          for c in cases)]
+    lines = [f"Medians of {result['repeat']} runs on {provenance(result)}:", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for system, title in VOXELNEXT_SYSTEMS.items():
+        cells = [case["systems"].get(system, {}) for case in cases]
+        lines.append("| " + " | ".join([title, *(f"{cell['median_ms']:,.1f} ms" if "median_ms" in cell else
+                                                 f"({cell.get('skipped', 'not run')})" for cell in cells)]) + " |")
+    return "\n".join(lines)
+
+
+TABLES = {"speed": speed_table, "results": results_table, "scaling": scaling_table, "voxelnext": voxelnext_table}
 _MARKED = re.compile(r"(?P<open><!-- table (?P<name>[\w-]+): (?P<file>\S+) -->\n)(?P<body>.*?)"
                      r"(?P<close><!-- end of table (?P=name) -->)", re.S)
 
