@@ -53,6 +53,19 @@ struct Tile {
 
 SL_HD inline int TileColumns(int64_t cout) { return cout <= 16 ? 16 : cout <= 32 ? 32 : kTileCols; }
 
+// Runs f(Tile<TileColumns(cout)>{}) on the host: how both backends pick the tile their launches take.
+template <typename F>
+void WithTile(int64_t cout, F f) {
+  switch (TileColumns(cout)) {
+    case 16:
+      return f(Tile<16>{});
+    case 32:
+      return f(Tile<32>{});
+    default:
+      return f(Tile<kTileCols>{});
+  }
+}
+
 // What the products of IndexedConv are computed in: float32 (each thread's FMAs), or X and W rounded to
 // float16 or bfloat16 and multiplied on tensor cores, summing in float32. (The values of the C ABI's `half`.)
 enum class Products : int32_t { kFloat32 = 0, kFloat16 = 1, kBfloat16 = 2 };

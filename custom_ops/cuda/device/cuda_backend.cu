@@ -151,19 +151,6 @@ dim3 TileGrid(const ConvArgs& a, int cols = kTileCols) {
               static_cast<unsigned>((a.cout + cols - 1) / cols), static_cast<unsigned>(a.splits));
 }
 
-// Runs f(Tile<Cols>{}) with the tile width of a's Cout (the host backend chooses alike).
-template <typename F>
-void WithTile(const ConvArgs& a, F f) {
-  switch (TileColumns(a.cout)) {
-    case 16:
-      return f(Tile<16>{});
-    case 32:
-      return f(Tile<32>{});
-    default:
-      return f(Tile<kTileCols>{});
-  }
-}
-
 }  // namespace
 
 void CheckCuda(cudaError_t status, const char* what) {
@@ -212,7 +199,7 @@ int64_t CudaBackend::Select(Stream stream, const uint8_t* flags, int64_t count, 
 
 void CudaBackend::ConvFloat(Stream stream, const ConvArgs& args) {
   if (args.rows == 0 || args.cout == 0) return;
-  WithTile(args, [&](auto tile) {
+  WithTile(args.cout, [&](auto tile) {
     using T = decltype(tile);
     ConvFloatKernel<T><<<TileGrid(args, T::kCols), T::kFloatThreads, 0, stream>>>(args);
   });
@@ -221,7 +208,7 @@ void CudaBackend::ConvFloat(Stream stream, const ConvArgs& args) {
 
 void CudaBackend::ConvHalf(Stream stream, const ConvArgs& args, Products products) {
   if (args.rows == 0 || args.cout == 0) return;
-  WithTile(args, [&](auto tile) {
+  WithTile(args.cout, [&](auto tile) {
     using T = decltype(tile);
     if (products == Products::kBfloat16) {
       ConvHalfKernel<T, __nv_bfloat16><<<TileGrid(args, T::kCols), T::kHalfThreads, 0, stream>>>(args);

@@ -72,19 +72,6 @@ int64_t HostBackend::Select(Stream, const uint8_t* flags, int64_t count, int64_t
 
 namespace {
 
-// Runs f(Tile<Cols>{}) with the tile width of a's Cout, as the CUDA backend's launches choose it.
-template <typename F>
-void WithTile(const ConvArgs& a, F f) {
-  switch (TileColumns(a.cout)) {
-    case 16:
-      return f(Tile<16>{});
-    case 32:
-      return f(Tile<32>{});
-    default:
-      return f(Tile<kTileCols>{});
-  }
-}
-
 template <typename T>
 void FloatTiles(const ConvArgs& a) {
   std::vector<FloatAccumulators> acc(T::kFloatThreads);
@@ -137,12 +124,12 @@ void HalfTiles(const ConvArgs& a, float (*round)(float)) {
 }  // namespace
 
 void HostBackend::ConvFloat(Stream, const ConvArgs& a) {
-  WithTile(a, [&](auto tile) { FloatTiles<decltype(tile)>(a); });
+  WithTile(a.cout, [&](auto tile) { FloatTiles<decltype(tile)>(a); });
 }
 
 void HostBackend::ConvHalf(Stream, const ConvArgs& a, Products products) {
   float (*const round)(float) = products == Products::kBfloat16 ? ToBfloat16 : ToHalf;
-  WithTile(a, [&](auto tile) { HalfTiles<decltype(tile)>(a, round); });
+  WithTile(a.cout, [&](auto tile) { HalfTiles<decltype(tile)>(a, round); });
 }
 
 void HostBackend::ConvInt8(Stream, const Int8ConvArgs& a) {
