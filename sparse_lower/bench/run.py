@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..report import render
+from ..report import markdown_table, render
 from ..runtime import vector_units
 from ..version import VERSION
 from .cases import Skip, all_cases, scaling_cases, select
@@ -135,7 +135,7 @@ def markdown(result: dict) -> str:
     systems = result["systems"]
     peak = result["gemm_peak_gflops"]
     header = ["case", "rows in → out", "useful GFLOP"] + systems
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     notes: dict[str, int] = {}
 
     def footnote(text: str) -> str:
@@ -144,7 +144,7 @@ def markdown(result: dict) -> str:
 
     for rec in result["cases"]:
         if "skipped" in rec:
-            lines.append(f"| {rec['case']} | " + " | ".join(["–"] * (len(header) - 1)) + f" {footnote(rec['skipped'])} |")
+            rows.append([rec["case"], *["–"] * (len(header) - 2), f"– {footnote(rec['skipped'])}"])
             continue
         rows_out = rec.get("rows_out")
         rows_out = f"{rows_out:,}" if isinstance(rows_out, int) else ("dense" if rows_out is None else str(rows_out))
@@ -164,14 +164,14 @@ def markdown(result: dict) -> str:
             if isinstance(entry.get("peak_rss_mb"), float):
                 cell += f" · {entry['peak_rss_mb'] / 1024:.2f} GiB"
             cells.append(cell)
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
     text = [f"Median ms of {result['repeat']} runs after a warm-up, 1 thread each except "
             f"ours-gpu-auto-2threads and minkowski (2), one process ({result['machine']}); (idx …) = the index tables "
             f"alone; · % = useful GFLOP/s (2·pairs·Cin·Cout) as a fraction of the measured single-core "
             f"GEMM peak {peak:.1f} GFLOP/s (onnxruntime MatMul 2048³, its best run); · GiB = peak resident memory of a "
             f"fresh process running the network once (networks only). ort-dense = dense Conv of the "
             f"whole grid (densify not timed; it computes every site, not only the useful pairs).",
-            "", *lines, ""]
+            "", markdown_table(header, rows), ""]
     text += [f"[{n}] {t}" for t, n in notes.items()]
     return "\n".join(text + profiles(result)) + "\n"
 

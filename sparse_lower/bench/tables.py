@@ -12,6 +12,8 @@ import json
 import re
 from pathlib import Path
 
+from ..report import markdown_table
+
 # the README's speed table: CenterPoint's backbone on both real frames, a row per system
 SPEED_SYSTEMS = {"ours-gpu-auto": "sparse_lower, gpu target, 1 thread",
                  "ours-gpu-auto-2threads": "sparse_lower, gpu target, 2 threads",
@@ -27,17 +29,21 @@ def provenance(result: dict) -> str:
             f"{result.get('commit', 'unrecorded')}")
 
 
+def captioned(result: dict, table: str) -> str:
+    """A markdown table with its caption: the runs' count and `provenance`."""
+    return f"Medians of {result['repeat']} runs on {provenance(result)}:\n\n{table}"
+
+
 def speed_table(result: dict) -> str:
     """CenterPoint's backbone on the real frames, ms per frame (medians), a row per system measured."""
     cases = {record["case"]: record for record in result["cases"] if record["case"] in SPEED_FRAMES}
     header = ["system", *(f"{SPEED_FRAMES[name]} ({cases[name]['rows_in']:,} voxels)" for name in SPEED_FRAMES)]
-    lines = [f"Medians of {result['repeat']} runs on {provenance(result)}:", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for system, title in SPEED_SYSTEMS.items():
         times = [cases[name]["systems"].get(system, {}).get("median_ms") for name in SPEED_FRAMES]
         if any(ms is not None for ms in times):
-            lines.append("| " + " | ".join([title, *("–" if ms is None else f"{ms:,.1f}" for ms in times)]) + " |")
-    return "\n".join(lines)
+            rows.append([title, *("–" if ms is None else f"{ms:,.1f}" for ms in times)])
+    return captioned(result, markdown_table(header, rows))
 
 
 def results_table(result: dict) -> str:
@@ -46,7 +52,7 @@ def results_table(result: dict) -> str:
     from .run import markdown  # the bench's own rendering: one table, written once
 
     table = [line for line in markdown(result).splitlines() if line.startswith("|")]
-    return "\n".join([f"Medians of {result['repeat']} runs on {provenance(result)}:", "", *table])
+    return captioned(result, "\n".join(table))
 
 
 # the scaling table: the voxels of each case, and its systems' medians and peak memory
@@ -61,17 +67,15 @@ def scaling_table(result: dict) -> str:
     the nna forms and spconv."""
     header = ["voxels", *(f"{title} ms" for title in SCALING_SYSTEMS.values()),
               "peak GiB: gpu / nna per level / nna pairs / spconv"]
-    lines = [f"Medians of {result['repeat']} runs on {provenance(result)}:", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for record in result["cases"]:
         systems = record["systems"]
         times = [systems.get(name, {}).get("median_ms") for name in SCALING_SYSTEMS]
         memory = [systems.get(name, {}).get("peak_rss_mb") for name in SCALING_MEMORY]
         voxels = record["case"].split("/")[-1].replace("1000k", "1M")
-        lines.append("| " + " | ".join([voxels, *("–" if ms is None else f"{ms:,.1f}" for ms in times),
-                                        " / ".join("–" if mb is None else f"{mb / 1024:.2f}" for mb in memory)])
-                     + " |")
-    return "\n".join(lines)
+        rows.append([voxels, *("–" if ms is None else f"{ms:,.1f}" for ms in times),
+                     " / ".join("–" if mb is None else f"{mb / 1024:.2f}" for mb in memory)])
+    return captioned(result, markdown_table(header, rows))
 
 
 # the VoxelNeXt table: a row per system, a column per frame
@@ -88,13 +92,12 @@ def voxelnext_table(result: dict) -> str:
     cases = result["cases"]
     header = ["system", *(f"{c['case'].split('/')[-1]} ({c['rows_in']:,} voxels → {c['rows_out']:,} BEV sites)"
                           for c in cases)]
-    lines = [f"Medians of {result['repeat']} runs on {provenance(result)}:", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for system, title in VOXELNEXT_SYSTEMS.items():
         cells = [case["systems"].get(system, {}) for case in cases]
-        lines.append("| " + " | ".join([title, *(f"{cell['median_ms']:,.1f} ms" if "median_ms" in cell else
-                                                 f"({cell.get('skipped', 'not run')})" for cell in cells)]) + " |")
-    return "\n".join(lines)
+        rows.append([title, *(f"{cell['median_ms']:,.1f} ms" if "median_ms" in cell else
+                              f"({cell.get('skipped', 'not run')})" for cell in cells)])
+    return captioned(result, markdown_table(header, rows))
 
 
 TABLES = {"speed": speed_table, "results": results_table, "scaling": scaling_table, "voxelnext": voxelnext_table}
