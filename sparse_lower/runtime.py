@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import warnings
+from collections import Counter
 from importlib import metadata
 from pathlib import Path
 
@@ -232,7 +233,7 @@ def create_session(model, **ort_kwargs) -> ort.InferenceSession:
         if stream is None:
             session = ort.InferenceSession(model, sess_options=options, providers=providers, **ort_kwargs)
         else:
-            session = CudaSession(model, stream, library, sess_options=options, providers=providers, **ort_kwargs)
+            session = CudaSession(model, stream, sess_options=options, providers=providers, **ort_kwargs)
     except (ort_state.Fail, ort_state.InvalidGraph, ort_state.NotImplemented) as error:
         unlowered = _not_lowered(model)
         if unlowered is None:
@@ -276,7 +277,8 @@ def _on_library_stream(providers: list, library: str) -> tuple[list, _Stream | N
     sessions there), and that stream; as given, and None, where the CUDA provider's options name a stream."""
     out, stream = [], None
     for provider in providers:
-        name, given = (provider[0], dict(provider[1])) if isinstance(provider, (tuple, list)) else (provider, {})
+        name = provider_name(provider)
+        given = dict(provider[1]) if isinstance(provider, (tuple, list)) else {}
         if name == CUDA_PROVIDER and "user_compute_stream" not in given:
             device = int(given.get("device_id", 0))
             with _STREAMS_LOCK:
@@ -296,9 +298,9 @@ class CudaSession(ort.InferenceSession):
     (they share the library's stream); give the CUDA provider a ``user_compute_stream`` of your own for
     sessions that run at once (their ops then check and report one by one)."""
 
-    def __init__(self, model, stream: _Stream, library: str, **kwargs):
+    def __init__(self, model, stream: _Stream, **kwargs):
         super().__init__(model, **kwargs)
-        self._stream, self._library = stream, library
+        self._stream = stream
 
     def _reported(self, run, *args, **kwargs):
         with self._stream.lock:
@@ -342,7 +344,7 @@ def _warn_of_custom_ops_off(session: ort.InferenceSession, provider: str) -> Non
     index builders, the gpu target's rulebook form)."""
     off = custom_ops_off(session, provider)
     if off:
-        counts = {op: sum(1 for o, _ in off if o == op) for op, _ in off}
+        counts = Counter(op for op, _ in off)
         warnings.warn(SparseLowerWarning(
             f"{len(off)} custom op(s) run on the CPU, not on {provider}, their inputs copied to the host and back: "
             + ", ".join(f"{op} x{n}" for op, n in counts.items())
@@ -350,9 +352,14 @@ def _warn_of_custom_ops_off(session: ort.InferenceSession, provider: str) -> Non
             stacklevel=3)
 
 
+def provider_name(provider) -> str:
+    """The name of a provider as onnxruntime takes it: a name, or a (name, options) pair."""
+    return provider[0] if isinstance(provider, (tuple, list)) else provider
+
+
 def _asks_for_cuda(providers: list) -> bool:
-    """Whether onnxruntime's CUDA provider is among `providers` (names, or (name, options) pairs)."""
-    return any((p[0] if isinstance(p, (tuple, list)) else p) == CUDA_PROVIDER for p in providers)
+    """Whether onnxruntime's CUDA provider is among `providers`."""
+    return any(provider_name(p) == CUDA_PROVIDER for p in providers)
 
 
 def _library_for(providers: list) -> str:

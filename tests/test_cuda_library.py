@@ -116,7 +116,7 @@ def test_a_cuda_session_reports_a_refusal_its_run_left_on_the_stream(emulated_st
     library, stream = emulated_stream
     model = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="gpu")
     options = runtime.register_library(ort.SessionOptions())
-    session = runtime.CudaSession(model.SerializeToString(), stream, library, sess_options=options,
+    session = runtime.CudaSession(model.SerializeToString(), stream, sess_options=options,
                                   providers=["CPUExecutionProvider"])
     features, coords = random_sparse(rng, 1, 5, (10, 40, 40), count=300)
     feeds = {"features": features, "coords": coords}

@@ -431,8 +431,9 @@ def ort_phase(cases: dict, device: str, repeat: int) -> tuple[bool, dict]:
     import onnxruntime as ort
 
     from sparse_lower.report import render
+    from sparse_lower.runtime import provider_name
 
-    provider = _provider_name(PROVIDERS[device][0])
+    provider = provider_name(PROVIDERS[device][0])
     results = {}
     for name, (model, feeds) in cases.items():
         try:
@@ -491,10 +492,10 @@ def ort_refusal(model, feeds: dict, device: str) -> dict:
 def ort_case(model, feeds: dict, device: str, repeat: int) -> dict:
     import sparse_lower
     from sparse_lower.onnx_conventions import CUSTOM_DOMAIN
-    from sparse_lower.runtime import custom_ops_off, placement, session_for
+    from sparse_lower.runtime import custom_ops_off, placement, provider_name, session_for
 
     providers = PROVIDERS[device]
-    provider = _provider_name(providers[0])
+    provider = provider_name(providers[0])
     gpu_form = sparse_lower.lower(model, target="gpu")
     feeds = _typed(gpu_form, feeds)
     cpu = sparse_lower.create_session(gpu_form, sess_options=_options(record=False))
@@ -532,10 +533,6 @@ def _options(record: bool):
     if record:
         options.add_session_config_entry(ASSIGNMENT_KEY, "1")
     return options
-
-
-def _provider_name(provider) -> str:
-    return provider[0] if isinstance(provider, tuple) else provider
 
 
 def _typed(model, feeds: dict) -> dict:
