@@ -96,7 +96,8 @@ class Kernels:
         return ctypes.c_void_p(None if self.xp is np else self.xp.cuda.get_current_stream().ptr)
 
     def _array(self, value, dtype):
-        return self.xp.ascontiguousarray(self.xp.asarray(value, dtype=dtype))
+        """`value` as a contiguous array of the library's memory; None (an absent optional input) as it is."""
+        return None if value is None else self.xp.ascontiguousarray(self.xp.asarray(value, dtype=dtype))
 
     def _call(self, name: str, *args) -> int:
         error = ctypes.create_string_buffer(_ERROR_SIZE)
@@ -214,7 +215,7 @@ class Kernels:
         volume = prod(spatial_shape) if dense else 1
         targets = batch_size * volume if dense else like_rows
         shape = (batch_size, channels, *spatial_shape) if dense else (like_rows, channels)
-        init = None if init is None else self._array(init, np.float32)
+        init = self._array(init, np.float32)
         y = self.xp.empty(shape, np.float32)
         self._call("sl_fold", self._pointer(rows), self._pointer(idx), ctypes.c_int64(idx.size),
                    ctypes.c_int64(channels), ctypes.c_int64(targets), ctypes.c_int32(dense), ctypes.c_int64(volume),
@@ -227,8 +228,7 @@ class Kernels:
         tensor cores, summing in float32; `splits` blocks share each output tile's taps (0: the library's
         choice for the GPU, 1: none)."""
         x, idx, w = self._array(x, np.float32), self._array(idx, np.int64), self._array(w, np.float32)
-        bias = None if bias is None else self._array(bias, np.float32)
-        residual = None if residual is None else self._array(residual, np.float32)
+        bias, residual = self._array(bias, np.float32), self._array(residual, np.float32)
         rows, taps = idx.shape
         y = self.xp.empty((rows, w.shape[2]), np.float32)
         self._call("sl_indexed_conv", self._pointer(x), ctypes.c_int64(x.shape[0]), ctypes.c_int64(x.shape[1]),
@@ -240,11 +240,9 @@ class Kernels:
 
     def indexed_conv_int8(self, x, idx, w, x_scale, w_scale, bias=None, residual=None, activation: str = "none"):
         """IndexedConvInt8: y [M, Cout] from float rows x, int8 weights w and their scales; the CPU library's bits."""
-        x, idx = self._array(x, np.float32), self._array(idx, np.int64)
-        w = self._array(w, np.int8)
+        x, idx, w = self._array(x, np.float32), self._array(idx, np.int64), self._array(w, np.int8)
         x_scale, w_scale = self._array(x_scale, np.float32), self._array(w_scale, np.float32)
-        bias = None if bias is None else self._array(bias, np.float32)
-        residual = None if residual is None else self._array(residual, np.float32)
+        bias, residual = self._array(bias, np.float32), self._array(residual, np.float32)
         rows, taps = idx.shape
         y = self.xp.empty((rows, w.shape[2]), np.float32)
         self._call("sl_indexed_conv_int8", self._pointer(x), ctypes.c_int64(x.shape[0]), ctypes.c_int64(x.shape[1]),

@@ -89,10 +89,10 @@ class Checks {
     }
     if (record.check == 0) return;
     ClearRecordOn<B>(s, record_.data());
-    if (!named) failed.second(record);
     try {
       failed.second(record);
     } catch (const OpError& e) {
+      if (!named) throw;
       Fail(failed.first, ": ", e.what());
     }
   }
