@@ -150,7 +150,8 @@ def test_scaling_plot_and_option(tmp_path):
     path = scaling_plot({"systems": list(SCALING_SYSTEMS), "cases": cases}, tmp_path)
     assert path == tmp_path / "scaling.png" and path.stat().st_size > 0
     assert scaling_plot({"systems": [], "cases": []}, tmp_path) is None
-    assert parser()[0].parse_args(["bench", "--scaling"]).scaling
+    assert parser()[0].parse_args(["bench", "--scaling"]).suite == "scaling"
+    assert parser()[0].parse_args(["bench", "--suite", "threads"]).suite == "threads"
 
 
 def test_layers_per_run_splits_a_profile_by_run(tmp_path):
@@ -176,3 +177,72 @@ def test_layers_per_run_splits_a_profile_by_run(tmp_path):
     assert {"enc1", "dec1"} <= set(runs[0]) and all(ms > 0 for run in runs for ms in run.values())
     kernels = sum(e["dur"] for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")) / 1e3
     assert sum(sum(run.values()) for run in runs) == pytest.approx(kernels)
+
+
+real_frames = pytest.mark.skipif(not (DATA / "nuscenes_bevfusion_voxels.npz").exists(), reason="shared data absent")
+
+
+@real_frames
+def test_the_threads_suite_writes_its_table(tmp_path, monkeypatch, capsys):
+    """`--suite threads` on one thread: results.json, and results.md the table the documentation shows;
+    spconv on one thread gives our answer."""
+    from sparse_lower.bench import threads
+    from sparse_lower.bench.tables import TABLES
+
+    monkeypatch.setattr(threads, "thread_counts", lambda: [1])
+    assert cli_main(["bench", "--suite", "threads", "--repeat", "1", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert (tmp_path / "results.md").read_text() == TABLES["threads"](result) + "\n"
+    assert result["suite"] == "threads" and result["commit"] and result["cores"]
+    for frame, voxels in (("centerpoint", 79_745), ("bevfusion", 17_748)):
+        entry = result["frames"][frame]["threads"]["1"]
+        assert result["frames"][frame]["voxels"] == voxels and entry["ours_ms"] > 0
+        assert entry["spconv_distance"] < 1e-5
+    assert "BEVFusion frame, 17,748 voxels" in capsys.readouterr().out
+
+
+def test_the_threads_suite_counts_powers_of_two_up_to_the_cores():
+    from sparse_lower.bench.threads import thread_counts
+
+    assert thread_counts(2) == [1, 2] and thread_counts(16) == [1, 2, 4, 8, 16] and thread_counts(12) == [1, 2, 4, 8]
+
+
+@real_frames
+def test_the_vector_paths_suite_runs_every_path_of_this_cpu():
+    """Each path in a process of its own: the widest and AVX2 give the same bits (float and int8), and the
+    int8 form's error is as docs/performance.md says."""
+    from sparse_lower.bench.tables import vector_paths_table
+    from sparse_lower.bench.vector_paths import measure, paths
+    from sparse_lower.runtime import vector_units
+
+    result = measure(repeat=1, rounds=1, log=lambda *_: None)
+    assert list(result["paths"]) == list(paths()) and result["repeat"] == 1
+    assert result["paths"]["widest"]["units"] == vector_units()
+    assert result["paths"]["portable"]["units"] == "portable"
+    for name, path in result["paths"].items():
+        assert path["float_ms"] > 0 and path["int8_ms"] > 0
+        if name != "portable":  # the portable loops round without FMA
+            assert path["same_bits"] == ["float", "int8"], name
+    assert result["convs"] == [20, 21]
+    for frame in ("centerpoint", "bevfusion"):
+        assert result["accuracy"][frame]["max_error"] < 0.05 and result["accuracy"][frame]["snr_db"] > 25
+    assert "| widest (" in vector_paths_table({**result, "cores": 2, "machine": "x"})
+
+
+def test_the_vector_paths_are_the_cpus():
+    from sparse_lower.bench.vector_paths import paths
+
+    assert list(paths("avx512-vnni")) == ["widest", "avx2", "portable"]
+    assert list(paths("avx2")) == ["widest", "portable"]
+
+
+@real_frames
+def test_the_portable_suite_measures_the_three_forms():
+    from sparse_lower.bench.portable import SYSTEMS, measure
+
+    result = measure(repeat=1, log=lambda *_: None)
+    for frame in ("centerpoint", "bevfusion"):
+        record = result["frames"][frame]
+        assert record["difference"] < 1e-5
+        assert list(record["systems"]) == list(SYSTEMS)
+        assert all(entry["median_ms"] > 0 and entry["peak_mb"] > 100 for entry in record["systems"].values())

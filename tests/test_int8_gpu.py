@@ -121,7 +121,7 @@ def test_cli_int8(tmp_path, capsys):
 @pytest.mark.skipif(len(REAL) < 2, reason="the nuScenes frames of ../shared/data are not here")
 def test_backbone_on_the_real_frames():
     """The CenterPoint backbone calibrated on both real frames: 20 of 21 convs in 8 bits, BEV output within
-    27 dB of float on each (tools/int8_gpu.py prints the measured numbers)."""
+    27 dB of float on each (`sparse-lower bench --suite vector-paths` measures them)."""
     frames = []
     for path in REAL:
         with np.load(path) as data:

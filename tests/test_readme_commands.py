@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from conftest import DATA
-from helpers import load_tool, sparse_lower_cli
+from helpers import sparse_lower_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -244,14 +244,13 @@ def test_the_readme_is_short_and_speaks_of_the_present():
 
 
 def test_the_toolchain_tables_cells_are_whole():
-    """docs/toolchains.md's table is what tools/toolchain_table.py renders from the kept rows, every
+    """docs/toolchains.md's table (rendered from its results file: tests/test_tables.py) gives every
     refusal's message whole in its footnote (none cut at a fixed width)."""
-    table = load_tool("toolchain_table")
-    rows = [json.loads(line) for line in table.RESULTS.read_text().splitlines()]
-    text = table.DOC.read_text()
-    kept = text[text.index(table.BEGIN) + len(table.BEGIN):text.index(table.END)].strip()
-    assert kept == table.render(rows).strip()
-    for row in rows:
+    from sparse_lower.bench.tables import marked_tables, results
+
+    ((name, file, kept),) = marked_tables((ROOT / "docs" / "toolchains.md").read_text())
+    assert name == "toolchains"
+    for row in results(ROOT / file):
         for why in [row.get("why")] + [row[k].get("why") for k in ("int8", "w8a16") if isinstance(row.get(k), dict)]:
             if why and "/tmp/" not in why and "4-D '" not in why:
                 assert why.replace("|", "/") in kept, why

@@ -360,7 +360,7 @@ def test_activations_quantize_to_8_or_16_bits(tmp_path):
 
 
 def test_ranges_computed_once_quantize_like_ranges_computed_per_call():
-    """tools/int8_layers.py quantizes one segment many ways from ranges over all its products."""
+    """A study (docs/toolchains.md, int8) quantizes one segment many ways from ranges over all its products."""
     model = MODELS[0].model
     parts = sparse_lower.partition(sparse_lower.lower(model, target="nna", max_active=1700))
     (index,) = [s.index for s in parts.segments if s.device == "nna"]

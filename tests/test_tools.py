@@ -1,6 +1,6 @@
 """The scripts under tools/ (benchmarks and report generators, run on demand, never by CI otherwise)
 still start: they import the package and each other, so a rename elsewhere must not leave one broken
-until someone next runs it (tools/int8_layers.py once imported a helper that had been renamed)."""
+until someone next runs it (a measurement script once imported a helper that had been renamed)."""
 
 from __future__ import annotations
 

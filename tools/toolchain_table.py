@@ -29,14 +29,14 @@ the tensor a conversion failed on).
 On the real frames only the gather combine is measured, in the toolchain's first layout: at their
 capacity the scatter combine's broadcast int64 indices (K·Cout·N per layer, all built by the host
 segment before the nna segment runs) and the matmul combine's scatter matrices (K·N²) take tens of GB;
-the unfold combine, the form for QNN's int8, is measured there by tools/mixed_precision.py.
+the unfold combine, the form for QNN's int8, is measured there by `partition --calibrate --wide-layers auto` (docs/toolchains.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
+import os
 import statistics
 import subprocess
 import sys
@@ -46,10 +46,13 @@ from pathlib import Path
 
 import numpy as np
 
+from sparse_lower.bench.provenance import provenance_fields
+from sparse_lower.bench.tables import rendered
+from sparse_lower.bench.toolchain_table import toolchains_table
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "toolchains.md"
 RESULTS = ROOT / "docs" / "toolchains_results.jsonl"
-BEGIN, END = "<!-- toolchain-table -->", "<!-- /toolchain-table -->"
 LAYOUTS = {"onnxruntime": ("image", "rows"), "openvino": ("image", "rows"), "tvm": ("image", "rows"),
            "rknn": ("rows",), "tflite": ("rows", "image"), "qnn": ("rows", "image")}  # first: on the real frames
 COMBINES = ("gather", "scatter", "matmul", "unfold")
@@ -131,9 +134,9 @@ def work(chain_name: str, out: Path, models: list[str]) -> None:
     chain = toolchain(chain_name)
     reason = chain.missing()
     if reason:
-        emit(model="*", missing=reason)
+        emit(model="*", missing=reason, **provenance_fields(), cores=os.cpu_count())
         return
-    emit(model="*", version=chain.version(), precision=chain.precision)
+    emit(model="*", version=chain.version(), precision=chain.precision, **provenance_fields(), cores=os.cpu_count())
     cases = []
     if "small" in models:
         for name, model, active, capacity in small_networks():
@@ -148,7 +151,7 @@ def work(chain_name: str, out: Path, models: list[str]) -> None:
     for name, model, capacity, measured, calibration, repeats, layouts in cases:
         for layout in layouts:
             for combine in COMBINES:
-                if repeats == 1 and combine == "unfold":  # on the real frames: tools/mixed_precision.py
+                if repeats == 1 and combine == "unfold":  # on the real frames: partition --wide-layers auto
                     continue
                 if repeats == 1 and combine != "gather":
                     taps, channels = _widest(model)
@@ -175,69 +178,6 @@ def _widest(model) -> tuple[int, int]:
 
     shapes = [numpy_helper.to_array(t).shape for t in model.graph.initializer if len(t.dims) >= 4]
     return max(int(np.prod(s[2:])) for s in shapes), max(max(s[:2]) for s in shapes)
-
-
-def _number(value: float) -> str:
-    return f"{value:.1e}" if value < 1e-2 else f"{100 * value:.1f} %"
-
-
-# What differs between two cases' messages only by accident, and is left out of the table's footnotes: the
-# temporary files of a conversion, and the name of the 4-D tensor onnx2tf met first.
-_ACCIDENTAL = ((re.compile(r" ERROR: input_onnx_file_path: /tmp/\S+"), ""),
-               (re.compile(r"; log: /tmp/[^)\s]+"), ""),
-               (re.compile(r"\(4-D '[^']*': "), "(4-D tensors: "))
-
-
-class Footnotes:
-    """The reasons of the table's refusals, each distinct one numbered once, in the order first met."""
-
-    def __init__(self):
-        self.reasons: list[str] = []
-
-    def cite(self, why: str) -> str:
-        """A cell's reference to `why`: "[n]"."""
-        for pattern, replacement in _ACCIDENTAL:
-            why = pattern.sub(replacement, why)
-        if why not in self.reasons:
-            self.reasons.append(why)
-        return f"[{self.reasons.index(why) + 1}]"
-
-    def render(self) -> str:
-        return "\n".join(f"* [{n}] {why}" for n, why in enumerate(self.reasons, 1))
-
-
-def _quantized(row: dict, key: str, notes: Footnotes) -> str:
-    """A quantized measurement's cell: its max errors (SNR) per measured frame, or why there is none."""
-    if key not in row:
-        return "not measured"
-    if row[key].get("accepted"):
-        return ", ".join(f"{_number(e)} ({s:.1f} dB)" for e, s in zip(row[key]["errors"], row[key]["snr_db"]))
-    return "no " + notes.cite(row[key].get("why", "(no reason recorded)"))
-
-
-def render(rows: list[dict]) -> str:
-    """The Markdown table (and a line per toolchain with its version or why it is missing), then the
-    footnotes: every refusal's reason, whole."""
-    heads = [r for r in rows if r["model"] == "*"]
-    notes = Footnotes()
-    lines = ["| toolchain | model | layout | combine | accepted | max error vs onnxruntime | off the accelerator "
-             "| compile s | run ms | int8 max error (SNR) | int8 weights, int16 activations |", "|" + "---|" * 11]
-    for row in rows:
-        if row["model"] == "*":
-            continue
-        model = row["model"] + (" (capacity per level)" if isinstance(row.get("capacity"), list) else "")
-        if not row["accepted"]:
-            lines.append(f"| {row['toolchain']} | {model} | {row['layout']} | {row['combine']} | "
-                         f"no {notes.cite(row['why'])} | | | | | | |")
-            continue
-        lines.append(f"| {row['toolchain']} | {model} | {row['layout']} | {row['combine']} | yes | "
-                     f"{_number(row['errors'][0])} | {', '.join(row['fallbacks']) or 'none'} | "
-                     f"{row['compile_s']:.1f} | {row['run_ms']:.1f} | {_quantized(row, 'int8', notes)} | "
-                     f"{_quantized(row, 'w8a16', notes)} |")
-    versions = [f"{h['toolchain']} {h['version']} ({h['precision']})" if "version" in h
-                else f"{h['toolchain']}: not measured ({h['missing']})" for h in heads]
-    return ("Measured with " + "; ".join(versions) + ".\n\n" + "\n".join(lines) + "\n\nWhy a case or a quantized "
-            "measurement is missing (\"no [n]\"):\n\n" + notes.render().replace("|", "/"))
 
 
 def merged(new: list[dict]) -> list[dict]:
@@ -267,7 +207,7 @@ def main() -> int:
     parser.add_argument("--parallel", action="store_true",
                         help="run the toolchain workers at once (faster; the times then share the cores)")
     parser.add_argument("--write", action="store_true",
-                        help="replace the table in docs/toolchains.md (between its toolchain-table markers)")
+                        help="write the table of docs/toolchains.md anew (as tools/render_tables.py does)")
     parser.add_argument("--render-only", action="store_true", help="measure nothing: render the kept rows")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -298,12 +238,10 @@ def main() -> int:
                 print(f"{name}: stopped after {args.time_limit} s; the rows it finished are kept", file=sys.stderr)
             rows += [json.loads(line) for line in out.read_text().splitlines()] if out.is_file() else []
     rows = merged(rows)
-    table = render(rows)
+    table = toolchains_table(rows)
     print(table)
     if args.write:
-        text = DOC.read_text()
-        start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-        DOC.write_text(text[:start] + "\n" + table + "\n" + text[end:])
+        DOC.write_text(rendered(DOC.read_text(), ROOT))
     return 0
 
 

@@ -13,8 +13,6 @@ import gc
 import json
 import os
 import platform
-import re
-import subprocess
 import time
 import traceback
 from pathlib import Path
@@ -23,44 +21,11 @@ import numpy as np
 
 from ..report import markdown_table, render
 from ..runtime import vector_units
-from ..version import VERSION
 from .cases import Skip, all_cases, scaling_cases, select
 from .memory import peak_rss_mb
 from .systems import default_systems, gemm_peak_gflops, numpy_gemm_peak_gflops
-
-
-def _median_ms(samples: list[float]) -> float:
-    return float(np.median(samples)) * 1e3
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def median_ms(run, repeat: int) -> float:
-    """Median ms of `repeat` calls of `run` after one warm-up call: one system timed alone (the tools'
-    tables; alternating_medians when systems are compared)."""
-    run()
-    return _median_ms([_timed(run) for _ in range(repeat)])
-
-
-def alternating_runs(runs: dict, repeat: int) -> dict[str, float]:
-    """Median ms of `repeat` calls of each of `runs` (title: a function of no arguments), taking turns,
-    so that the drift of a shared machine's speed falls on all of them alike (the tools' side-by-side
-    comparisons)."""
-    samples: dict[str, list[float]] = {title: [] for title in runs}
-    for _ in range(repeat):
-        for title, run in runs.items():
-            samples[title].append(_timed(run))
-    return {title: _median_ms(values) for title, values in samples.items()}
-
-
-def alternating_medians(sessions: dict, feeds: dict, repeat: int) -> dict[str, float]:
-    """`alternating_runs` of onnxruntime sessions (title: session) on `feeds`."""
-    return alternating_runs({title: lambda s=session: s.run(None, feeds) for title, session in sessions.items()},
-                            repeat)
+from .provenance import provenance_fields
+from .timing import median_of, timed
 
 
 # measured on network cases; a fitted nna system's peak includes measuring its capacities on the frame
@@ -99,18 +64,18 @@ def run_case(case, systems, repeat: int, log=print, quick: bool = False) -> dict
             p.table()
     for _ in range(repeat):
         for name, p in prepared.items():
-            samples[name].append(_timed(p.run))
+            samples[name].append(timed(p.run))
             if p.table is not None:
-                table_samples[name].append(_timed(p.table))
+                table_samples[name].append(timed(p.table))
     flops = next((p.flops for p in prepared.values() if p.flops is not None), None)
     pairs = next((p.pairs for p in prepared.values() if p.pairs is not None), None)
     record.update(useful_flops=flops, pairs=pairs)
     for name, p in prepared.items():
         entry = record["systems"][name]
-        entry["median_ms"] = _median_ms(samples[name])
+        entry["median_ms"] = median_of(samples[name])
         entry["runs_ms"] = [round(s * 1e3, 3) for s in samples[name]]
         if name in table_samples:
-            entry["table_ms"] = _median_ms(table_samples[name])
+            entry["table_ms"] = median_of(table_samples[name])
         if p.rows_out is not None:
             entry["rows_out"] = p.rows_out
         if p.note:
@@ -280,21 +245,6 @@ def scaling_plot(result: dict, out: Path) -> Path | None:
     return path
 
 
-def provenance_fields() -> dict:
-    """What the documentation's tables say of a run (bench/tables.py): the CPU's model, the units our
-    kernels used, the date (UTC) and the commit of the checkout measured (the package's version outside
-    one)."""
-    info = Path("/proc/cpuinfo")
-    models = re.findall(r"^model name\s*:\s*(.+)$", info.read_text(), re.M) if info.is_file() else []
-    try:
-        commit = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = f"sparse-lower {VERSION}"
-    return {"cpu": models[0] if models else platform.processor() or platform.machine(), "vector_units": vector_units(),
-            "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit}
-
-
 def run(out="bench_results", quick: bool = False, cases: str | None = None, repeat: int | None = None,
         nna_max_rows: int | None = 50_000, log=print, scaling: bool = False) -> dict:
     """Run the suite (with `scaling`: the scaling curves instead); returns the result dict (also written
@@ -331,40 +281,3 @@ def run(out="bench_results", quick: bool = False, cases: str | None = None, repe
     result["files"] = [str(out / "results.json"), str(out / "results.md")] + [str(p) for p in pictures]
     log(render(["file"], [[f] for f in result["files"]]))
     return result
-
-
-def main(argv=None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    return run_from_args(args)
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("--out", default="bench_results", help="output folder (default bench_results)")
-    parser.add_argument("--quick", action="store_true", help="tiny versions of a few cases (a smoke test)")
-    parser.add_argument("--cases", default=None, help="comma-separated name globs / substrings, e.g. 'subm,unet/*'")
-    parser.add_argument("--repeat", type=int, default=None, help="timed runs per system (default 5, quick 3)")
-    parser.add_argument("--nna-max-rows", type=int, default=50_000,
-                        help="skip the nna systems above this many input rows (0: never skip)")
-    parser.add_argument("--scaling", action="store_true",
-                        help="instead of the cases: the CenterPoint backbone on 10k to 1M real-frame-like voxels "
-                             "(ours on 1 and 2 threads, the peers), time and peak memory, plotted to scaling.png")
-
-
-def run_from_args(args, quiet: bool = False) -> int:
-    """The suite as `sparse-lower bench` runs it; `quiet` leaves out the progress lines and the tables,
-    printing only the files written."""
-    result = run(args.out, args.quick, args.cases, args.repeat, args.nna_max_rows or None, scaling=args.scaling,
-                 log=(lambda *_: None) if quiet else print)
-    if quiet:
-        print("\n".join(f"wrote {file}" for file in result["files"]))
-    else:
-        print(Path(args.out, "results.md").read_text())
-    return 0 if result["cases"] else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

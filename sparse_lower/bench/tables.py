@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 
 from ..report import markdown_table
+from .provenance import captioned
+from .toolchain_table import toolchains_table
 
 # the README's speed table: CenterPoint's backbone on both real frames, a row per system
 SPEED_SYSTEMS = {"ours-gpu-auto": "sparse_lower, gpu target, 1 thread",
@@ -20,18 +22,6 @@ SPEED_SYSTEMS = {"ours-gpu-auto": "sparse_lower, gpu target, 1 thread",
                  "spconv-2.3.8": "spconv 2.3.8, 1 thread (its CPU kernels give wrong sums on more)",
                  "minkowski-0.5.4": "MinkowskiEngine 0.5.4, 2 threads"}
 SPEED_FRAMES = {"centerpoint/centerpoint-frame": "CenterPoint frame", "centerpoint/bevfusion-frame": "BEVFusion frame"}
-
-
-def provenance(result: dict) -> str:
-    """Where and when the results were measured, as a caption says it."""
-    return (f"{result.get('cpu', result['machine'])}, {result['cores']} cores; our kernels on "
-            f"{result.get('vector_units', 'unrecorded units')}; {result.get('date', 'undated')}, commit "
-            f"{result.get('commit', 'unrecorded')}")
-
-
-def captioned(result: dict, table: str) -> str:
-    """A markdown table with its caption: the runs' count and `provenance`."""
-    return f"Medians of {result['repeat']} runs on {provenance(result)}:\n\n{table}"
 
 
 def speed_table(result: dict) -> str:
@@ -100,7 +90,59 @@ def voxelnext_table(result: dict) -> str:
     return captioned(result, markdown_table(header, rows))
 
 
-TABLES = {"speed": speed_table, "results": results_table, "scaling": scaling_table, "voxelnext": voxelnext_table}
+FRAME_TITLES = {"centerpoint": "CenterPoint", "bevfusion": "BEVFusion"}
+
+
+def threads_table(result: dict) -> str:
+    """`sparse-lower bench --suite threads`: a table per real frame, a row per thread count: ours and
+    spconv (ms, speed-up over one thread), how far spconv's output is from ours, the GEMM peak."""
+    tables = []
+    header = ["threads", "ours ms", "ours speed-up", "spconv ms", "spconv speed-up", "spconv vs ours",
+              "GEMM peak GFLOP/s"]
+    for frame, record in result["frames"].items():
+        one = record["threads"][str(result["threads"][0])]
+        rows = [[n, f"{r['ours_ms']:,.0f}", f"{one['ours_ms'] / r['ours_ms']:.2f}",
+                 *([f"{r['spconv_ms']:,.0f}", f"{one['spconv_ms'] / r['spconv_ms']:.2f}", f"{r['spconv_distance']:.1e}"]
+                   if "spconv_ms" in r else ["–", "–", "–"]),
+                 f"{result['gemm_peak_gflops'][n]:,.0f}"] for n, r in record["threads"].items()]
+        tables.append(f"{FRAME_TITLES[frame]} frame, {record['voxels']:,} voxels:\n\n{markdown_table(header, rows)}")
+    skipped = f"\n\n{result['spconv_skipped']}" if "spconv_skipped" in result else ""
+    return captioned(result, "\n\n".join(tables) + skipped)
+
+
+def vector_paths_table(result: dict) -> str:
+    """`sparse-lower bench --suite vector-paths`: a row per vector path (float and int8 ms, their ratio,
+    the same bits as the widest path's), and the int8 form's error on each real frame."""
+    rows = [[f"{name} ({path['units']})", f"{path['float_ms']:,.1f}", f"{path['int8_ms']:,.1f}",
+             f"{path['float_ms'] / path['int8_ms']:.2f}×", ", ".join(path["same_bits"]) or "none"]
+            for name, path in result["paths"].items()]
+    times = markdown_table(["path", "float ms", "int8 ms", "float / int8", "same bits as the widest path"], rows)
+    errors = markdown_table(["frame", "int8 max error", "int8 SNR"],
+                            [[FRAME_TITLES[frame], f"{100 * e['max_error']:.2f} %", f"{e['snr_db']:.1f} dB"]
+                             for frame, e in result["accuracy"].items()])
+    int8, convs = result["convs"]
+    return captioned(result, f"CenterPoint frame, {result['threads']} threads, the paths' processes taking turns "
+                             f"for {result['rounds']} rounds:\n\n{times}\n\nThe int8 form ({int8} of {convs} "
+                             f"convs in 8 bits) against float:\n\n{errors}")
+
+
+def portable_table(result: dict) -> str:
+    """`sparse-lower bench --suite portable`: a row per real frame and system: median, ratio to the gpu
+    target, peak memory, and the portable outputs' largest difference from the gpu target's."""
+    rows = []
+    for frame, record in result["frames"].items():
+        gpu = next(iter(record["systems"].values()))["median_ms"]
+        rows += [[FRAME_TITLES[frame], f"{record['voxels']:,}", system, f"{entry['median_ms']:,.0f} ms",
+                  f"{entry['median_ms'] / gpu:.2f}×", f"{entry['peak_mb']:,.0f} MiB", f"{record['difference']:.1e}"]
+                 for system, entry in record["systems"].items()]
+    return captioned(result, f"{result['threads']} threads, the systems taking turns in one process:\n\n"
+                     + markdown_table(["frame", "voxels", "system", "median", "/ gpu target", "peak memory",
+                                       "max relative difference from the gpu target"], rows))
+
+
+TABLES = {"speed": speed_table, "results": results_table, "scaling": scaling_table, "voxelnext": voxelnext_table,
+          "threads": threads_table, "vector-paths": vector_paths_table, "portable": portable_table,
+          "toolchains": toolchains_table}
 _MARKED = re.compile(r"(?P<open><!-- table (?P<name>[\w-]+): (?P<file>\S+) -->\n)(?P<body>.*?)"
                      r"(?P<close><!-- end of table (?P=name) -->)", re.S)
 
@@ -110,8 +152,14 @@ def marked_tables(text: str) -> list[tuple[str, str, str]]:
     return [(m["name"], m["file"], m["body"].rstrip("\n")) for m in _MARKED.finditer(text)]
 
 
+def results(path: Path) -> dict | list[dict]:
+    """A results file: one JSON document, or (.jsonl) a list of rows, one per line."""
+    text = path.read_text()
+    return [json.loads(line) for line in text.splitlines()] if path.suffix == ".jsonl" else json.loads(text)
+
+
 def rendered(text: str, root: Path) -> str:
     """The document with each marked table written anew from its results file."""
     def table(m: re.Match) -> str:
-        return m["open"] + TABLES[m["name"]](json.loads((root / m["file"]).read_text())) + "\n" + m["close"]
+        return m["open"] + TABLES[m["name"]](results(root / m["file"])) + "\n" + m["close"]
     return _MARKED.sub(table, text)

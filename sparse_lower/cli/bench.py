@@ -17,8 +17,11 @@ class BenchCommand:
     for each network the two-thread run's profile (kernel time per op and per layer) and its share of
     the two-thread GEMM peak. The full suite takes several minutes.
 
-    --scaling runs the scaling curves instead: the CenterPoint backbone on 10k to 1M voxels made from
-    the real frame, ours on 1 and 2 threads and the peers, time and peak memory (scaling.png).
+    --suite runs another suite instead: scaling (--scaling), the CenterPoint backbone on 10k to 1M voxels
+    made from the real frame, ours on 1 and 2 threads and the peers, time and peak memory (scaling.png);
+    threads, the backbone on 1 thread to every core beside spconv; vector-paths, its float and int8 forms
+    on each vector path of this CPU and int8's error; portable, the portable target against the gpu
+    target. Each writes results.json and results.md, the table docs/ shows.
 
     example: sparse-lower bench --quick --out /tmp/bench
     """
@@ -27,11 +30,11 @@ class BenchCommand:
 
     @staticmethod
     def add_arguments(parser):
-        from ..bench.run import add_arguments
+        from ..bench.suites import add_arguments
 
         add_arguments(parser)
 
     def run(self, args, out) -> int:
-        from ..bench.run import run_from_args
+        from ..bench.suites import run_from_args
 
         return run_from_args(args, quiet=out.quiet)

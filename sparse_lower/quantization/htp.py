@@ -14,7 +14,7 @@ is rounded once (one product per layer); the per-tap combines round every partia
 `htp_form` pads what the HTP computes wrong (pre: a rows-layout segment; post: the same numbers in
 onnxruntime): a `Gather` of rows narrower than 32 columns gathers them padded to 32 (one `Pad` per
 gathered tensor, a `Slice` after each Gather): the HTP's quantized Gather of 16-column uint8 rows is
-1.3–2.2 off (tools/qnn_gather_check.py), of 32 columns right.
+1.3–2.2 off (tools/qnn_gather_check.py at commit c2155e0), of 32 columns right.
 
 `quantize_for_htp` then quantizes with onnxruntime's QNN configuration (`get_qnn_qdq_config`: the
 types and overrides QNN needs, and the conversions between 8 and 16 bits where a wide layer meets a
