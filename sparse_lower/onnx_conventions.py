@@ -32,6 +32,7 @@ VERSION_KEY = "sparse_lower.version"  # the package version that lowered the mod
 OPTIONS_KEY = "sparse_lower.options"  # the lowering's target and options (JSON)
 RUNTIME_KEY = "sparse_lower.runtime"  # how to run the lowered model (its custom ops need the library)
 LAYERS_KEY = "sparse_lower.layers"  # the source model's sparse layers, for the cost report (JSON)
+GRIDS_KEY = "sparse_lower.grids"  # the grid each coordinate input is read on (JSON)
 IMPORT_KEY = "sparse_lower.import"  # an imported model's report of what the import did (JSON)
 
 

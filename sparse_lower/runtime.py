@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import sys
 import threading
 import warnings
@@ -377,6 +378,31 @@ def _library_for(providers: list) -> str:
 # The exporters' conv ops (the importers' signatures, spelled out: this module imports nothing of the compiler)
 _FOREIGN_OPS = {("", "SparseConvolution"), ("spconv", "SparseConvolution"), ("autoware", "ImplicitGemm"),
                 ("autoware", "IndiceConv")}
+
+
+# What onnxruntime raises when a model or its inputs are refused at session creation or run time
+# (a coordinate outside the grid, a capacity exceeded, a width the model does not take, …)
+RUNTIME_ERRORS = tuple(getattr(ort_state, name) for name in ("Fail", "InvalidArgument", "InvalidGraph",
+                                                             "RuntimeException", "NoSuchFile"))
+_NODE_FAILURE = re.compile(r"while running \w+ node\. Name:'(?P<node>[^']*)' Status Message: (?P<message>.*)", re.S)
+_WRAPPER = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
+# fixes for the library's run-time refusals that do not carry their own
+_FIXES = (("outside the grid", "voxelize the frame on the grid the model was built for: coords are the batch index, "
+                               "then one index per grid axis"),
+          ("twice", "give each site one row: merge the voxels that share a site"))
+
+
+def runtime_refusal(error: Exception) -> SparseLowerError | str:
+    """onnxruntime's refusal without its wrapper (`[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : …`): a custom
+    op's own message as a SparseLowerError naming its node, with a fix where the message has none; any
+    other refusal as onnxruntime's text."""
+    text = str(error)
+    failed = _NODE_FAILURE.search(text)
+    if failed is None:
+        return _WRAPPER.sub("", text).strip()
+    message = failed["message"].strip()
+    fix = None if "fix:" in message else next((fix for words, fix in _FIXES if words in message), None)
+    return SparseLowerError(message, node=failed["node"], fix=fix)
 
 
 def _not_lowered(model: bytes | str) -> tuple[str, str] | None:

@@ -12,10 +12,11 @@ import onnx
 from . import reference
 from .assumed_active import DEFAULT_ACTIVE
 from .errors import SparseLowerError
+from .input_roles import input_roles
 from .model_io import fed_inputs
 from .runtime import drop_padding, fixed_rows, pad_rows, session_for
 from .onnx_conventions import IMPORT_KEY, SOURCE_DOMAIN
-from .schemas import CONV_OPS, conv_geometry, to_dense_attributes
+from .schemas import to_dense_attributes
 
 _NP = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
        onnx.TensorProto.INT64: np.int64}
@@ -23,33 +24,6 @@ _NP = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
 
 def _static_shape(value: onnx.ValueInfoProto) -> list:
     return [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
-
-
-def _input_roles(model: onnx.ModelProto) -> dict[str, tuple]:
-    """For each graph input read by a source op, directly or through Casts and Identities (a model
-    converted to float16 with keep_io_types casts its inputs first): (role, spatial shape, partner input)."""
-    producer = {o: n for n in model.graph.node for o in n.output}
-
-    def source(name: str) -> str:
-        while name in producer and producer[name].op_type in ("Cast", "Identity"):
-            name = producer[name].input[0]
-        return name
-
-    roles = {}
-    for node in model.graph.node:
-        if node.domain != SOURCE_DOMAIN or node.op_type == "ToSparse":
-            continue
-        if node.op_type in CONV_OPS:
-            geometry = conv_geometry(node)
-            grid, out_grid = geometry.spatial_shape, geometry.output_shape
-        else:
-            grid = out_grid = to_dense_attributes(node).spatial_shape
-        features, coords = source(node.input[0]), source(node.input[1])
-        roles.setdefault(coords, ("coords", grid, features))
-        roles.setdefault(features, ("features", grid, coords))
-        if node.op_type == "SparseDeconv" and len(node.input) > 4 and node.input[4]:
-            roles.setdefault(source(node.input[4]), ("coords", out_grid, None))
-    return roles
 
 
 def random_coords(rng: np.random.Generator, count: int, batch: int, grid) -> np.ndarray:
@@ -77,7 +51,7 @@ def example_inputs(model: onnx.ModelProto, rng: np.random.Generator, active: int
     batches, and no more than any ToDense holds), features with the declared channels, dense inputs
     about 10 % active. Coordinates that an import described (see `_described_coords`) are drawn inside
     their extents, and the other inputs sharing their symbolic row count get as many rows."""
-    roles = _input_roles(model)
+    roles = input_roles(model)
     described = _described_coords(model)
     batch = min([batch, *(to_dense_attributes(n).batch_size for n in model.graph.node
                           if n.domain == SOURCE_DOMAIN and n.op_type == "ToDense")])

@@ -87,7 +87,7 @@ def test_convert_verifies_the_nvidia_export_on_a_real_frame(tmp_path):
     if not NVIDIA.is_file() or not SMALL_FRAME.is_file():
         pytest.skip("no shared data")
     run = cli("convert", str(NVIDIA), "-o", "cp.onnx", "--inputs", str(SMALL_FRAME), cwd=tmp_path)
-    assert run.returncode == 0 and run.stdout.rstrip().endswith("verify: ok"), (run.stdout, run.stderr)
+    assert run.returncode == 0 and run.stdout.rstrip().splitlines()[-1].startswith("verify: ok ("), (run.stdout, run.stderr)
 
 
 # -- options ------------------------------------------------------------------------------------------
@@ -144,7 +144,7 @@ def test_run_says_what_a_model_without_sparse_layers_is(tmp_path, folder):
     np.savez(tmp_path / "frame.npz", features=np.ones((3, 5), np.float32))
     run = cli("run", "d.onnx", "frame.npz", "-o", "outputs", cwd=tmp_path)
     assert run.returncode == 0 and "model: d.onnx: no sparse layers: run as it is" in run.stdout, run.stdout
-    assert "run: 1 frame, 0 failed," in run.stdout and "after the first frame" not in run.stdout, run.stdout
+    assert "run: 1 frame, none failed in " in run.stdout and "after the first frame" not in run.stdout, run.stdout
 
 
 # -- -q, -v, usage ----------------------------------------------------------------------------------------
@@ -159,7 +159,7 @@ def test_quiet_convert_prints_only_what_it_wrote_and_the_verdict(folder, tmp_pat
     run = cli("convert", str(folder / "head.onnx"), "-o", "out.onnx", "-q", cwd=tmp_path)
     assert run.returncode == 0 and run.stderr == "", run.stderr
     lines = run.stdout.splitlines()
-    assert len(lines) == 2 and lines[0].startswith("wrote out.onnx") and lines[1] == "verify: ok", run.stdout
+    assert len(lines) == 2 and lines[0].startswith("wrote out.onnx") and lines[1].startswith("verify: ok ("), run.stdout
 
 
 def test_quiet_partition_prints_only_what_it_wrote(folder, tmp_path):

@@ -6,6 +6,7 @@ onnxruntime, its quantizer and the toolchains stay out of the way unless -v asks
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -112,7 +113,8 @@ def test_a_bad_frame_is_refused_before_any_work(files, tmp_path, where, frame, s
 
 
 def test_ctrl_c_during_run_ends_cleanly(files, tmp_path):
-    """SIGINT half-way through a run: one line saying so, status 130, no partial output file."""
+    """SIGINT half-way through a run: one line saying so, how many frames are written and how to resume;
+    status 130, no partial output file."""
     frames = tmp_path / "frames"
     frames.mkdir()
     for i in range(400):
@@ -126,8 +128,12 @@ def test_ctrl_c_during_run_ends_cleanly(files, tmp_path):
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, (stdout, stderr)
-    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "sparse-lower run: interrupted", stderr
+    last = stderr.strip().splitlines()[-1]
+    said = re.fullmatch(r"sparse-lower run: interrupted: (\d+) of 400 frames' outputs are in outputs, each whole; "
+                        r"the same command with --skip-existing does the rest", last)
+    assert "Traceback" not in stderr and said, stderr
     assert not list((tmp_path / "outputs").glob(".*.part"))
+    assert int(said[1]) == len(list((tmp_path / "outputs").glob("f*.npz"))) > 0
 
 
 def test_output_piped_into_a_reader_that_stops_early_ends_quietly(files, tmp_path):

@@ -70,13 +70,10 @@ def head_model(tmp_path) -> Path:
     return path
 
 
-def test_convert_says_a_missing_output_folder_before_lowering(head_model, tmp_path):
+def test_convert_makes_a_missing_output_folder_and_says_so(head_model, tmp_path):
     run = sparse_lower_cli("convert", str(head_model), "-o", "missing_dir/x.onnx", cwd=tmp_path)
-    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
-    assert run.stderr.strip() == (f"sparse-lower convert: error: cannot write missing_dir/x.onnx: the folder "
-                                  f"{tmp_path / 'missing_dir'} does not exist (fix: create it, or give another "
-                                  f"--output)")
-    assert run.stdout == ""  # nothing lowered
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+    assert run.stdout.splitlines()[0] == "created the folder missing_dir" and (tmp_path / "missing_dir/x.onnx").is_file()
 
 
 def test_convert_inputs_under_other_names_are_told_the_models_names(head_model, tmp_path):
@@ -94,7 +91,7 @@ def test_convert_takes_voxel_files_as_they_are_stored(head_model, tmp_path):
     coords = np.column_stack([np.zeros(300, np.int64), *np.unravel_index(sites, (41, 1440, 1440))]).astype(np.int32)
     np.savez(tmp_path / "frame.npz", features=rng.standard_normal((300, 5)).astype(np.float16), coords=coords)
     run = sparse_lower_cli("convert", str(head_model), "-o", "out.onnx", "--inputs", "frame.npz", cwd=tmp_path)
-    assert run.returncode == 0 and run.stdout.rstrip().endswith("verify: ok"), run.stdout + run.stderr
+    assert run.returncode == 0 and run.stdout.rstrip().splitlines()[-1].startswith("verify: ok ("), run.stdout + run.stderr
 
 
 def test_given_inputs_refuse_a_cast_that_changes_the_data(head_model):
@@ -198,7 +195,7 @@ def test_convert_verifies_centerpoint_within_its_batch_of_one(centerpoint_path, 
     """The random verification inputs stay within the batches ToDense holds (they used batch 2, and the
     check failed the model it had just written)."""
     run = sparse_lower_cli("convert", str(centerpoint_path), "-o", "cp.onnx", cwd=tmp_path)
-    assert run.returncode == 0 and run.stdout.rstrip().endswith("verify: ok"), run.stdout + run.stderr
+    assert run.returncode == 0 and run.stdout.rstrip().splitlines()[-1].startswith("verify: ok ("), run.stdout + run.stderr
 
 
 @pytest.mark.parametrize("options", [["--target", "nna", "--max-active", "100000", "--combine", "scatter",
@@ -230,3 +227,195 @@ def test_a_lowered_model_says_how_to_run_it(head_model, tmp_path):
             ) in run.stdout
     metadata_props = {p.key: p.value for p in onnx.load(tmp_path / "out.onnx").metadata_props}
     assert "register_custom_ops_library(sparse_lower.get_library_path())" in metadata_props["sparse_lower.runtime"]
+
+
+# -- what a new user still tripped on, each reproduced ----------------------------------------------------
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+real_frame = pytest.mark.skipif(not (DATA / "nuscenes_bevfusion_voxels.npz").is_file(), reason="shared data absent")
+
+
+def _setup_section() -> str:
+    return README.read_text().split("\n## Set-up\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_setup_makes_a_venv_before_pip():
+    """Debian 12's own Python refuses `pip install` outside a venv (PEP 668): the set-up makes one first
+    (test_readme_commands runs it on that Python)."""
+    first = re.findall(r"```sh\n(.*?)```", _setup_section(), flags=re.S)[0].splitlines()[0]
+    assert first.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install . "), first
+
+
+def test_the_setup_says_what_the_build_needs_and_how_long_it_takes():
+    text = " ".join(_setup_section().split())
+    for said in ("python3-venv", "g++", "2–3 minutes", "onnxruntime's C++ headers", "apt", "ORT_INCLUDE_DIR", "nvcc"):
+        assert said in text, said
+
+
+def _frame(tmp_path, name, **arrays) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    np.savez(folder / f"{name}.npz", **arrays)
+    return folder
+
+
+@pytest.fixture
+def lowered_head(head_model, tmp_path) -> Path:
+    path = tmp_path / "head.gpu.onnx"
+    onnx.save(sparse_lower.lower(str(head_model)), path)
+    return path
+
+
+def _voxels(count=200, grid=(41, 1440, 1440), seed=0):
+    rng = np.random.default_rng(seed)
+    sites = rng.choice(int(np.prod(grid)), size=count, replace=False)
+    coords = np.column_stack([np.zeros(count, np.int64), *np.unravel_index(sites, grid)]).astype(np.int64)
+    return rng.standard_normal((count, 5)).astype(np.float32), coords
+
+
+def test_a_frame_of_another_feature_width_is_told_in_our_words(lowered_head, tmp_path):
+    features, coords = _voxels()
+    frames = _frame(tmp_path, "wide", features=features[:, :4], coords=coords)
+    run = sparse_lower_cli("run", str(lowered_head), str(frames), "-o", "out", cwd=tmp_path)
+    assert run.returncode == 1 and "ONNXRuntimeError" not in run.stdout + run.stderr, run.stdout
+    assert (f"failed: {frames / 'wide.npz'}: the frame's 'features' has 4 feature values per voxel; the model's "
+            "input 'features' takes [N, 5]: 5 feature values per voxel (fix: give frames with 5 feature values, or "
+            "use a model built for 4)") in run.stdout, run.stdout
+
+
+def test_a_coordinate_outside_the_grid_is_told_in_the_ops_words_with_the_fix(lowered_head, tmp_path):
+    features, coords = _voxels()
+    coords[0, 2] = 2000
+    frames = _frame(tmp_path, "outside", features=features, coords=coords)
+    run = sparse_lower_cli("run", str(lowered_head), str(frames), "-o", "out", cwd=tmp_path)
+    assert run.returncode == 1 and "ONNXRuntimeError" not in run.stdout + run.stderr, run.stdout
+    line = next(line for line in run.stdout.splitlines() if line.startswith("failed:"))
+    assert re.fullmatch(r"failed: \S+outside.npz: node '[^']+SubmanifoldMap': SubmanifoldMap: coordinate \(0, \d+, "
+                        r"2000, \d+\) of row 0 of coords is outside the grid \[41, 1440, 1440\] \(fix: voxelize the "
+                        r"frame on the grid the model was built for: coords are the batch index, then one index per "
+                        r"grid axis\)", line), line
+
+
+def test_a_frame_voxelized_for_another_grid_is_refused_in_every_command(lowered_head, head_model, tmp_path):
+    """`run` ran a [41, 1600, 1408] frame on the 41x1440x1440 model with exit 0."""
+    features, coords = _voxels()
+    frames = _frame(tmp_path, "other", features=features, coords=coords, spatial_shape=np.array([41, 1600, 1408]))
+    said = ("the frame declares spatial_shape [41, 1600, 1408]; the model reads 'coords' on the grid "
+            "[41, 1440, 1440] (fix: voxelize the frame on the grid [41, 1440, 1440], or use a model built for "
+            "[41, 1600, 1408])")
+    run = sparse_lower_cli("run", str(lowered_head), str(frames), "-o", "out", cwd=tmp_path)
+    assert run.returncode == 1 and said in run.stdout, run.stdout
+    for command in (["convert", str(head_model), "-o", "x.onnx", "--inputs"], ["partition", str(lowered_head),
+                                                                               "--out-dir", "parts", "--inputs"]):
+        refused = sparse_lower_cli(*command, str(frames / "other.npz"), cwd=tmp_path)
+        assert refused.returncode == 2 and said in refused.stderr, (command, refused.stderr)
+    matching = _frame(tmp_path, "same", features=features, coords=coords, spatial_shape=np.array([41, 1440, 1440]))
+    assert sparse_lower_cli("run", str(lowered_head), str(matching), "-o", "out", cwd=tmp_path).returncode == 0
+
+
+def test_the_portable_form_keeps_the_grid_it_reads(head_model):
+    from sparse_lower.input_roles import input_grids
+
+    assert input_grids(sparse_lower.lower(str(head_model), target="portable")) == {"coords": [41, 1440, 1440]}
+
+
+@real_frame
+def test_demo_names_the_input_by_what_it_holds_and_refuses_wrong_keys_before_counting(tmp_path):
+    features, coords = _voxels()
+    np.savez(tmp_path / "wide.npz", features=features[:, :4], coords=coords)
+    run = sparse_lower_cli("demo", "--data", "wide.npz", "--repeat", "1", cwd=tmp_path)
+    assert run.returncode == 2 and "ONNXRuntimeError" not in run.stderr, run.stderr
+    assert "the frame's 'features' has 4 feature values per voxel; the model's input '0' takes [N, 5]" in run.stderr
+    np.savez(tmp_path / "keys.npz", voxels=features, idx=coords)
+    run = sparse_lower_cli("demo", "--data", "keys.npz", cwd=tmp_path)
+    assert run.returncode == 2 and "voxels on a" not in run.stdout, run.stdout
+    assert "error: frame keys.npz: no 'features' and 'coords' array; it has idx, voxels" in run.stderr
+
+
+def test_every_command_checks_its_outputs_before_any_work(lowered_head, head_model, tmp_path):
+    """One rule: a missing folder is made (and said), a path of the wrong kind is refused before any work."""
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "a_folder").mkdir()
+    features, coords = _voxels()
+    frames = _frame(tmp_path, "frames", features=features, coords=coords)
+    refusals = [
+        (["run", str(lowered_head), str(frames), "-o", "a_file"], "-o a_file: a file, where the folder of outputs goes"),
+        (["partition", str(lowered_head), "--out-dir", "a_file"], "--out-dir a_file: a file, where the folder"),
+        (["convert", str(head_model), "-o", "a_folder"], "-o a_folder: a folder, where a file goes"),
+        (["demo", "--picture", "a_folder"], "--picture a_folder: a folder, where a file goes"),
+        (["bench", "--quick", "--out", "a_file"], "--out a_file: a file, where the folder of outputs goes"),
+        (["convert", str(head_model), "-o", "a_file/x.onnx"], "-o: a_file is a file, not a folder")]
+    for command, said in refusals:
+        run = sparse_lower_cli(*command, cwd=tmp_path)
+        assert run.returncode == 2 and said in run.stderr and run.stdout == "", (command, run.stdout, run.stderr)
+    made = sparse_lower_cli("run", str(lowered_head), str(frames), "-o", "new/outputs", cwd=tmp_path)
+    assert made.returncode == 0 and "created the folder new/outputs" in made.stdout, made.stdout
+
+
+def test_partition_for_a_toolchain_without_an_accelerator_segment_says_how_to_get_one(lowered_head, tmp_path):
+    run = sparse_lower_cli("partition", str(lowered_head), "--out-dir", "parts", "--for", "onnxruntime", cwd=tmp_path)
+    assert run.returncode == 2 and not list((tmp_path / "parts").glob("*.onnx")), run.stdout
+    assert ("--for onnxruntime compiles the nna segments, and this model has none: its ops all run on gpu (fix: lower "
+            "the model for the accelerator first: sparse-lower convert MODEL -o MODEL.nna.onnx --target nna "
+            "--max-active N (or --target hybrid), then partition that file)") in run.stderr, run.stderr
+
+
+def test_partitions_table_fits_100_columns_and_says_what_its_devices_are(head_model, tmp_path):
+    nna = tmp_path / "head.nna.onnx"
+    onnx.save(sparse_lower.lower(str(head_model), target="nna", max_active=2000), nna)
+    run = sparse_lower_cli("partition", str(nna), "--out-dir", "parts", cwd=tmp_path)
+    assert run.returncode == 0 and max(map(len, run.stdout.splitlines())) <= 100, run.stdout
+    assert "devices: gpu = onnxruntime with the custom-op library, on the host" in run.stdout
+    assert re.search(r"^00 +gpu +\d+ +Gather x\d+, \S+ x\d+, \+\d+ op types", run.stdout, re.M), run.stdout
+    every = sparse_lower_cli("partition", str(nna), "--out-dir", "parts", "-v", cwd=tmp_path)
+    assert "op types" not in every.stdout and "sparse_lower::SubmanifoldMap x1" in every.stdout
+
+
+def test_the_run_summary_reads_as_a_sentence():
+    from sparse_lower.frames.run import RunSummary
+    from sparse_lower.frames.worker import FrameResult
+
+    summary = RunSummary([FrameResult("a", latency_ms=100.0), FrameResult("b", latency_ms=120.0)], wall_s=0.9,
+                         first_s=0.6)
+    assert str(summary) == ("2 frames, none failed in 0.9 s: 2.2 frames/s; 3.3 frames/s after the first frame, which "
+                            "took 0.6 s with the start-up; onnxruntime's run of a frame: median 110.0 ms, 95th "
+                            "percentile 119.0 ms")
+
+
+def test_the_readmes_python_example_compares_the_session_with_the_reference():
+    (example,) = re.findall(r"```python\n(.*?)```", README.read_text().split("\n## Python\n")[1], flags=re.S)
+    assert "reference.run(model, feeds)" in example and re.search(r"^print\(all\(np.allclose\(got\[n\], expected\[n\]",
+                                                                   example, re.M)
+
+
+def test_inspect_help_says_what_each_method_costs_without_the_patents_numbers(tmp_path):
+    run = sparse_lower_cli("inspect", "--help", cwd=tmp_path)
+    assert "patent" not in run.stdout and "method 1" not in run.stdout
+    for method in ("gpu ", "matmul ", "scatter ", "gather ", "dense "):
+        assert re.search(rf"^ +{method} +\S", run.stdout, re.M), method
+
+
+def test_verify_says_what_it_compared_and_what_the_import_assumed(tmp_path):
+    models = Path(__file__).resolve().parents[1] / "models"
+    run = sparse_lower_cli("convert", str(models / "nvidia_unet.scn.onnx"), "-o", "unet.onnx", cwd=tmp_path)
+    last, before = run.stdout.splitlines()[-1], run.stdout.splitlines()[-2]
+    assert run.returncode == 0 and last.startswith("verify: ok (the lowered model in onnxruntime against the NumPy "
+                                                   "reference of the imported model, on random inputs: "), last
+    assert before.startswith("verify: the import assumed LeakyReLU slope 0.01 (") and "--leaky-relu-alpha" in before
+
+
+def test_the_demos_pictures_are_in_metres_about_the_sensor_and_say_the_weights_are_random(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    from sparse_lower.cli.demo import save_bev_picture, save_sites_picture
+
+    seen = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda figure, *a, **k: seen.append((figure.axes[0].get_title(), figure.axes[0].get_xlabel(),
+                                                             [t.get_text() for t in figure.axes[0].get_legend().texts])))
+    save_bev_picture(np.ones((1, 2, 180, 180), np.float32), tmp_path / "a.png", half_m=54.0)
+    save_sites_picture(np.zeros((3, 70), np.float32), np.array([[0, 1, 2]] * 3), (180, 180), tmp_path / "b.png", 54.0)
+    for title, xlabel, legend in seen:
+        assert "deterministic random weights, not a trained network" in title and "heatmap score" not in title
+        assert xlabel == "x (m, from the sensor)" and legend == ["the sensor"]

@@ -446,4 +446,4 @@ def test_convert_draws_fewer_sites_where_random_inputs_overflow_the_static_form(
                            "--max-active", "400,100", cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "the random inputs overflow --max-active 400,100; drawing 200 sites" in run.stdout
-    assert "verify: ok (plain onnxruntime, no library)" in run.stdout
+    assert "verify: ok (the lowered model in onnxruntime (plain, no library) against" in run.stdout

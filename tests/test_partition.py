@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import numpy as np
 import onnx
@@ -453,7 +454,7 @@ def test_cli_partition_end_to_end(tmp_path, rng, capsys):
     text = capsys.readouterr().out
     assert "run: outputs equal the unpartitioned model" in text
     assert "sparse_lower::IndexedUnfold is not in the nna capability table" in text
-    assert "05       nna     2      Add x1, MatMul x1" in text
+    assert re.search(r"^05 +nna +2 +Add x1, MatMul x1 ", text, re.M), text
     assert (out / "manifest.json").exists() and (out / "picture.png").exists()
     assert len(list(out.glob("*.onnx"))) == 6
 

@@ -256,6 +256,51 @@ def test_the_toolchain_tables_cells_are_whole():
                 assert why.replace("|", "/") in kept, why
 
 
+SYSTEM_PYTHON = Path("/usr/bin/python3")  # Debian's own, which refuses `pip install` outside a venv (PEP 668)
+
+
+def _refuses_pip(python: Path) -> str | None:
+    """Why `python` cannot stand for a system Python that refuses pip (None when it can)."""
+    if not python.is_file():
+        return f"no {python} here"
+    done = subprocess.run([str(python), "-c", "import ensurepip, sysconfig; print(sysconfig.get_path('stdlib'))"],
+                          capture_output=True, text=True)
+    if done.returncode:
+        return f"{python} has no venv module (Debian: apt install python3-venv)"
+    if not (Path(done.stdout.strip()) / "EXTERNALLY-MANAGED").is_file():
+        return f"{python} does not refuse pip (no EXTERNALLY-MANAGED marker)"
+    return None
+
+
+def test_the_setups_first_command_works_where_the_system_python_refuses_pip(tmp_path):
+    """The set-up's first command as written, in a copy of the checkout with the shared data beside it, on
+    a PATH that holds only the system's programs (Debian 12's Python, which refuses `pip install` outside a
+    venv, and no nvcc): it makes its venv, builds the package and runs the demo on the real frame."""
+    why = _refuses_pip(SYSTEM_PYTHON)
+    if why:
+        pytest.skip(why)
+    if not DATA.is_dir():
+        pytest.skip(f"no {DATA}: the demo reads the shared data beside the checkout")
+    (block,) = re.findall(r"```sh\n(.*?)```", section(README, "Set-up"), flags=re.S)
+    first, _ = commands(block)
+    checkout = tmp_path / "checkout"
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                             capture_output=True, text=True, check=True)  # the working tree, as git would commit it
+    for name in filter(None, tracked.stdout.split("\0")):
+        if (ROOT / name).is_file():
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            (checkout / name).write_bytes((ROOT / name).read_bytes())
+    (tmp_path / "shared").symlink_to(DATA.parent)
+    refused = subprocess.run(["bash", "-c", "python3 -m pip install --dry-run --no-deps ."], cwd=checkout,
+                             env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home())}, capture_output=True, text=True)
+    assert refused.returncode != 0  # what the set-up has to get around
+    done = subprocess.run(["bash", "-c", first], cwd=checkout, env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    assert "nuscenes_centerpoint_voxels.npz: 79,745 voxels" in done.stdout, done.stdout[-3000:]
+    assert (checkout / "centerpoint_bev.png").is_file() and (checkout / ".venv" / "bin" / "sparse-lower").is_file()
+
+
 def test_the_setups_extras_command_compiles_nothing():
     """The set-up's second command adds the extras to the package the first one installed. pip's dry run
     (`--no-deps`: offline) must install nothing of sparse-lower itself: rebuilding it compiles the custom-op

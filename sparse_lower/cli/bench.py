@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .outputs import output_folder
+
 
 class BenchCommand:
     """Run the benchmark suite and write results.json, results.md and plots to --out.
@@ -37,4 +39,5 @@ class BenchCommand:
     def run(self, args, out) -> int:
         from ..bench.suites import run_from_args
 
+        output_folder(args.out, "--out", out)
         return run_from_args(args, quiet=out.quiet)

@@ -19,6 +19,7 @@ from ..frames.files import feeds_of, read_frames
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model
 from ..lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS
 from ..model_io import recorded_options
+from ..onnx_conventions import IMPORT_KEY
 from ..passes.lower import run_hint
 from ..quantization.gpu import quantize
 from ..report import render
@@ -28,6 +29,7 @@ from ..verify import compare, example_inputs, relative_error, snr_db
 from .active import add_active_argument
 from .op_counts import before_after
 from .status import Status
+from .outputs import output_file, output_folder
 from .verbosity import Verbosity
 
 
@@ -149,10 +151,9 @@ class ConvertCommand:
                             help=f"import: the LeakyReLU slope an NVIDIA file does not record (default {LEAKY_RELU_ALPHA})")
 
     def run(self, args, out: Verbosity) -> int:
-        folder = Path(args.output).absolute().parent
-        if not folder.is_dir():  # said now, not after the whole lowering
-            raise SparseLowerError(f"cannot write {args.output}: the folder {folder} does not exist",
-                                   fix="create it, or give another --output")
+        output_file(args.output, "-o", out)  # checked now, not after the whole lowering
+        if args.dump_dir:
+            output_folder(args.dump_dir, "--dump-dir", out)
         if Path(args.output).absolute() == Path(args.input).absolute() or \
                 (Path(args.output).exists() and Path(args.output).samefile(args.input)):
             raise SparseLowerError(f"-o {args.output} would write over the input model", fix="give another --output")
@@ -207,7 +208,7 @@ class ConvertCommand:
             print("verify: the 8-bit model's error against the float one, on the frames it was calibrated on "
                   "(no pass/fail: its size is the quantization's)")
             return 0
-        plain = " (plain onnxruntime, no library)" if args.target == "portable" else ""
+        plain = " (plain, no library)" if args.target == "portable" else ""
         with status.step("verifying (NumPy reference against onnxruntime)"):
             differences = self._differences(args, source, lowered, given[0] if given else None, out)
         out.say(render(["output", "max abs error", "max rel error", "shape"],
@@ -215,7 +216,15 @@ class ConvertCommand:
                         for d in differences]))
         tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
         failed = [d.output for d in differences if not d.shape_ok or not d.max_rel <= tolerance]  # NaN fails
-        print(f"verify: {'FAILED for ' + ', '.join(failed) if failed else 'ok'}{plain}")
+        worst = max((d.max_rel for d in differences), default=0.0)
+        compared = (f"the lowered model in onnxruntime{plain} against the NumPy reference of the "
+                    f"{'imported' if found != SOURCE_FORMAT else 'source'} model, on "
+                    f"{'the --inputs frame' if given else 'random inputs'}: largest relative error {worst:.1e}, "
+                    f"tolerance {tolerance:g}")
+        for value, nodes in assumed_values(source).items():
+            print(f"verify: the import assumed {value} ({len(nodes)} node{'s' if len(nodes) > 1 else ''}, e.g. "
+                  f"'{nodes[0]}'): the file does not record it, and this check cannot tell (--leaky-relu-alpha)")
+        print(f"verify: {'FAILED for ' + ', '.join(failed) if failed else 'ok'} ({compared})")
         return 1 if failed else 0
 
     @staticmethod
@@ -254,6 +263,12 @@ _TARGET_OPTIONS = {"strategy": {"gpu", "hybrid"}, "combine": {"nna", "hybrid"}, 
                    "fuse_taps": {"nna", "hybrid"}, "max_active": {"nna", "hybrid", "portable"},
                    "max_pairs": {"nna", "hybrid"}, "max_members": {"nna", "hybrid"}}
 DEFAULT_TOLERANCE = 1e-4
+
+
+def assumed_values(imported: onnx.ModelProto) -> dict[str, list[str]]:
+    """What an import read for values its file does not record (a LeakyReLU's slope) -> the nodes."""
+    report = next((p.value for p in imported.metadata_props if p.key == IMPORT_KEY), None)
+    return json.loads(report).get("assumed", {}) if report else {}
 
 
 def _check_options(args) -> None:

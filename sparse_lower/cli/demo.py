@@ -11,13 +11,14 @@ import onnx
 
 from ..api import lower
 from ..errors import SparseLowerError
-from ..frames.files import feeds_of, read_frames
-from ..frames.sample import CENTERPOINT_GRID, data_places, find_data, synthetic_voxels
+from ..frames.files import COORDS_KEY, FEATURES_KEY, feeds_of, read_frames
+from ..frames.sample import CENTERPOINT_GRID, NUSCENES_HALF_WIDTH_M, data_places, find_data, synthetic_voxels
 from ..importers import import_model
 from ..onnx_conventions import SOURCE_DOMAIN
 from ..schemas import CONV_OPS, conv_geometry
 from ..report import render
 from ..runtime import session_for
+from .outputs import output_file
 from .verbosity import Verbosity
 
 
@@ -34,46 +35,70 @@ class Stopwatch:
         return result
 
 
-def _picture(path: Path, title: str, draw) -> Path:
-    """A square figure of one plot in BEV cells with its colour bar, `draw(axis)` returning what the bar reads."""
+UNTRAINED = "deterministic random weights, not a trained network: the values are not detections"
+
+
+def _picture(path: Path, title: str, draw, half_m: float | None) -> Path:
+    """A square figure of one bird's-eye plot with its colour bar, `draw(axis)` returning what the bar
+    reads; in metres about the sensor, which is marked, where the grid's extent is known (`half_m`: the
+    distance from the sensor to each edge), else in cells."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(7, 7))
+    figure, axis = plt.subplots(figsize=(7, 7.4))
     mapped = draw(axis)
-    axis.set_title(title)
-    axis.set_xlabel("x cell")
-    axis.set_ylabel("y cell")
+    axis.set_title(f"{title}\n({UNTRAINED})", fontsize=9)
+    if half_m is None:
+        axis.set_xlabel("x (BEV cell)")
+        axis.set_ylabel("y (BEV cell)")
+    else:
+        axis.set_xlabel("x (m, from the sensor)")
+        axis.set_ylabel("y (m, from the sensor)")
+        axis.plot([0], [0], marker="^", markersize=9, color="cyan", markeredgecolor="black", linestyle="none",
+                  label="the sensor")
+        axis.legend(loc="upper right", fontsize=8)
     figure.colorbar(mapped, ax=axis, fraction=0.046)
     figure.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(figure)
     return path
 
 
-def save_bev_picture(dense: np.ndarray, path: Path) -> Path:
+def half_width_m(grid: tuple) -> float | None:
+    """How far the grid reaches from the sensor in x and y, in metres: known for nuScenes' grid only."""
+    return NUSCENES_HALF_WIDTH_M if tuple(grid) == CENTERPOINT_GRID else None
+
+
+def save_bev_picture(dense: np.ndarray, path: Path, half_m: float | None = None) -> Path:
     """The bird's-eye view of the backbone output: per BEV cell the largest channel magnitude."""
     bev = np.log1p(np.abs(dense[0]).max(axis=0))  # log: a few bright cells would hide the rest
+    extent = None if half_m is None else (-half_m, half_m, -half_m, half_m)
     return _picture(path, f"CenterPoint backbone output, {bev.shape[0]}x{bev.shape[1]} BEV cells: log(1 + max "
-                          f"|channel|)", lambda axis: axis.imshow(bev, origin="lower", cmap="magma"))
+                          f"|channel|)", lambda axis: axis.imshow(bev, origin="lower", cmap="magma", extent=extent),
+                    half_m)
 
 
-def save_sites_picture(heads: np.ndarray, coords: np.ndarray, bev: tuple, path: Path) -> Path:
-    """VoxelNeXt's sparse output: every BEV site it keeps, coloured by its strongest heatmap score."""
+def save_sites_picture(heads: np.ndarray, coords: np.ndarray, bev: tuple, path: Path,
+                       half_m: float | None = None) -> Path:
+    """VoxelNeXt's sparse output: every BEV site it keeps, coloured by its strongest heatmap output
+    (a sigmoid, as a trained network's scores would be)."""
     from ..models.voxelnext import HEAD_CHANNELS
 
     starts = np.cumsum([0, *(channels for _, _, channels in HEAD_CHANNELS)])
     heatmaps = [heads[:, start:start + channels] for (_, branch, channels), start in zip(HEAD_CHANNELS, starts)
                 if branch == "hm"]
     score = 1 / (1 + np.exp(-np.concatenate(heatmaps, axis=1).max(axis=1)))
+    y, x = coords[:, 1].astype(float), coords[:, 2].astype(float)
+    if half_m is not None:  # cell centres in metres about the sensor
+        y, x = (y + 0.5) * 2 * half_m / bev[0] - half_m, (x + 0.5) * 2 * half_m / bev[1] - half_m
 
     def draw(axis):
-        axis.set_xlim(0, bev[1])
-        axis.set_ylim(0, bev[0])
-        return axis.scatter(coords[:, 2], coords[:, 1], c=score, s=1, cmap="magma")
-    return _picture(path, f"VoxelNeXt: {len(coords):,} sparse BEV sites of {bev[0]}x{bev[1]}, strongest heatmap "
-                          f"score", draw)
+        axis.set_xlim(*((0, bev[1]) if half_m is None else (-half_m, half_m)))
+        axis.set_ylim(*((0, bev[0]) if half_m is None else (-half_m, half_m)))
+        return axis.scatter(x, y, c=score, s=1, cmap="magma")
+    return _picture(path, f"VoxelNeXt: {len(coords):,} sparse BEV sites of {bev[0]}x{bev[1]}, coloured by the "
+                          f"largest sigmoid of the heatmap heads", draw, half_m)
 
 
 DEMO_TARGETS = ("gpu", "portable")  # the forms one onnxruntime session runs whole on a CPU
@@ -109,6 +134,9 @@ class DemoCommand:
         parser.add_argument("--model", default="centerpoint", choices=DEMO_MODELS,
                             help="centerpoint (NVIDIA-format export of its backbone, default) or voxelnext")
         parser.add_argument("--picture", help="where to draw the output (default: <model>_bev.png)")
+        parser.add_argument("--save-model", metavar="PATH.onnx",
+                            help="also write the model the demo starts from (centerpoint: the NVIDIA-format export; "
+                                 "voxelnext: its source ops), for convert, inspect and partition")
         parser.add_argument("--check", action="store_true", help="compare with the NumPy reference (slow)")
         parser.add_argument("--target", default="gpu", choices=DEMO_TARGETS,
                             help="gpu (custom ops, default) or portable (standard ops, run without the library)")
@@ -119,9 +147,17 @@ class DemoCommand:
 
         if args.repeat < 1:
             raise SparseLowerError(f"--repeat {args.repeat}: the timed runs are at least 1", fix="give --repeat 1 or more")
+        picture = output_file(args.picture or f"{args.model}_bev.png", "--picture", out, example="bev.png")
+        saved = output_file(args.save_model, "--save-model", out, example=f"{args.model}.onnx") if args.save_model else None
         path = args.data or find_data()
         if path:
             ((path, frame),) = read_frames([path], folders=False)
+            missing = [key for key in (FEATURES_KEY, COORDS_KEY) if key not in frame]
+            if missing:
+                raise SparseLowerError(f"frame {path}: no {' and '.join(repr(k) for k in missing)} array; it has "
+                                       f"{', '.join(sorted(frame)) or 'no arrays'}",
+                                       fix="store the voxels as features [N, 5] and coords [N, 4] (batch, z, y, x), "
+                                           "as numpy.savez(path, features=..., coords=...)")
             grid = tuple(int(v) for v in frame.get("spatial_shape", CENTERPOINT_GRID))
             if len(grid) != 3 or min(grid) < 1:
                 raise SparseLowerError(f"frame {path}: spatial_shape {list(grid)} is not a 3-D grid",
@@ -140,14 +176,20 @@ class DemoCommand:
             imported = clock.time("build VoxelNeXt (source ops)",
                                   lambda: voxelnext(CanonicalEmitter("voxelnext"), np.random.default_rng(0),
                                                     spatial_shape=grid))
+            written = imported
         else:
             exported = clock.time("build the NVIDIA-format export",
                                   lambda: sp_middle_resnet_fhd(NvidiaEmitter(), np.random.default_rng(0),
                                                                spatial_shape=grid))
+            written = exported
             with tempfile.TemporaryDirectory() as folder:
                 source = Path(folder) / "scn.nvidia.onnx"
                 onnx.save(exported, source)
                 imported = clock.time("import (NVIDIA format -> source ops)", lambda: import_model(source))
+        if saved:
+            onnx.save(written, saved)
+            print(f"wrote {saved}: the {args.model} model the demo starts from, for `sparse-lower convert`, "
+                  "`inspect` and `partition`")
         (feeds,) = feeds_of(imported, [(path, frame)])  # the frame's arrays as the model's inputs, cast to their types
         lowered = clock.time(f"lower ({args.target} target)", lambda: lower(imported, target=args.target))
         opened = "a plain onnxruntime session (no library)" if args.target == "portable" else "the onnxruntime session"
@@ -159,23 +201,23 @@ class DemoCommand:
         rows.append([f"run (median of {len(timed)})", f"{np.median(timed):,.1f} ms"])
         out.say(render(["stage", "time"], rows))
         result = first[0]
-        picture = Path(args.picture or f"{args.model}_bev.png")
         if args.model == "voxelnext":
             sites = first[1]
             last = [n for n in imported.graph.node if n.domain == SOURCE_DOMAIN and n.op_type in CONV_OPS][-1]
             bev = conv_geometry(last).output_shape
             print(f"output: {len(sites):,} sparse BEV sites of {bev[0]}x{bev[1]} (nothing densified), "
                   f"{result.shape[1]} head channels, mean {result.mean():.4f}, max {result.max():.4f}")
-            drawn = save_sites_picture(result, sites, bev, picture)
+            drawn = save_sites_picture(result, sites, bev, picture, half_width_m(grid))
         else:
             occupied = np.abs(result[0]).max(axis=0) > 0
             print(f"output: {list(result.shape)} float32, {int(occupied.sum()):,} of {occupied.size:,} BEV cells "
                   f"non-zero, mean {result.mean():.4f}, max {result.max():.4f}")
-            drawn = save_bev_picture(result, picture)
+            drawn = save_bev_picture(result, picture, half_width_m(grid))
         if not all(np.array_equal(run, result) for run in runs):
             raise SparseLowerError("runs of the same frame gave different outputs",
                                    fix="report it: every kernel is meant to give the same bits on every run")
         print(f"picture: {drawn.absolute()} (--picture PATH to put it elsewhere)")
+        print(f"note: {UNTRAINED}; they show the deployment path runs, and --check that it computes the network")
         if args.check:
             from .. import reference
 

@@ -68,10 +68,14 @@ class InspectCommand:
     imported model's layers.
 
     The cost table gives each sparse conv's multiply-accumulates (millions) per method at --active N
-    sites (outputs taken as N too; by default the model's max_active for its first level, else 500):
-    gpu unfold M*K*Cin*Cout; nna 1x1 convs K*N*Cin*Cout plus the combine (matmul K*M*N*Cout, patent
-    method 1; scatter K*N*Cout, method 2; gather K*M*Cout); dense conv of the whole grid
-    B*Hout*Wout*K*Cin*Cout.
+    sites (outputs taken as N too; by default the model's max_active for its first level, else 500),
+    for M output sites, N input sites, K kernel taps and Cin -> Cout channels:
+      gpu      the custom ops' products, M*K*Cin*Cout;
+      matmul   the nna target's 1x1 convs, K*N*Cin*Cout, plus moving each tap's products to the outputs
+               by multiplying with an M x N scatter matrix, K*M*N*Cout;
+      scatter  the same 1x1 convs, plus adding each tap's products into the outputs, K*N*Cout;
+      gather   the same 1x1 convs, plus gathering each output's products per tap, K*M*Cout;
+      dense    a dense conv over the whole grid, B*Hout*Wout*K*Cin*Cout.
 
     For the portable target it lists the index tensors whose size follows the grid (a site grid per
     input extent, the marks that find each strided or transposed conv's output sites) with the most

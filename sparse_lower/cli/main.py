@@ -9,10 +9,9 @@ import sys
 import traceback
 import warnings
 
-import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
-
 from .. import __version__
 from ..errors import SparseLowerError, SparseLowerWarning
+from ..runtime import RUNTIME_ERRORS, runtime_refusal
 from .bench import BenchCommand
 from .convert import ConvertCommand
 from .demo import DemoCommand
@@ -43,10 +42,6 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     return root, subcommands
 
 
-# What onnxruntime raises when a model or its inputs are refused at session creation or run time
-# (a coordinate outside the grid, a capacity exceeded, …): the message says what is wrong.
-_RUNTIME_ERRORS = tuple(getattr(ort_state, name) for name in ("Fail", "InvalidArgument", "InvalidGraph",
-                                                              "RuntimeException", "NoSuchFile"))
 # The exit statuses (docs/cli.md)
 OK, FAILED, REFUSED, BUG, INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -78,11 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     except SparseLowerError as refusal:
         error("error", str(refusal))
         return REFUSED
-    except _RUNTIME_ERRORS as refusal:
-        error("onnxruntime refused", str(refusal))
+    except RUNTIME_ERRORS as refused:
+        said = runtime_refusal(refused)  # an op's refusal is ours, in our words; onnxruntime's own, as it says it
+        error("error" if isinstance(said, SparseLowerError) else "onnxruntime refused", str(said))
         return REFUSED
-    except KeyboardInterrupt:
-        print(f"\nsparse-lower {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as stop:  # a command may say what was done before it, and how to go on
+        print(f"\nsparse-lower {args.command}: interrupted" + (f": {stop}" if str(stop) else ""), file=sys.stderr)
         return INTERRUPTED
     except BrokenPipeError:  # the reader of stdout went away (`| head`): nothing left to say
         # Python flushes stdout again at exit, which would raise once more: point it at /dev/null.

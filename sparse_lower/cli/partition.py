@@ -12,12 +12,14 @@ from ..api import partition
 from ..errors import SparseLowerError
 from ..frames.files import feeds_of, read_frames
 from ..partition import DEFAULT_DEVICES
+from ..partition.devices import ACCELERATOR
 from ..report import render
 from ..runtime import create_session
 from ..toolchains import TOOLCHAINS, compile_partition, toolchain
 from ..quantization.mixed_precision import choose_wide_layers
 from ..verify import relative_error
 from .active import add_active_argument
+from .outputs import output_folder
 from .verbosity import Verbosity
 
 
@@ -99,7 +101,14 @@ class PartitionCommand:
         # the frames are read before any work: a wrong path or a damaged file is said now
         calibration = read_frames(args.calibrate) if args.calibrate else []
         inputs = read_frames([args.inputs], folders=False) if args.inputs else []
+        output_folder(args.out_dir, "--out-dir", out)
         parts = partition(args.input, devices=devices, static_shapes=not args.dynamic)
+        if args.toolchain and not any(s.device == ACCELERATOR for s in parts.segments):
+            raise SparseLowerError(f"--for {args.toolchain} compiles the {ACCELERATOR} segments, and this model has "
+                                   f"none: its ops all run on {', '.join(sorted({s.device for s in parts.segments}))}",
+                                   fix="lower the model for the accelerator first: sparse-lower convert MODEL "
+                                       f"-o MODEL.{ACCELERATOR}.onnx --target {ACCELERATOR} --max-active N (or "
+                                       "--target hybrid), then partition that file")
         calibration_feeds = feeds_of(parts.model, calibration)
         (feeds,) = feeds_of(parts.model, inputs) or [None]
         wide = [layer.strip() for layer in (args.wide_layers or "").split(",") if layer.strip()]
@@ -132,7 +141,8 @@ class PartitionCommand:
                 out.say(f"{compiled.toolchain.title} placed {op} '{name}' of segment {segment:02d} on its {unit}")
         if args.reasons:
             out.say(reasons_table(parts, devices[0]))
-        out.say(parts.summary(args.active))
+        out.say(parts.summary(args.active, ops=None if out.verbose else 2))  # every op type with -v
+        out.say(DEVICES_SAID)
         if compiled is not None:
             for entry in compiled.manifest["segments"]:
                 if "artifact" in entry:
@@ -146,6 +156,11 @@ class PartitionCommand:
         if args.picture:
             print(f"wrote {parts.save_picture(Path(args.out_dir) / 'picture.png')}")
         return status
+
+
+# what the table's device names mean (docs/partitioning.md)
+DEVICES_SAID = ("devices: gpu = onnxruntime with the custom-op library, on the host (its CPU, or its GPU)\n"
+                "         nna = the accelerator (--for compiles its segments); cpu = the fallback")
 
 
 def _compared(got: dict, expected: dict) -> int:

@@ -6,8 +6,10 @@ from pathlib import Path
 
 from ..errors import SparseLowerError
 from ..frames import find_frames, run_frames, runnable
+from ..frames.files import output_paths
 from ..frames.on_ray import ray_module
 from ..lowering import TARGETS
+from .outputs import output_folder
 from .status import Status
 from .verbosity import Verbosity
 
@@ -61,12 +63,18 @@ class RunCommand:
         if args.ray is not None:
             ray_module()
         frames = find_frames(args.frames)  # refused now rather than after a lowering that can take a minute
+        output_folder(args.output_dir, "-o", out)
         with Status(out.quiet).step("preparing the model"):
             model, done = runnable(args.model, args.target)
         out.say(f"model: {args.model}: {done}")
-        summary = run_frames(model, frames, args.output_dir, target=args.target, threads=args.threads,
-                             compress=args.compress, ray=args.ray is not None, ray_address=args.ray or None,
-                             workers=args.workers, skip_existing=args.skip_existing, progress=not out.quiet)
+        try:
+            summary = run_frames(model, frames, args.output_dir, target=args.target, threads=args.threads,
+                                 compress=args.compress, ray=args.ray is not None, ray_address=args.ray or None,
+                                 workers=args.workers, skip_existing=args.skip_existing, progress=not out.quiet)
+        except KeyboardInterrupt:
+            written = sum(path.exists() for path in output_paths(frames, Path(args.output_dir)))
+            raise KeyboardInterrupt(f"{written} of {len(frames)} frames' outputs are in {args.output_dir}, each whole; "
+                                    "the same command with --skip-existing does the rest") from None
         print(f"run: {summary}")
         out.say(f"outputs: {Path(args.output_dir) / '<frame>.npz'}")
         for failure in summary.failures:

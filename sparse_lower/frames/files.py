@@ -19,11 +19,12 @@ import numpy as np
 import onnx
 
 from ..errors import SparseLowerError
+from ..input_roles import input_grids
 from ..model_io import fed_inputs
 from ..verify import cast_feed
 
 FRAME_SUFFIX = ".npz"
-FEATURES_KEY, COORDS_KEY = "features", "coords"
+FEATURES_KEY, COORDS_KEY, SPATIAL_SHAPE_KEY = "features", "coords", "spatial_shape"
 
 
 def find_frames(paths) -> list[Path]:
@@ -70,12 +71,21 @@ def output_paths(frames: list[Path], out_dir: Path) -> list[Path]:
 class ModelInput:
     name: str
     dtype: np.dtype
+    shape: tuple[int | None, ...] | None = None  # the declared dims (None: symbolic), None: no shape declared
+    grid: tuple[int, ...] | None = None  # a coordinate input's grid
 
 
 def model_inputs(model: onnx.ModelProto) -> list[ModelInput]:
-    """The graph inputs a run feeds, with their element types."""
-    return [ModelInput(v.name, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)))
-            for v in fed_inputs(model)]
+    """The graph inputs a run feeds, with their element types, declared shapes and (coordinates) grids."""
+    grids = input_grids(model)
+
+    def shape(value: onnx.ValueInfoProto):
+        if not value.type.tensor_type.HasField("shape"):
+            return None
+        return tuple(d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim)
+
+    return [ModelInput(v.name, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)),
+                       shape(v), tuple(grids[v.name]) if v.name in grids else None) for v in fed_inputs(model)]
 
 
 def _kind(dtype: np.dtype) -> str:
@@ -89,10 +99,11 @@ def frame_feeds(frame: dict[str, np.ndarray], inputs: list[ModelInput]) -> dict[
     as `--inputs` files are (verify.cast_feed: float16 features to float32, int32 coords to int64); a
     float array for an integer input, the reverse, or an integer cast that changes values is refused."""
     feeds = {i.name: frame[i.name] for i in inputs if i.name in frame}
+    keys = {name: name for name in feeds}  # which of the frame's arrays feeds each input
     for key, kind in ((FEATURES_KEY, "float"), (COORDS_KEY, "integer")):
         left = [i for i in inputs if i.name not in feeds and _kind(i.dtype) == kind]
         if key in frame and key not in feeds and len(left) == 1:
-            feeds[left[0].name] = frame[key]
+            feeds[left[0].name], keys[left[0].name] = frame[key], key
     missing = [i.name for i in inputs if i.name not in feeds]
     if missing:
         raise SparseLowerError(f"nothing in the frame feeds the model input(s) {', '.join(missing)}; the frame has "
@@ -100,12 +111,39 @@ def frame_feeds(frame: dict[str, np.ndarray], inputs: list[ModelInput]) -> dict[
                                fix=f"store '{FEATURES_KEY}' and '{COORDS_KEY}', or arrays named like the model's inputs")
     for model_input in inputs:
         value = feeds[model_input.name]
+        _check_fits(keys[model_input.name], value, model_input, frame.get(SPATIAL_SHAPE_KEY))
         feeds[model_input.name] = cast_feed(value, model_input.dtype)
         if feeds[model_input.name] is None:
             raise SparseLowerError(f"the array for input '{model_input.name}' is {value.dtype}, the input takes "
                                    f"{model_input.dtype}, and casting would change its values",
                                    fix=f"store {_kind(model_input.dtype)} values for it, as {model_input.dtype}")
     return feeds
+
+
+def _check_fits(key: str, value: np.ndarray, model_input: ModelInput, spatial_shape) -> None:
+    """Refuse, in words, an array whose width the model does not take, and a frame whose declared grid is
+    not the one the model reads its coordinates on (onnxruntime would only name the dimension index, and
+    would run coordinates voxelized on another grid as if they were on the model's)."""
+    grid = model_input.grid
+    if model_input.shape is not None and key in (FEATURES_KEY, COORDS_KEY) and len(model_input.shape) == 2:
+        width = model_input.shape[1]
+        what, short = (("feature values per voxel", "feature values") if key == FEATURES_KEY else
+                       ("columns per voxel (the batch index, then one coordinate per grid axis)", "columns"))
+        if value.ndim != 2:
+            raise SparseLowerError(f"the frame's '{key}' has {value.ndim} dimensions; the model's input "
+                                   f"'{model_input.name}' takes [N, {width}]: {width} {what}",
+                                   fix=f"store '{key}' as an [N, {width}] array, a row per voxel")
+        if width is not None and value.shape[1] != width:
+            raise SparseLowerError(f"the frame's '{key}' has {value.shape[1]} {short} per voxel; the model's input "
+                                   f"'{model_input.name}' takes [N, {width}]: {width} {what}",
+                                   fix=f"give frames with {width} {short}, or use a model built for {value.shape[1]}")
+    if grid is not None and spatial_shape is not None:
+        declared = [int(v) for v in np.ravel(spatial_shape)]
+        if declared != list(grid):
+            raise SparseLowerError(
+                f"the frame declares spatial_shape {declared}; the model reads '{model_input.name}' on the grid "
+                f"{list(grid)}", fix=f"voxelize the frame on the grid {list(grid)}, or use a model built for "
+                                     f"{declared}")
 
 
 _ZIP_MAGIC = b"PK\x03\x04"

@@ -76,13 +76,17 @@ class RunSummary:
 
     def __str__(self) -> str:
         skipped = f", {self.skipped} skipped (outputs already written)" if self.skipped else ""
-        counts = f"{len(self.results)} frame{'' if len(self.results) == 1 else 's'}, {len(self.failures)} failed{skipped}"
+        failed = f"{len(self.failures)} failed" if self.failures else "none failed"
+        counts = (f"{len(self.results)} frame{'' if len(self.results) == 1 else 's'}, {failed}{skipped}" if self.results
+                  else f"no frames run{skipped}")
         if len(self.failures) == len(self.results):
             return counts
-        steady = (f" ({self.steady_frames_per_s:.2f} after the first frame, done at {self.first_s:.1f} s)"
-                  if len(self.results) > 1 else "")
-        return (f"{counts}, {self.wall_s:.1f} s, {self.frames_per_s:.2f} frames/s{steady}; run latency p50 "
-                f"{self.latency_ms(50):.1f} ms, p95 {self.latency_ms(95):.1f} ms")
+        rate = f"{self.frames_per_s:.1f} frames/s"
+        if len(self.results) > 1:
+            rate += (f"; {self.steady_frames_per_s:.1f} frames/s after the first frame, which took "
+                     f"{self.first_s:.1f} s with the start-up")
+        return (f"{counts} in {self.wall_s:.1f} s: {rate}; onnxruntime's run of a frame: median "
+                f"{self.latency_ms(50):.1f} ms, 95th percentile {self.latency_ms(95):.1f} ms")
 
 
 def run_frames(model: onnx.ModelProto | str | os.PathLike, frames, out_dir: str | os.PathLike, *,

@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import SparseLowerError
 
 CENTERPOINT_GRID = (41, 1440, 1440)  # CenterPoint's nuScenes voxel grid (z, y, x), the reference networks' default
+NUSCENES_HALF_WIDTH_M = 54.0  # that grid's reach from the sensor in x and y: 720 voxels of 0.075 m
 CENTERPOINT_FILE = "nuscenes_centerpoint_voxels.npz"
 
 

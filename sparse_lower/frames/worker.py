@@ -16,7 +16,8 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import SparseLowerError
-from ..runtime import BROKEN_FRAME, broken_frame, create_session, drop_padding, fixed_rows, needs_library, pad_rows
+from ..runtime import (BROKEN_FRAME, RUNTIME_ERRORS, broken_frame, create_session, drop_padding, fixed_rows, needs_library,
+                       pad_rows, runtime_refusal)
 from .files import frame_feeds, model_inputs, read_frame, write_outputs
 
 
@@ -62,7 +63,8 @@ class FrameWorker:
             results = dict(zip(self.outputs, values))
             write_outputs(output, drop_padding(results) if self.proto is not None else results, self.compress)
         except Exception as error:  # one bad frame must not stop the job: it is reported by name
-            reason = str(error) if isinstance(error, SparseLowerError) else f"{type(error).__name__}: {error}"
+            reason = (str(error) if isinstance(error, SparseLowerError) else str(runtime_refusal(error))
+                      if isinstance(error, RUNTIME_ERRORS) else f"{type(error).__name__}: {error}")
             return FrameResult(str(frame), error=reason)
         return FrameResult(str(frame), latency_ms=latency)
 

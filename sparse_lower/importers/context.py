@@ -52,6 +52,7 @@ class Translation:
         self.key, self.title, self.widened = key, title, widened
         self.leaky_relu_alpha = leaky_relu_alpha  # the caller's slope for a LeakyReLU the file leaves open
         self.notes: list[str] = []
+        self.assumed: dict[str, list[str]] = {}  # a value the file does not record, as read -> the nodes read so
         self.quantization: dict[str, dict] = {}  # node -> its int8 attributes (INT8 exports)
         self.coords: dict[str, dict] = {}  # a graph input of coordinates -> its columns and their extents
         self._int64: dict[str, str] = {}  # int32 coordinates -> their int64 Cast
@@ -102,6 +103,7 @@ class Translation:
         (noted, since the exporter dropped the module's own and the engine uses its own)."""
         if self.leaky_relu_alpha is not None:
             return self.leaky_relu_alpha
+        self.assumed.setdefault(f"LeakyReLU slope {LEAKY_RELU_ALPHA}", []).append(where)
         self.note(where, f"activation='LeakyReLU' does not say its slope: read as {LEAKY_RELU_ALPHA} (torch's "
                          f"LeakyReLU default); the exporter drops the module's act_alpha and {engine} uses its "
                          f"own. If the network used another, give it: import_model(..., leaky_relu_alpha=…) or "
@@ -289,7 +291,7 @@ class Translation:
     def report(self) -> dict:
         """What the import did, for the imported model's metadata."""
         report = {"format": self.key, "title": self.title, "float16_to_float32": self.widened,
-                  "coords": self.coords, "notes": self.notes}
+                  "coords": self.coords, "notes": self.notes, "assumed": self.assumed}
         if self.quantization:
             report["quantization"] = {"computed_as": "float32 from the stored weights; the ranges below are "
                                                      "the source's int8 calibration, kept here unused",

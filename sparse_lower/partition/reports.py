@@ -42,8 +42,9 @@ def segment_costs(graph: NodeGraph, types: ValueTypes, segment: Segment, seen: S
 
 
 def segment_table(graph: NodeGraph, types: ValueTypes, segments: list[Segment], seen: Seen,
-                  segment_model: SegmentModel) -> str:
-    """Per segment: index, device, node count, op counts, then `segment_costs` ("?" where unknown)."""
+                  segment_model: SegmentModel, ops_shown: int | None = None) -> str:
+    """Per segment: index, device, node count, op counts (the `ops_shown` most frequent op types and how
+    many more there are; None: every one), then `segment_costs` ("?" where unknown)."""
 
     def number(value: int | None) -> str:
         return "?" if value is None else f"{value:,}"
@@ -52,6 +53,8 @@ def segment_table(graph: NodeGraph, types: ValueTypes, segments: list[Segment], 
     for segment in segments:
         ops = Counter(op_label(graph.node(n)) for n in segment.nodes)
         cost = segment_costs(graph, types, segment, seen, segment_model)
-        rows.append([f"{segment.index:02d}", segment.device, len(segment.nodes),
-                     ", ".join(f"{op} x{count}" for op, count in sorted(ops.items())), *map(number, cost)])
+        shown = sorted(ops.items()) if ops_shown is None else sorted(ops.items(), key=lambda item: (-item[1], item[0]))[:ops_shown]
+        more = len(ops) - len(shown)
+        listed = ", ".join(f"{op} x{count}" for op, count in shown) + (f", +{more} op types" if more else "")
+        rows.append([f"{segment.index:02d}", segment.device, len(segment.nodes), listed, *map(number, cost)])
     return render(["segment", "device", "nodes", "ops", "MACs", "bytes in", "bytes out"], rows)

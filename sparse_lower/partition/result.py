@@ -137,11 +137,12 @@ class Partition:
         last run; None where neither gives one."""
         return reports.segment_costs(self.graph, self.types, segment, self.seen, self.segment_model)
 
-    def summary(self, active: int | None = None) -> str:
-        """A table: per segment its device, node count, op counts, MACs and bytes in and out; then the
-        `layer_table` the partition was given, at `active` sites (None: the table's default), if it
-        gives one. sparse_lower.partition gives each sparse layer's MACs per lowering method."""
-        segments = reports.segment_table(self.graph, self.types, self.segments, self.seen, self.segment_model)
+    def summary(self, active: int | None = None, ops: int | None = None) -> str:
+        """A table: per segment its device, node count, op counts (`ops`: only that many op types, the most
+        frequent; None: all), MACs and bytes in and out; then the `layer_table` the partition was given,
+        at `active` sites (None: the table's default), if it gives one. sparse_lower.partition gives each
+        sparse layer's MACs per lowering method."""
+        segments = reports.segment_table(self.graph, self.types, self.segments, self.seen, self.segment_model, ops)
         layers = self.layer_table(active) if self.layer_table else None
         return segments if layers is None else f"{segments}\n\n{layers}"
 

@@ -13,7 +13,8 @@ from ..layer_costs import layer_costs, record
 from ..lowering import LoweringContext, Options, compute_policy, default_batches, index_tables, rule_for
 from ..lowering.graph import deep_graph, model_like
 from ..lowering.portable import padding_reader
-from ..onnx_conventions import CUSTOM_DOMAIN, OPSET, OPTIONS_KEY, RUNTIME_KEY, SOURCE_DOMAIN, VERSION_KEY
+from ..input_roles import input_grids
+from ..onnx_conventions import CUSTOM_DOMAIN, GRIDS_KEY, OPSET, OPTIONS_KEY, RUNTIME_KEY, SOURCE_DOMAIN, VERSION_KEY
 from ..schemas import MERGE_OPS, coords_levels
 from ..version import VERSION
 
@@ -97,12 +98,14 @@ class LowerSparse:
 
     def _stamp(self, lowered: onnx.ModelProto, source: onnx.ModelProto, options: Options) -> None:
         """Record what produced the model, how to run it (onnxruntime alone only says its custom ops are
-        not registered functions), and its sparse layers for the cost report."""
+        not registered functions), the grid of each coordinate input (checked against frames), and its
+        sparse layers for the cost report."""
         recorded = {"target": self.target, **asdict(options)}
         onnx.helper.set_model_props(lowered, {**{p.key: p.value for p in lowered.metadata_props},
                                               VERSION_KEY: VERSION,
                                               OPTIONS_KEY: json.dumps(recorded),
-                                              RUNTIME_KEY: run_hint(target=self.target)})
+                                              RUNTIME_KEY: run_hint(target=self.target),
+                                              GRIDS_KEY: json.dumps(input_grids(source))})
         record(lowered, layer_costs(source))
 
     def ensures(self, model: onnx.ModelProto) -> None:
