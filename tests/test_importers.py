@@ -453,7 +453,8 @@ def test_imported_nvidia_model_structure(rng):
     assert report == {"format": "nvidia", "title": "NVIDIA Lidar_AI_Solution (libspconv)",
                       "float16_to_float32": ["0", g.outputs[0].name, g.outputs[1][0]],
                       "coords": {"coords": {"columns": ["batch", "z", "y", "x"], "extents": [None, 6, 8, 10]}},
-                      "notes": report["notes"][:1]}
+                      "notes": report["notes"][:1], "assumed": {"LeakyReLU slope 0.01": [report["assumed"][
+                          "LeakyReLU slope 0.01"][0]]}}
     assert "activation='LeakyReLU' does not say its slope" in report["notes"][0]  # the one assumption made
 
 
