@@ -1,0 +1,22 @@
+"""Run under emulation by tests/test_aarch64.py (tools/aarch64.sh python): every case_*.onnx of a folder
+in plain onnxruntime with the aarch64 custom-op library, on its case_*.in.npz, written to case_*.out.npz.
+The x86 side compares; this side only runs (the arm64 Python here has onnxruntime and numpy only)."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+folder, library = Path(sys.argv[1]), sys.argv[2]
+options = ort.SessionOptions()
+options.register_custom_ops_library(library)
+options.intra_op_num_threads = 2
+options.log_severity_level = 3
+for model in sorted(folder.glob("case_*.onnx")):
+    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    with np.load(model.with_suffix(".in.npz")) as inputs:
+        feeds = {name: inputs[name] for name in inputs.files}
+    names = [output.name for output in session.get_outputs()]
+    np.savez(model.with_suffix(".out.npz"), **dict(zip(names, session.run(names, feeds))))
+print("ran", len(list(folder.glob("case_*.onnx"))), "cases")

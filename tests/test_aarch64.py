@@ -1,0 +1,107 @@
+"""The custom-op library built for aarch64 (tools/aarch64.sh: Debian's cross compiler), run under
+emulation (trixie's qemu-aarch64, an arm64 Python with onnxruntime's aarch64 wheel) against this
+machine's x86 build on the same models and inputs.
+
+What it covers: every small network of sparse_lower.models (one per layer kind, the patent's 2-D stack,
+the head stack) on random inputs and the head stack on the real BEVFusion frame, lowered for the gpu
+target (fused convs, and the unfold form's IndexedUnfold/IndexedFold) and for the nna target at a
+capacity (its index tables, PairRows and CapacityPads); each model's index tables as outputs of their own
+(bench.systems.index_only), compared bit for bit; the float outputs within 1e-5 of the largest value; and
+the head stack quantized to int8 (IndexedConvInt8), bit for bit. Speed is not measured: emulation says
+nothing of an ARM core. CI stages and builds before the tests (.ci/run)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import sparse_lower
+from sparse_lower.bench.systems import index_only
+from sparse_lower.models import centerpoint_head_stack, small_networks
+from sparse_lower.verify import example_inputs
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGED = Path(os.environ.get("AARCH64_DIR", ROOT / "build" / "aarch64"))
+LIBRARY = STAGED / "lib" / "libsparse_lower_ops.so"
+FRAME = ROOT.parent / "shared" / "data" / "nuscenes_bevfusion_voxels.npz"
+
+pytestmark = pytest.mark.skipif(not (LIBRARY.is_file() and (STAGED / "qemu" / "qemu-aarch64").is_file()),
+                                reason=f"no aarch64 build in {STAGED}: bash tools/aarch64.sh stage && bash "
+                                       "tools/aarch64.sh build (CI runs both)")
+
+
+def _cases() -> dict[str, tuple[onnx.ModelProto, dict, str]]:
+    """name -> (model, feeds, how its outputs compare: "bits" or "float")."""
+    cases = {}
+    for network in small_networks():
+        feeds = example_inputs(network.model, np.random.default_rng(7), active=network.active)
+        for form, options in (("fused", {}), ("unfold", {"strategy": "unfold"}),
+                              ("nna", {"target": "nna", "max_active": network.capacity})):
+            lowered = sparse_lower.lower(network.model, **options)
+            key = f"{network.name.replace(' ', '_')}.{form}"
+            cases[f"{key}.outputs"] = (lowered, feeds, "float")
+            tables = index_only(lowered, feature_inputs=[v.name for v in lowered.graph.input
+                                                         if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT])
+            tables_feeds = {v.name: feeds[v.name] for v in tables.graph.input}
+            cases[f"{key}.tables"] = (tables, tables_feeds, "bits")
+    head = centerpoint_head_stack()
+    if FRAME.is_file():
+        with np.load(FRAME) as frame:
+            real = {"features": frame["features"].astype(np.float32), "coords": frame["coords"].astype(np.int64)}
+        lowered = sparse_lower.lower(head)
+        cases["head_stack.real_frame.outputs"] = (lowered, real, "float")
+        cases["head_stack.real_frame.tables"] = (index_only(lowered), {"coords": real["coords"]}, "bits")
+        quantized, _ = sparse_lower.quantize(lowered, [real])
+        cases["head_stack.real_frame.int8"] = (quantized, real, "bits")
+    return cases
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every case run here (x86, the library of this install) and under emulation (the aarch64 build)."""
+    folder = tmp_path_factory.mktemp("aarch64")
+    cases, here = _cases(), {}
+    for number, (name, (model, feeds, _)) in enumerate(cases.items()):
+        path = folder / f"case_{number:03d}.onnx"
+        onnx.save(model, path)
+        np.savez(path.with_suffix(".in.npz"), **feeds)
+        session = sparse_lower.create_session(model)
+        here[name] = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    done = subprocess.run(["bash", str(ROOT / "tools" / "aarch64.sh"), "python", str(ROOT / "tests" / "aarch64_run.py"),
+                           str(folder), str(LIBRARY)], capture_output=True, text=True, timeout=1500,
+                          env={**os.environ, "AARCH64_DIR": str(STAGED)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    there = {name: dict(np.load(folder / f"case_{number:03d}.out.npz")) for number, name in enumerate(cases)}
+    return {name: (here[name], there[name], how) for name, (_, _, how) in cases.items()}
+
+
+def test_every_case_ran_on_aarch64(runs):
+    assert len(runs) >= 30 and all(set(x86) == set(arm) for x86, arm, _ in runs.values())
+
+
+@pytest.mark.parametrize("kind", ["tables", "int8"])
+def test_index_tables_and_int8_are_the_same_bits_on_aarch64(runs, kind):
+    checked = [name for name in runs if name.endswith(f".{kind}")]
+    assert checked or not FRAME.is_file()
+    for name in checked:
+        x86, arm, _ = runs[name]
+        for output, value in x86.items():
+            np.testing.assert_array_equal(arm[output], value, err_msg=f"{name}: {output}")
+
+
+def test_float_outputs_are_within_1e_5_on_aarch64(runs):
+    for name, (x86, arm, how) in runs.items():
+        if how != "float":
+            continue
+        for output, value in x86.items():
+            assert arm[output].shape == value.shape and arm[output].dtype == value.dtype, (name, output)
+            if value.dtype.kind == "f":
+                scale = max(float(np.abs(value).max()), 1e-30)
+                assert float(np.abs(arm[output] - value).max()) <= 1e-5 * scale, (name, output)
+            else:
+                np.testing.assert_array_equal(arm[output], value, err_msg=f"{name}: {output}")
