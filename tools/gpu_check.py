@@ -371,7 +371,8 @@ def unpack_ort_gpu(parts: Path, folder: Path) -> Path:
         archive += part
     shutil.rmtree(folder, ignore_errors=True)
     with lzma.open(io.BytesIO(archive)) as unpacked, tarfile.open(fileobj=unpacked, mode="r|") as tar:
-        tar.extractall(folder, filter="data")
+        # extraction filters came with Python 3.11.4; the archive is gpu_stage.py's own where they are absent
+        tar.extractall(folder, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     (folder / "SHA256SUMS").write_text(sums)
     return folder
 
