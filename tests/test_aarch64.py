@@ -21,14 +21,16 @@ import onnx
 import pytest
 
 import sparse_lower
+from conftest import DATA
 from sparse_lower.bench.systems import index_only
+from sparse_lower.frames.sample import load_voxels
 from sparse_lower.models import centerpoint_head_stack, small_networks
 from sparse_lower.verify import example_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGED = Path(os.environ.get("AARCH64_DIR", ROOT / "build" / "aarch64"))
 LIBRARY = STAGED / "lib" / "libsparse_lower_ops.so"
-FRAME = ROOT.parent / "shared" / "data" / "nuscenes_bevfusion_voxels.npz"
+FRAME = DATA / "nuscenes_bevfusion_voxels.npz"
 
 pytestmark = pytest.mark.skipif(not (LIBRARY.is_file() and (STAGED / "qemu" / "qemu-aarch64").is_file()),
                                 reason=f"no aarch64 build in {STAGED}: bash tools/aarch64.sh stage && bash "
@@ -51,8 +53,8 @@ def _cases() -> dict[str, tuple[onnx.ModelProto, dict, str]]:
             cases[f"{key}.tables"] = (tables, tables_feeds, "bits")
     head = centerpoint_head_stack()
     if FRAME.is_file():
-        with np.load(FRAME) as frame:
-            real = {"features": frame["features"].astype(np.float32), "coords": frame["coords"].astype(np.int64)}
+        features, coords, _ = load_voxels(FRAME)
+        real = {"features": features, "coords": coords}
         lowered = sparse_lower.lower(head)
         cases["head_stack.real_frame.outputs"] = (lowered, real, "float")
         cases["head_stack.real_frame.tables"] = (index_only(lowered), {"coords": real["coords"]}, "bits")

@@ -13,10 +13,11 @@ import onnx
 import pytest
 
 import sparse_lower
+from conftest import DATA
 from helpers import sparse_lower_cli
 from sparse_lower import SparseLowerError, runtime
 from sparse_lower.models import CanonicalEmitter, NvidiaEmitter, centerpoint_head_stack, sp_middle_resnet_fhd
-from sparse_lower.verify import given_inputs
+from sparse_lower.verify import given_inputs, random_coords
 
 PACKAGE = Path(sparse_lower.__file__).parent
 
@@ -232,7 +233,6 @@ def test_a_lowered_model_says_how_to_run_it(head_model, tmp_path):
 # -- what a new user still tripped on, each reproduced ----------------------------------------------------
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 real_frame = pytest.mark.skipif(not (DATA / "nuscenes_bevfusion_voxels.npz").is_file(), reason="shared data absent")
 
 
@@ -269,9 +269,7 @@ def lowered_head(head_model, tmp_path) -> Path:
 
 def _voxels(count=200, grid=(41, 1440, 1440), seed=0):
     rng = np.random.default_rng(seed)
-    sites = rng.choice(int(np.prod(grid)), size=count, replace=False)
-    coords = np.column_stack([np.zeros(count, np.int64), *np.unravel_index(sites, grid)]).astype(np.int64)
-    return rng.standard_normal((count, 5)).astype(np.float32), coords
+    return rng.standard_normal((count, 5)).astype(np.float32), random_coords(rng, count, 1, grid)
 
 
 def test_a_frame_of_another_feature_width_is_told_in_our_words(lowered_head, tmp_path):

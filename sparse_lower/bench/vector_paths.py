@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +31,7 @@ from ..runtime import create_session, vector_units
 from ..verify import relative_error, snr_db
 from .cases import BEVFUSION_FILE, CENTERPOINT_FILE
 from .systems import session_options
+from .timing import timed
 
 FRAMES = {"centerpoint": CENTERPOINT_FILE, "bevfusion": BEVFUSION_FILE}  # timed on the first
 PATHS = {"widest": {}, "avx2": {"SPARSE_LOWER_NO_AVX512": "1"}, "portable": {"SPARSE_LOWER_PORTABLE_KERNELS": "1"}}
@@ -53,12 +53,7 @@ def child(folder: Path, threads: int, repeat: int) -> dict:
         session = create_session(str(folder / f"{form}.onnx"), sess_options=session_options(threads))
         (output,) = session.run(None, feeds)
         result["digests"][form] = hashlib.sha256(output.tobytes()).hexdigest()
-        times = []
-        for _ in range(repeat):
-            started = time.perf_counter()
-            session.run(None, feeds)
-            times.append(1e3 * (time.perf_counter() - started))
-        result[form] = times
+        result[form] = [1e3 * timed(lambda: session.run(None, feeds)) for _ in range(repeat)]
     return result
 
 
