@@ -1,7 +1,9 @@
 """Run under emulation by tests/test_aarch64.py (tools/aarch64.sh python): every case_*.onnx of a folder
-in plain onnxruntime with the aarch64 custom-op library, on its case_*.in.npz, written to case_*.out.npz.
-The x86 side compares; this side only runs (the arm64 Python here has onnxruntime and numpy only)."""
+in plain onnxruntime with the aarch64 custom-op library, on its case_*.in.npz, written to case_*.out.npz;
+then the vector units the library's kernels used (its last line). The x86 side compares; this side only
+runs (the arm64 Python here has onnxruntime and numpy only)."""
 
+import ctypes
 import sys
 from pathlib import Path
 
@@ -19,4 +21,7 @@ for model in sorted(folder.glob("case_*.onnx")):
         feeds = {name: inputs[name] for name in inputs.files}
     names = [output.name for output in session.get_outputs()]
     np.savez(model.with_suffix(".out.npz"), **dict(zip(names, session.run(names, feeds))))
+units = ctypes.CDLL(library).SparseLowerVectorUnits
+units.restype = ctypes.c_char_p
 print("ran", len(list(folder.glob("case_*.onnx"))), "cases")
+print(units().decode())

@@ -148,3 +148,19 @@ def int8_conv_inputs(rng, n, m, taps, cin, cout) -> dict:
             "W": rng.integers(-63, 64, (taps, cin, cout)).astype(np.int8),
             "x_scale": rng.uniform(0.005, 0.02, cin).astype(np.float32),
             "w_scale": rng.uniform(1e-3, 1e-2, (taps, cout)).astype(np.float32)}
+
+
+def conv_cases(seeds) -> list[tuple[str, dict]]:
+    """(op, inputs) of IndexedConvInt8 and IndexedConv on random shapes up to 139 channels (whole and
+    partial tiles of 4, 8, 16 and 32 columns, and of quads and octets of channels), two per seed: what
+    the vector paths are compared on."""
+    cases = []
+    for seed in seeds:
+        rng = np.random.default_rng(1000 + seed)
+        n, m = int(rng.integers(1, 300)), int(rng.integers(1, 700))
+        taps, cin, cout = int(rng.integers(1, 28)), int(rng.integers(1, 140)), int(rng.integers(1, 140))
+        inputs = int8_conv_inputs(rng, n, m, taps, cin, cout)
+        cases.append(("IndexedConvInt8", inputs))
+        cases.append(("IndexedConv", {"X": rng.standard_normal((n, cin)).astype(np.float32), "idx": inputs["idx"],
+                                      "W": rng.standard_normal((taps, cin, cout)).astype(np.float32)}))
+    return cases

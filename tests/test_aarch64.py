@@ -7,11 +7,16 @@ the head stack) on random inputs and the head stack on the real BEVFusion frame,
 target (fused convs, and the unfold form's IndexedUnfold/IndexedFold) and for the nna target at a
 capacity (its index tables, PairRows and CapacityPads); each model's index tables as outputs of their own
 (bench.systems.index_only), compared bit for bit; the float outputs within 1e-5 of the largest value; and
-the head stack quantized to int8 (IndexedConvInt8), bit for bit. Speed is not measured: emulation says
-nothing of an ARM core. CI stages and builds before the tests (.ci/run)."""
+the head stack quantized to int8 (IndexedConvInt8), bit for bit. Then every kernel path of the row GEMMs
+(common/vector_units.h): IndexedConv and IndexedConvInt8 alone on 60 random shapes, on emulated CPUs
+that have each set of units (Neoverse N2: I8MM; Cortex-A76: SDOT; Cortex-A53: NEON alone; and the
+switches), each the x86 vector paths' bits. Speed is not measured: emulation says nothing of an ARM core
+(docs/performance/aarch64.md counts the kernels' instructions instead). CI stages and builds before the
+tests (.ci/run)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -22,9 +27,12 @@ import pytest
 
 import sparse_lower
 from conftest import DATA
+from custom_op_runs import conv_cases, op_model
+from helpers import load_tool
 from sparse_lower.bench.systems import index_only
 from sparse_lower.frames.sample import load_voxels
 from sparse_lower.models import centerpoint_head_stack, small_networks
+from sparse_lower.runtime import vector_units
 from sparse_lower.verify import example_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,12 +71,23 @@ def _cases() -> dict[str, tuple[onnx.ModelProto, dict, str]]:
     return cases
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Every case run here (x86, the library of this install) and under emulation (the aarch64 build)."""
-    folder = tmp_path_factory.mktemp("aarch64")
-    cases, here = _cases(), {}
-    for number, (name, (model, feeds, _)) in enumerate(cases.items()):
+# The units each emulated CPU (QEMU_CPU) and switch must give the kernels, and how the float conv compares
+# with x86's vector paths there. The portable loops on aarch64 give those bits too: GCC contracts their
+# multiply-adds into FMAs on aarch64 (-ffp-contract=fast, its default), as the vector paths form them.
+PATHS = {
+    "neon-i8mm": ("neoverse-n2", {}),
+    "neon-dotprod": ("cortex-a76", {}),
+    "neon-dotprod, SPARSE_LOWER_NO_I8MM=1": ("neoverse-n2", {"SPARSE_LOWER_NO_I8MM": "1"}),
+    "neon": ("cortex-a53", {}),
+    "portable": ("neoverse-n2", {"SPARSE_LOWER_PORTABLE_KERNELS": "1"}),
+}
+
+
+def _run_everywhere(folder: Path, cases: dict, **env: str) -> tuple[dict, dict, str]:
+    """Every case (name -> (model, feeds)) run here, with this install's library, and under emulation with
+    the aarch64 build and `env`: (outputs here, outputs there, the units the aarch64 kernels used)."""
+    here = {}
+    for number, (name, (model, feeds)) in enumerate(cases.items()):
         path = folder / f"case_{number:03d}.onnx"
         onnx.save(model, path)
         np.savez(path.with_suffix(".in.npz"), **feeds)
@@ -76,9 +95,18 @@ def runs(tmp_path_factory):
         here[name] = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
     done = subprocess.run(["bash", str(ROOT / "tools" / "aarch64.sh"), "python", str(ROOT / "tests" / "aarch64_run.py"),
                            str(folder), str(LIBRARY)], capture_output=True, text=True, timeout=1500,
-                          env={**os.environ, "AARCH64_DIR": str(STAGED)})
+                          env={**os.environ, "AARCH64_DIR": str(STAGED), **env})
     assert done.returncode == 0, done.stderr[-3000:]
     there = {name: dict(np.load(folder / f"case_{number:03d}.out.npz")) for number, name in enumerate(cases)}
+    return here, there, done.stdout.split()[-1]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every case run here (x86, the library of this install) and under emulation (the aarch64 build)."""
+    cases = _cases()
+    here, there, _ = _run_everywhere(tmp_path_factory.mktemp("aarch64"),
+                                     {name: (model, feeds) for name, (model, feeds, _) in cases.items()})
     return {name: (here[name], there[name], how) for name, (_, _, how) in cases.items()}
 
 
@@ -107,3 +135,27 @@ def test_float_outputs_are_within_1e_5_on_aarch64(runs):
                 assert float(np.abs(arm[output] - value).max()) <= 1e-5 * scale, (name, output)
             else:
                 np.testing.assert_array_equal(arm[output], value, err_msg=f"{name}: {output}")
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_every_aarch64_kernel_path_gives_the_x86_bits(path, tmp_path):
+    """IndexedConvInt8's sums are exact whatever forms them (USMMLA, SDOT on codes offset by 128, the
+    portable loop); IndexedConv's every path forms a column's sum by the same fused multiply-adds in
+    ascending channel order as x86's AVX2 and AVX-512 tiles."""
+    cpu, switches = PATHS[path]
+    cases = {f"{op}.{number}": (op_model(op, inputs, 1), inputs) for number, (op, inputs) in enumerate(conv_cases(range(30)))}
+    here, there, units = _run_everywhere(tmp_path, cases, QEMU_CPU=cpu, **switches)
+    assert units == path.split(",")[0]
+    for name in cases:
+        if name.startswith("IndexedConv.") and vector_units() == "portable":
+            continue  # x86's portable float loop has no FMA: not the bits compared here
+        np.testing.assert_array_equal(there[name]["output0"], here[name]["output0"], err_msg=f"{path}: {name}")
+
+
+def test_the_instruction_counts_are_the_built_librarys():
+    """docs/performance/aarch64.md's table is what tools/kernel_instructions.py counts in this build (rerun
+    it after changing a kernel), and no inner loop stores: nothing spills."""
+    recorded = json.loads((ROOT / "docs" / "performance" / "aarch64" / "results.json").read_text())["kernels"]
+    counted = load_tool("kernel_instructions").count(LIBRARY)
+    assert counted == recorded
+    assert all(kernel["stores"] == 0 for kernel in counted.values())

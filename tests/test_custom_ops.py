@@ -19,8 +19,8 @@ import pytest
 from onnx import helper
 
 import custom_op_reference as ref
-from custom_op_runs import (ELEMENT_TYPES, assert_same, coords_for, index_shape, int8_conv_inputs, op_model, output_extent,
-                            random_coords, random_geometry, random_index, random_shape, run, session)
+from custom_op_runs import (ELEMENT_TYPES, assert_same, conv_cases, coords_for, index_shape, int8_conv_inputs, op_model,
+                            output_extent, random_coords, random_geometry, random_index, random_shape, run, session)
 from sparse_lower.runtime import create_session, get_library_path, vector_units
 
 SEEDS = range(30)
@@ -355,18 +355,10 @@ def test_indexed_conv_int8(seed):
 
 
 def _conv_outputs() -> dict:
-    """IndexedConvInt8 and IndexedConv on random shapes up to 139 channels (whole and partial tiles of 8,
-    16 and 32 columns): {op: [Y, ...]}."""
+    """IndexedConvInt8 and IndexedConv on conv_cases' random shapes: {op: [Y, ...]}."""
     outputs = {"IndexedConvInt8": [], "IndexedConv": []}
-    for seed in SEEDS:
-        rng = np.random.default_rng(1000 + seed)
-        n, m = int(rng.integers(1, 300)), int(rng.integers(1, 700))
-        taps, cin, cout = int(rng.integers(1, 28)), int(rng.integers(1, 140)), int(rng.integers(1, 140))
-        inputs = int8_conv_inputs(rng, n, m, taps, cin, cout)
-        outputs["IndexedConvInt8"] += run("IndexedConvInt8", inputs, 1, threads=1)
-        floats = {"X": rng.standard_normal((n, cin)).astype(np.float32), "idx": inputs["idx"],
-                  "W": rng.standard_normal((taps, cin, cout)).astype(np.float32)}
-        outputs["IndexedConv"] += run("IndexedConv", floats, 1, threads=1)
+    for op, inputs in conv_cases(SEEDS):
+        outputs[op] += run(op, inputs, 1, threads=1)
     return outputs
 
 

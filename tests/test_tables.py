@@ -92,6 +92,12 @@ def test_a_suites_results_md_is_its_table(suite):
     assert result["suite"] == suite and (folder / "results.md").read_text() == TABLES[suite](result) + "\n"
 
 
+def test_the_kernel_instruction_counts_results_md_is_its_table():
+    folder = ROOT / "docs" / "performance" / "aarch64"
+    result = json.loads((folder / "results.json").read_text())
+    assert (folder / "results.md").read_text() == TABLES["kernel-instructions"](result) + "\n"
+
+
 def test_a_new_run_records_what_its_tables_say():
     from sparse_lower.bench.provenance import provenance_fields
 

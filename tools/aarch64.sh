@@ -57,6 +57,7 @@ stage() {
 }
 
 build() {
+    mkdir -p "$dir"
     cmake -S "$root" -B "$dir/cmake" -DCMAKE_TOOLCHAIN_FILE="$root/custom_ops/cmake/toolchain-aarch64.cmake" \
         -DCMAKE_BUILD_TYPE=Release -DSPARSE_LOWER_CUDA=OFF > "$dir/cmake.log"
     cmake --build "$dir/cmake" --target sparse_lower_ops -j2 >> "$dir/cmake.log"
@@ -66,8 +67,11 @@ build() {
 
 python() {
     # -L: the sysroot holds the arm64 loader and libraries; PYTHONHOME its standard library
+    # QEMU_CPU picks the emulated CPU (qemu-aarch64 -cpu help), and with it the kernels' paths; the
+    # library's SPARSE_LOWER_* switches pass through.
     env -i PATH=/usr/bin:/bin HOME="$HOME" LANG=C.UTF-8 PYTHONHOME="$dir/sysroot/usr" PYTHONPATH="$dir/site" \
-        PYTHONDONTWRITEBYTECODE=1 OPENBLAS_NUM_THREADS=1 \
+        PYTHONDONTWRITEBYTECODE=1 OPENBLAS_NUM_THREADS=1 ${QEMU_CPU:+QEMU_CPU="$QEMU_CPU"} \
+        $(env | grep -o '^SPARSE_LOWER_[A-Z0-9_]*=.*' || true) \
         "$dir/qemu/qemu-aarch64" -L "$dir/sysroot" "$dir/sysroot/usr/bin/python3.11" "$@"
 }
 

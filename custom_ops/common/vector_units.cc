@@ -2,12 +2,21 @@
 
 #include <cstdlib>
 
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+
 namespace sparse_lower {
+namespace {
+
+bool Forced(const char* variable) { return std::getenv(variable) != nullptr; }
+
+}  // namespace
 
 bool HasVectorUnits() {
 #if defined(__x86_64__)
-  static const bool has = std::getenv("SPARSE_LOWER_PORTABLE_KERNELS") == nullptr &&
-                          __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool has = !Forced("SPARSE_LOWER_PORTABLE_KERNELS") && __builtin_cpu_supports("avx2") &&
+                          __builtin_cpu_supports("fma");
   return has;
 #else
   return false;
@@ -16,8 +25,7 @@ bool HasVectorUnits() {
 
 bool HasAvx512() {
 #if defined(__x86_64__)
-  static const bool has = HasVectorUnits() && std::getenv("SPARSE_LOWER_NO_AVX512") == nullptr &&
-                          __builtin_cpu_supports("avx512f");
+  static const bool has = HasVectorUnits() && !Forced("SPARSE_LOWER_NO_AVX512") && __builtin_cpu_supports("avx512f");
   return has;
 #else
   return false;
@@ -33,9 +41,39 @@ bool HasVnni() {
 #endif
 }
 
+bool HasNeon() {
+#if defined(__aarch64__)
+  static const bool has = !Forced("SPARSE_LOWER_PORTABLE_KERNELS");
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool HasDotProd() {
+#if defined(__aarch64__)
+  static const bool has = HasNeon() && (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool HasI8mm() {
+#if defined(__aarch64__)
+  static const bool has = HasDotProd() && !Forced("SPARSE_LOWER_NO_I8MM") && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
+  return has;
+#else
+  return false;
+#endif
+}
+
 }  // namespace sparse_lower
 
 extern "C" __attribute__((visibility("default"))) const char* SparseLowerVectorUnits() {
   using namespace sparse_lower;
+  if (HasI8mm()) return "neon-i8mm";
+  if (HasDotProd()) return "neon-dotprod";
+  if (HasNeon()) return "neon";
   return HasVnni() ? "avx512-vnni" : HasAvx512() ? "avx512" : HasVectorUnits() ? "avx2" : "portable";
 }

@@ -1,21 +1,32 @@
 // The vector units the kernels may use, read once from the CPU and the environment. Each kernel with a
-// vector path dispatches on these at run time, so one library serves every x86-64 CPU:
+// vector path dispatches on these at run time, so one library serves every CPU of its architecture.
+// x86-64:
 //   * AVX2 + FMA: every kernel's vector path;
 //   * AVX-512 F: IndexedConv's float products, 16 columns a register;
 //   * AVX-512 with VNNI (vpdpbusd): IndexedConvInt8's products, 16 columns and 4 channels an instruction.
-// SPARSE_LOWER_PORTABLE_KERNELS=1 forces the portable loops on any CPU, SPARSE_LOWER_NO_AVX512=1 the AVX2
-// paths on a CPU with AVX-512: how the tests reach the narrower paths on a wider CPU, and a way to rule
-// the vector paths out when results look wrong. Every path gives the same bits.
+// aarch64 (NEON is part of every aarch64 CPU; the others are read from the kernel's HWCAP bits):
+//   * NEON: IndexedConv's float products by FMLA, 4 columns a register;
+//   * the dot-product instructions (FEAT_DotProd: SDOT): IndexedConvInt8's products, 4 columns and 4
+//     channels an instruction (Cortex-A76/A78, Neoverse N1: RK3588, Jetson Orin);
+//   * the int8 matrix multiply (FEAT_I8MM: USMMLA): 2 rows × 2 columns × 8 channels an instruction
+//     (Cortex-A710 and later, Neoverse N2/V1).
+// SPARSE_LOWER_PORTABLE_KERNELS=1 forces the portable loops on any CPU; SPARSE_LOWER_NO_AVX512=1 the AVX2
+// paths on a CPU with AVX-512, SPARSE_LOWER_NO_I8MM=1 the SDOT path on a CPU with I8MM: how the tests
+// reach the narrower paths on a wider CPU, and a way to rule the vector paths out when results look
+// wrong. Every path gives the same bits, except the portable float loop on x86 (no FMA there).
 #pragma once
 
 namespace sparse_lower {
 
-bool HasVectorUnits();  // AVX2 + FMA
-bool HasAvx512();       // AVX-512 F (implies HasVectorUnits)
-bool HasVnni();         // AVX-512 F, BW and VNNI (implies HasAvx512)
+bool HasVectorUnits();  // x86-64: AVX2 + FMA
+bool HasAvx512();       // x86-64: AVX-512 F (implies HasVectorUnits)
+bool HasVnni();         // x86-64: AVX-512 F, BW and VNNI (implies HasAvx512)
+bool HasNeon();         // aarch64: NEON, unless the portable loops are forced
+bool HasDotProd();      // aarch64: SDOT/UDOT (implies HasNeon)
+bool HasI8mm();         // aarch64: USMMLA and the other I8MM instructions (implies HasDotProd)
 
 }  // namespace sparse_lower
 
-// "avx512-vnni", "avx512", "avx2" or "portable": the widest units the kernels use here (what benchmarks
-// report).
+// The widest units the kernels use here (what benchmarks report): on x86-64 "avx512-vnni", "avx512" or
+// "avx2", on aarch64 "neon-i8mm", "neon-dotprod" or "neon"; "portable" anywhere.
 extern "C" const char* SparseLowerVectorUnits();

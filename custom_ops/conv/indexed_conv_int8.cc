@@ -75,7 +75,7 @@ __attribute__((target("avx2"))) void QuantizeRowVector(const float* x, const flo
 }
 #endif
 
-// X quantized to u8 rows of `stride` bytes (Cin rounded up to whole quads, zeros after Cin). Why once per
+// X quantized to u8 rows of `stride` bytes (PackedWeights::RowBytes: zeros after Cin). Why once per
 // call: each row is read by up to K outputs. Left uninitialised but for the padding: every code is written.
 std::unique_ptr<uint8_t[]> QuantizeRows(const Ort::KernelContext& ctx, const Input<float>& x, const float* scale,
                                         int64_t stride) {
@@ -132,7 +132,7 @@ void IndexedConvInt8::Compute(const Ort::KernelContext& ctx) const {
   CheckWeights(w);
   float* y = AllocateOutput<float>(ctx, 0, {s.rows, s.cout});
 
-  const int64_t stride = 4 * ((s.cin + 3) / 4);
+  const int64_t stride = PackedWeights::RowBytes(s.cin);
   const std::unique_ptr<uint8_t[]> q = QuantizeRows(ctx, x, in.x_scale.data, stride);
   std::vector<PackedWeights> packed;
   packed.reserve(static_cast<size_t>(s.taps));

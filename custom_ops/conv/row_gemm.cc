@@ -12,6 +12,7 @@
 #endif
 
 #include "common/vector_units.h"
+#include "conv/neon_rows.h"
 #include "conv/row_tiles.h"
 
 namespace sparse_lower {
@@ -182,6 +183,11 @@ void AccumulateRows(const float* const* a, float* const* y, int64_t n, int64_t c
   }
   if (HasVectorUnits()) {
     TiledRows<Avx2Tiles>(a, y, n, cin, w, cout);
+    return;
+  }
+#elif defined(__aarch64__)
+  if (HasNeon()) {
+    NeonRows(a, y, n, cin, w, cout);
     return;
   }
 #endif

@@ -14,6 +14,7 @@
 #endif
 
 #include "common/vector_units.h"
+#include "conv/neon_rows.h"
 #include "conv/row_tiles.h"
 
 namespace sparse_lower {
@@ -24,7 +25,8 @@ int64_t Blocks(int64_t cout) { return (cout + 7) / 8; }
 // odd count followed by a block of zeros.
 int64_t Pairs(int64_t cout) { return (Blocks(cout) + 1) / 2; }
 
-// Columns [8·block, 8·block + 8) ∩ [0, cout) of row i, on any CPU.
+// Columns [8·block, 8·block + 8) ∩ [0, cout) of row i, on any CPU (weights in quads: the portable loops
+// run only where I8MM is not used, so the packing is never in octets here).
 void PortableBlock(const uint8_t* a, float* y, const int8_t* packed, int64_t quads, const float* scale, int64_t block,
                    int64_t cout) {
   for (int64_t j = 0; j < 8 && 8 * block + j < cout; ++j) {
@@ -184,10 +186,17 @@ void VectorRowsInt8(const uint8_t* const* a, float* const* y, int64_t n, const P
 }  // namespace
 
 PackedWeights::PackedWeights(const int8_t* w, int64_t cin, int64_t cout)
-    : quads_((cin + 3) / 4), bytes_(static_cast<size_t>(2 * Pairs(cout) * quads_ * 32), 0) {
+    : quads_(RowBytes(cin) / 4),
+      bytes_(static_cast<size_t>(2 * Pairs(cout) * quads_ * 32), 0),
+      offsets_(static_cast<size_t>(16 * Pairs(cout)), 0) {
+  const Layout layout = HasI8mm() ? Layout::kOctets : Layout::kQuads;
   for (int64_t c = 0; c < cin; ++c) {
     for (int64_t o = 0; o < cout; ++o) {
-      bytes_[static_cast<size_t>(((o / 8) * quads_ + c / 4) * 32 + (o % 8) * 4 + c % 4)] = w[c * cout + o];
+      const int64_t j = o % 8;
+      const int64_t within = layout == Layout::kQuads ? (c / 4) * 32 + j * 4 + c % 4
+                                                      : (c / 8) * 64 + (j / 2) * 16 + (j % 2) * 8 + c % 8;
+      bytes_[static_cast<size_t>((o / 8) * quads_ * 32 + within)] = w[c * cout + o];
+      offsets_[static_cast<size_t>(o)] += 128 * int32_t{w[c * cout + o]};
     }
   }
 }
@@ -201,6 +210,15 @@ void AccumulateRowsInt8(const uint8_t* const* a, float* const* y, int64_t n, con
   }
   if (HasVectorUnits()) {
     VectorRowsInt8<Avx2Tiles>(a, y, n, w, scale, cout);
+    return;
+  }
+#elif defined(__aarch64__)
+  if (HasI8mm()) {
+    MmlaRowsInt8(a, y, n, w, scale, cout);
+    return;
+  }
+  if (HasDotProd()) {
+    DotRowsInt8(a, y, n, w, scale, cout);
     return;
   }
 #endif

@@ -140,9 +140,22 @@ def portable_table(result: dict) -> str:
                                        "max relative difference from the gpu target"], rows))
 
 
+def kernel_instructions_table(result: dict) -> str:
+    """tools/kernel_instructions.py: a row per aarch64 row-GEMM path, its inner loop's instructions against
+    the multiply-adds they form."""
+    rows = [[path, f"`{k['function'].split('::')[-1]}`", k["instructions"], k["multiply_add_instructions"],
+             k["loads"], k["stores"], k["multiply_adds"], f"{k['instructions'] / k['multiply_adds']:.3f}",
+             f"{k['multiply_add_instructions'] / k['multiply_adds']:.3f}"] for path, k in result["kernels"].items()]
+    table = markdown_table(["path", "function", "loop instructions", "multiply-add instructions", "loads", "stores",
+                            "multiply-adds", "instructions per multiply-add", "floor (multiply-add instructions alone)"],
+                           rows)
+    return (f"Counted from the disassembly of the aarch64 library ({result['compiler']}), {result['date']}, commit "
+            f"{result['commit']}:\n\n{table}")
+
+
 TABLES = {"speed": speed_table, "results": results_table, "scaling": scaling_table, "voxelnext": voxelnext_table,
           "threads": threads_table, "vector-paths": vector_paths_table, "portable": portable_table,
-          "toolchains": toolchains_table}
+          "toolchains": toolchains_table, "kernel-instructions": kernel_instructions_table}
 _MARKED = re.compile(r"(?P<open><!-- table (?P<name>[\w-]+): (?P<file>\S+) -->\n)(?P<body>.*?)"
                      r"(?P<close><!-- end of table (?P=name) -->)", re.S)
 
