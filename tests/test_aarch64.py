@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ from conftest import DATA
 from custom_op_runs import conv_cases, op_model
 from helpers import load_tool
 from sparse_lower.bench.systems import index_only
+from sparse_lower.cli.main import main
 from sparse_lower.frames.sample import load_voxels
 from sparse_lower.models import centerpoint_head_stack, small_networks
 from sparse_lower.runtime import vector_units
@@ -159,3 +161,34 @@ def test_the_instruction_counts_are_the_built_librarys():
     counted = load_tool("kernel_instructions").count(LIBRARY)
     assert counted == recorded
     assert all(kernel["stores"] == 0 for kernel in counted.values())
+
+
+BOARD = STAGED / "board"
+
+
+@pytest.mark.skipif(not (BOARD / "sparse_lower").is_dir(), reason=f"no aarch64 wheel installed in {BOARD}: bash "
+                                                                  "tools/aarch64.sh wheel (CI runs it)")
+def test_the_aarch64_wheel_installs_and_runs_a_frame_as_on_a_board(tmp_path):
+    """tools/aarch64.sh wheel: one py3-none-linux_aarch64 wheel holding an aarch64 library, installed with
+    its dependencies' aarch64 wheels from PyPI as pip on a board installs it. There, `sparse-lower run`
+    lowers the head stack and runs the real frame through the wheel's library (the widest units the
+    emulated CPU has), within 1e-5 of the same command here."""
+    (wheel,) = (STAGED / "dist").glob("*.whl")
+    assert wheel.name == f"sparse_lower-{sparse_lower.__version__}-py3-none-linux_aarch64.whl"
+    with zipfile.ZipFile(wheel) as archive:
+        header = archive.read("sparse_lower/libsparse_lower_ops.so")[:20]
+    assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
+    model = tmp_path / "head_stack.onnx"
+    onnx.save(centerpoint_head_stack(), model)
+    done = subprocess.run(["bash", str(ROOT / "tools" / "aarch64.sh"), "board", str(ROOT / "tests" / "aarch64_board.py"),
+                           str(model), str(FRAME), str(tmp_path / "board")], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "AARCH64_DIR": str(STAGED)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    library, units = done.stdout.split()[-2:]
+    assert library == str(BOARD / "sparse_lower" / "libsparse_lower_ops.so") and units == "neon-i8mm"
+    assert main(["run", str(model), str(FRAME), "-o", str(tmp_path / "here"), "-q"]) in (None, 0)
+    here, there = (np.load(tmp_path / side / FRAME.name) for side in ("here", "board"))
+    assert sorted(here.files) == sorted(there.files)
+    for name in here.files:
+        scale = max(float(np.abs(here[name]).max()), 1e-30)
+        assert float(np.abs(there[name] - here[name]).max()) <= 1e-5 * scale, name

@@ -7,6 +7,10 @@
 #                                         Python 3.11 sysroot and the aarch64 wheels of onnxruntime and numpy
 #   bash tools/aarch64.sh build           the library cross-compiled into DIR/lib (CUDA off)
 #   bash tools/aarch64.sh python ARG...   the arm64 Python under emulation, with those wheels
+#   bash tools/aarch64.sh wheel           the package as a wheel for aarch64 (DIR/dist), cross-built by pip, then
+#                                         installed with its dependencies' aarch64 wheels into DIR/board, as pip
+#                                         on a board installs it
+#   bash tools/aarch64.sh board ARG...    the arm64 Python under emulation with DIR/board alone: the board
 #
 # DIR is $AARCH64_DIR, by default build/aarch64. Each step of `stage` is skipped when its result is
 # there. Debian 12's own
@@ -15,11 +19,17 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-command=${1:?usage: tools/aarch64.sh stage|build|python [ARG...]}
+command=${1:?usage: tools/aarch64.sh stage|build|python|wheel|board [ARG...]}
 shift
 dir=${AARCH64_DIR:-$root/build/aarch64}
 ort_version=1.31.1
 download=$root/custom_ops/cmake/debian_download.sh
+
+# The platforms pip may take aarch64 wheels for: the arm64 Python here is Debian 12's (glibc 2.36).
+platforms=()
+for glibc in 36 35 34 31 28 27 26 24 17; do platforms+=(--platform "manylinux_2_${glibc}_aarch64"); done
+platforms+=(--platform manylinux2014_aarch64 --platform linux_aarch64 --platform any)
+for_arm64=(--only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none "${platforms[@]}")
 
 stage() {
     mkdir -p "$dir"
@@ -44,12 +54,9 @@ stage() {
         rm -rf "$dir/sysroot" && mv "$dir/sysroot.tmp" "$dir/sysroot"
     fi
     if [ "$(cat "$dir/site/.stamp" 2>/dev/null)" != "onnxruntime $ort_version" ]; then
-        local platforms=()
-        for glibc in 36 35 34 31 28 27 26 24 17; do platforms+=(--platform "manylinux_2_${glibc}_aarch64"); done
         rm -rf "$dir/wheels" "$dir/site" && mkdir -p "$dir/wheels" "$dir/site"
-        python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.11 \
-            --implementation cp --abi cp311 --abi abi3 --abi none "${platforms[@]}" --platform manylinux2014_aarch64 \
-            --platform any -d "$dir/wheels" "onnxruntime==$ort_version" numpy protobuf flatbuffers packaging
+        python3 -m pip download -q --disable-pip-version-check --no-deps "${for_arm64[@]}" -d "$dir/wheels" \
+            "onnxruntime==$ort_version" numpy protobuf flatbuffers packaging
         for wheel in "$dir"/wheels/*.whl; do python3 -m zipfile -e "$wheel" "$dir/site"; done
         echo "onnxruntime $ort_version" > "$dir/site/.stamp"
     fi
@@ -65,11 +72,25 @@ build() {
     echo "built $dir/lib/libsparse_lower_ops.so: $(file -b "$dir/lib/libsparse_lower_ops.so" | cut -d, -f1-2)"
 }
 
+wheel() {
+    # scikit-build-core takes the platform tag from _PYTHON_HOST_PLATFORM, CMake the cross compiler from
+    # CMAKE_TOOLCHAIN_FILE; the build tree is build/py3-none-linux_aarch64, beside the x86 one. Without build
+    # isolation: in an isolated build pip would fetch the build tools for aarch64 too.
+    python3 -m pip install -q --disable-pip-version-check "scikit-build-core>=0.11" "cmake>=3.21"
+    rm -rf "$dir/dist" "$dir/board" && mkdir -p "$dir/dist"
+    CMAKE_TOOLCHAIN_FILE="$root/custom_ops/cmake/toolchain-aarch64.cmake" _PYTHON_HOST_PLATFORM=linux-aarch64 \
+        SPARSE_LOWER_CUDA=OFF python3 -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation \
+        -w "$dir/dist" "$root"
+    python3 -m pip install -q --disable-pip-version-check --no-warn-conflicts --target "$dir/board" "${for_arm64[@]}" \
+        "$dir"/dist/*.whl
+    echo "built $(basename "$dir"/dist/*.whl), installed for aarch64 with its dependencies in $dir/board"
+}
+
 python() {
     # -L: the sysroot holds the arm64 loader and libraries; PYTHONHOME its standard library
     # QEMU_CPU picks the emulated CPU (qemu-aarch64 -cpu help), and with it the kernels' paths; the
     # library's SPARSE_LOWER_* switches pass through.
-    env -i PATH=/usr/bin:/bin HOME="$HOME" LANG=C.UTF-8 PYTHONHOME="$dir/sysroot/usr" PYTHONPATH="$dir/site" \
+    env -i PATH=/usr/bin:/bin HOME="$HOME" LANG=C.UTF-8 PYTHONHOME="$dir/sysroot/usr" PYTHONPATH="${site:-$dir/site}" \
         PYTHONDONTWRITEBYTECODE=1 OPENBLAS_NUM_THREADS=1 ${QEMU_CPU:+QEMU_CPU="$QEMU_CPU"} \
         $(env | grep -o '^SPARSE_LOWER_[A-Z0-9_]*=.*' || true) \
         "$dir/qemu/qemu-aarch64" -L "$dir/sysroot" "$dir/sysroot/usr/bin/python3.11" "$@"
@@ -79,5 +100,7 @@ case $command in
     stage) stage ;;
     build) build ;;
     python) python "$@" ;;
-    *) echo "usage: tools/aarch64.sh stage|build|python [ARG...]" >&2; exit 2 ;;
+    wheel) wheel ;;
+    board) site=$dir/board python "$@" ;;
+    *) echo "usage: tools/aarch64.sh stage|build|python|wheel|board [ARG...]" >&2; exit 2 ;;
 esac

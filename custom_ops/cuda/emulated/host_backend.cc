@@ -11,8 +11,16 @@ namespace {
 
 using namespace bodies;
 
+// IEEE half precision. GCC before 13 has no _Float16 in C++ on aarch64; ARM's __fp16 is the same format
+// with the same conversions there.
+#if defined(__aarch64__)
+using Half = __fp16;
+#else
+using Half = _Float16;
+#endif
+
 // A half-precision value as float: the nearest half, ties to even (as the GPU's conversion).
-float ToHalf(float v) { return static_cast<float>(static_cast<_Float16>(v)); }
+float ToHalf(float v) { return static_cast<float>(static_cast<Half>(v)); }
 
 // A bfloat16 value as float: the nearest, ties to even (as the GPU's __float2bfloat16_rn); NaN stays NaN.
 float ToBfloat16(float v) {
