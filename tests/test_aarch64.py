@@ -145,7 +145,8 @@ def test_every_aarch64_kernel_path_gives_the_x86_bits(path, tmp_path):
     portable loop); IndexedConv's every path forms a column's sum by the same fused multiply-adds in
     ascending channel order as x86's AVX2 and AVX-512 tiles."""
     cpu, switches = PATHS[path]
-    cases = {f"{op}.{number}": (op_model(op, inputs, 1), inputs) for number, (op, inputs) in enumerate(conv_cases(range(30)))}
+    cases = {f"{op}.{number}": (op_model(op, inputs, 1), inputs)
+             for number, (op, inputs) in enumerate(conv_cases(range(30)))}
     here, there, units = _run_everywhere(tmp_path, cases, QEMU_CPU=cpu, **switches)
     assert units == path.split(",")[0]
     for name in cases:
@@ -180,8 +181,9 @@ def test_the_aarch64_wheel_installs_and_runs_a_frame_as_on_a_board(tmp_path):
     assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
     model = tmp_path / "head_stack.onnx"
     onnx.save(centerpoint_head_stack(), model)
-    done = subprocess.run(["bash", str(ROOT / "tools" / "aarch64.sh"), "board", str(ROOT / "tests" / "aarch64_board.py"),
-                           str(model), str(FRAME), str(tmp_path / "board")], capture_output=True, text=True,
+    done = subprocess.run(["bash", str(ROOT / "tools" / "aarch64.sh"), "board",
+                           str(ROOT / "tests" / "aarch64_board.py"), str(model), str(FRAME), str(tmp_path / "board")],
+                          capture_output=True, text=True,
                           timeout=600, env={**os.environ, "AARCH64_DIR": str(STAGED)})
     assert done.returncode == 0, done.stderr[-3000:]
     library, units = done.stdout.split()[-2:]

@@ -29,7 +29,8 @@ download=$root/custom_ops/cmake/debian_download.sh
 platforms=()
 for glibc in 36 35 34 31 28 27 26 24 17; do platforms+=(--platform "manylinux_2_${glibc}_aarch64"); done
 platforms+=(--platform manylinux2014_aarch64 --platform linux_aarch64 --platform any)
-for_arm64=(--only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none "${platforms[@]}")
+for_arm64=(--only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none
+           "${platforms[@]}")
 
 stage() {
     mkdir -p "$dir"

@@ -68,7 +68,8 @@ def count(library: Path) -> dict:
         macs = sum(products.get(m, 0) for m in loop)
         kernels[path] = {"function": prefix.rstrip("("), "instructions": len(loop), "multiply_adds": macs,
                          "multiply_add_instructions": sum(m in products for m in loop),
-                         "loads": sum(m.startswith("ld") for m in loop), "stores": sum(m.startswith("st") for m in loop),
+                         "loads": sum(m.startswith("ld") for m in loop),
+                         "stores": sum(m.startswith("st") for m in loop),
                          "by_mnemonic": dict(collections.Counter(loop).most_common())}
     return kernels
 

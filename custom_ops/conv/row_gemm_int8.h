@@ -32,8 +32,8 @@ class PackedWeights {
 };
 
 // y[i][o] += scale[o] · Σ_c a[i][c] · w[c][o] for i in [0, n), o in [0, cout): a[i] are u8 rows of
-// PackedWeights::RowBytes(Cin) bytes (zero past Cin). The sums are exact in int32 (|w| ≤ 63, so a pair of products never
-// exceeds vpmaddubsw's int16: 2·255·63 < 32767; and Cin ≤ 1024 keeps a row's sum below 2^24, where
+// PackedWeights::RowBytes(Cin) bytes (zero past Cin). The sums are exact in int32 (|w| ≤ 63, so a pair of
+// products never exceeds vpmaddubsw's int16: 2·255·63 < 32767; and Cin ≤ 1024 keeps a row's sum below 2^24, where
 // float holds it exactly), then scaled and added with one rounding (an FMA). Uses AVX-512 VNNI or AVX2,
 // or on aarch64 I8MM or SDOT, where the CPU has them (common/vector_units.h); every path gives the same bits.
 void AccumulateRowsInt8(const uint8_t* const* a, float* const* y, int64_t n, const PackedWeights& w, const float* scale,

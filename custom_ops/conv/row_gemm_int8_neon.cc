@@ -96,9 +96,11 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) void DotRows(const uint8_t* co
 // (kRows + 1) / 2 × 4 accumulators, 4 weight vectors and the pairs' rows: at most 19 registers (two blocks
 // at once, 31 registers, spilled in GCC 12).
 template <int kRows>
-__attribute__((target("arch=armv8.2-a+i8mm"), always_inline)) inline void MmlaTile(const uint8_t* const* a, float* const* y,
-                                                                     const PackedWeights& w, const float* scale,
-                                                                     int64_t block, int64_t cout) {
+__attribute__((target("arch=armv8.2-a+i8mm"), always_inline)) inline void MmlaTile(const uint8_t* const* a,
+                                                                                  float* const* y,
+                                                                                  const PackedWeights& w,
+                                                                                  const float* scale, int64_t block,
+                                                                                  int64_t cout) {
   constexpr int kPairs = (kRows + 1) / 2;
   const int8_t* packed = w.Block(block);
   int32x4_t acc[kPairs][4];
@@ -109,7 +111,8 @@ __attribute__((target("arch=armv8.2-a+i8mm"), always_inline)) inline void MmlaTi
     int8x16_t weights[4];
     for (int p = 0; p < 4; ++p) weights[p] = vld1q_s8(packed + k * 64 + 16 * p);
     for (int r = 0; r < kPairs; ++r) {
-      const uint8x16_t x = vcombine_u8(vld1_u8(a[2 * r] + 8 * k), vld1_u8(a[std::min(2 * r + 1, kRows - 1)] + 8 * k));
+      const uint8x16_t x =
+          vcombine_u8(vld1_u8(a[2 * r] + 8 * k), vld1_u8(a[std::min(2 * r + 1, kRows - 1)] + 8 * k));
       for (int p = 0; p < 4; ++p) acc[r][p] = vusmmlaq_s32(acc[r][p], x, weights[p]);
     }
   }
@@ -117,7 +120,8 @@ __attribute__((target("arch=armv8.2-a+i8mm"), always_inline)) inline void MmlaTi
     // acc[r][p] = [row 2r: columns 2p, 2p + 1 | row 2r + 1: the same]; each row's 8 columns in two vectors
     int32x4_t rows[2][2];
     for (int half = 0; half < 2; ++half) {
-      const int64x2_t low = vreinterpretq_s64_s32(acc[r][2 * half]), high = vreinterpretq_s64_s32(acc[r][2 * half + 1]);
+      const int64x2_t low = vreinterpretq_s64_s32(acc[r][2 * half]);
+      const int64x2_t high = vreinterpretq_s64_s32(acc[r][2 * half + 1]);
       rows[0][half] = vreinterpretq_s32_s64(vzip1q_s64(low, high));
       rows[1][half] = vreinterpretq_s32_s64(vzip2q_s64(low, high));
     }
@@ -127,7 +131,9 @@ __attribute__((target("arch=armv8.2-a+i8mm"), always_inline)) inline void MmlaTi
 }
 
 template <int kRows>
-__attribute__((target("arch=armv8.2-a+i8mm"))) void MmlaRows(const uint8_t* const* a, float* const* y, const PackedWeights& w, const float* scale, int64_t cout) {
+__attribute__((target("arch=armv8.2-a+i8mm"))) void MmlaRows(const uint8_t* const* a, float* const* y,
+                                                             const PackedWeights& w, const float* scale,
+                                                             int64_t cout) {
   for (int64_t block = 0; 8 * block < cout; ++block) MmlaTile<kRows>(a, y, w, scale, block, cout);
 }
 
@@ -147,12 +153,14 @@ void TiledRows(const uint8_t* const* a, float* const* y, int64_t n, const Packed
 
 void DotRowsInt8(const uint8_t* const* a, float* const* y, int64_t n, const PackedWeights& w, const float* scale,
                  int64_t cout) {
-  TiledRows(a, y, n, w, cout, [&](auto rows, int64_t i) { DotRows<decltype(rows)::value>(a + i, y + i, w, scale, cout); });
+  TiledRows(a, y, n, w, cout,
+            [&](auto rows, int64_t i) { DotRows<decltype(rows)::value>(a + i, y + i, w, scale, cout); });
 }
 
 void MmlaRowsInt8(const uint8_t* const* a, float* const* y, int64_t n, const PackedWeights& w, const float* scale,
                   int64_t cout) {
-  TiledRows(a, y, n, w, cout, [&](auto rows, int64_t i) { MmlaRows<decltype(rows)::value>(a + i, y + i, w, scale, cout); });
+  TiledRows(a, y, n, w, cout,
+            [&](auto rows, int64_t i) { MmlaRows<decltype(rows)::value>(a + i, y + i, w, scale, cout); });
 }
 
 }  // namespace sparse_lower
