@@ -94,28 +94,29 @@ def build(checkout: Path, seed: int = 0) -> Detector:
                                 head_config.get("KERNEL_SIZE_HEAD", 3), init_bias=-2.19,
                                 use_bias=head_config.get("USE_BIAS_BEFORE_NORM", False)))
     detector = Detector(backbone, heads)
-    _trained_looking(detector, seed)
+    trained_looking(detector, seed)
     return detector.eval()
 
 
-def _trained_looking(module: nn.Module, seed: int) -> None:
-    """He-scaled conv weights (the first layer divided by nuScenes' feature spread) and BatchNorm statistics
-    near a trained one's, so that outputs stay O(1) through the 30-odd layers."""
+def trained_looking(module: nn.Module, seed: int) -> None:
+    """He-scaled conv weights (a first layer reading nuScenes' 5 voxel features divided by their spread) and
+    BatchNorm statistics near a trained one's, so that outputs stay O(1) through the 30-odd layers; dense
+    convs and batch norms (a dense tail) alike."""
     from spconv.pytorch.conv import SparseConvolution
 
     generator = torch.Generator().manual_seed(seed)
     first = True
     with torch.no_grad():
         for m in module.modules():
-            if isinstance(m, SparseConvolution):
-                fan_in = m.in_channels * int(np.prod(m.kernel_size))
+            if isinstance(m, (SparseConvolution, nn.Conv2d, nn.ConvTranspose2d)):
+                fan_in = m.weight[0].numel() if isinstance(m, nn.Conv2d) else m.in_channels * int(np.prod(m.kernel_size))
                 m.weight.normal_(0.0, float(np.sqrt(2.0 / fan_in)), generator=generator)
-                if first:
+                if first and m.in_channels == 5:
                     m.weight /= torch.tensor([10.0, 10.0, 1.5, 20.0, 0.15])
-                    first = False
+                first = False
                 if m.bias is not None:
                     m.bias.normal_(0.0, 0.05, generator=generator)
-            elif isinstance(m, nn.BatchNorm1d):
+            elif isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
                 m.weight.uniform_(0.8, 1.2, generator=generator)
                 m.bias.normal_(0.0, 0.1, generator=generator)
                 m.running_mean.normal_(0.0, 0.1, generator=generator)

@@ -47,12 +47,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+import onnx_graphsurgeon as gs
 from onnx import TensorProto, helper
 
 from ..errors import SparseLowerError
 from ..graph_writer import GraphWriter
 from ..onnx_conventions import OPSET, SOURCE_DOMAIN
 from ..spconv_rules import LEAKY_RELU_ALPHA
+from .spconv_channels import ChannelOps
+from .spconv_dense_tail import flatten, splice, tail_model, without_unread_nodes
 from .spconv_merges import RowOps, _Value
 from .spconv_modules import conv_node, fused_activation
 
@@ -107,7 +110,22 @@ def export(module, example, path: str | os.PathLike | None = None) -> onnx.Model
     tracer = _Tracer(torch, spconv, module, example)
     with spconv_inference(module), tracer.hooks(), tracer:
         result = module(example)
-    model = tracer.build(tracer.outputs(result), f"{type(module).__name__}")
+    outputs = tracer.outputs(result)
+    ours = [output for output in outputs if output[1] is not None]
+    if len(ours) == len(outputs):
+        model = tracer.build(outputs, f"{type(module).__name__}")
+    else:  # a dense tail: spconv_dense_tail.py
+        # each .dense() result an output that the tail reads: by its name where the module returns it
+        named = {value: wanted for wanted, value, _, _ in ours}
+        boundaries = {named.get(name, f"{name}.boundary"): (name, tensor) for name, tensor in tracer.dense_calls}
+        model = tracer.build(ours + [(wanted, name, TensorProto.FLOAT, list(tensor.shape))
+                                     for wanted, (name, tensor) in boundaries.items() if name not in named],
+                             f"{type(module).__name__}")
+        with spconv_inference(module):
+            tail = tail_model(torch, spconv, module, example,
+                              {wanted: tensor for wanted, (_, tensor) in boundaries.items()}, tracer.tail_picks)
+        model = splice(model, tail, [wanted for wanted, _, _, _ in outputs])
+        onnx.checker.check_model(model)
     if path is not None:
         onnx.save(model, os.fspath(path))
     return model
@@ -162,9 +180,10 @@ def _function_name(func) -> str:
     return f"{module}.{qualified}" if module and not qualified.startswith(module) else qualified
 
 
-class _Tracer(RowOps):
+class _Tracer(RowOps, ChannelOps):
     """Maps torch tensors (by identity, kept alive) to graph values and emits a node per traced call
-    (the row and coordinate patterns of fully sparse detectors: RowOps, spconv_merges.py)."""
+    (the row and coordinate patterns of fully sparse detectors: RowOps, spconv_merges.py; arithmetic within
+    rows: ChannelOps, spconv_channels.py)."""
 
     def __init__(self, torch, spconv, module, example):
         from torch.overrides import TorchFunctionMode
@@ -181,6 +200,8 @@ class _Tracer(RowOps):
                                    helper.make_tensor_value_info("coords", TensorProto.INT64, ["N", 1 + ndim])])
         self.convs: dict[str, _Conv] = {}  # by features output name
         self.batch_norms: list[_BatchNorm] = []
+        self.dense_calls: list[tuple[str, object]] = []  # (value name, tensor) of each .dense() result, in order
+        self.tail_picks: dict[int, str] = {}  # the returned items the dense tail computes: index -> output name
         self._track(example.indices, _Value("coords", "coords", grid=tuple(int(s) for s in example.spatial_shape)))
         self._track(example.features, _Value("features", "features", "coords"))
         F = torch.nn.functional
@@ -201,6 +222,7 @@ class _Tracer(RowOps):
             for function in functions:
                 self.handlers[function] = handler
         self.handlers.update(self._row_handlers(torch))
+        self.handlers.update(self._channel_handlers(torch))
         tracer = self
 
         class Mode(TorchFunctionMode):
@@ -251,6 +273,9 @@ class _Tracer(RowOps):
         infos = [helper.make_tensor_value_info(self.writer.rename(value, wanted), elem_type, shape)
                  for wanted, value, elem_type, shape in outputs]
         model = self.writer.model(name, infos, {"": OPSET, SOURCE_DOMAIN: 1}, producer_name="sparse_lower.export")
+        graph = gs.import_onnx(model)
+        if len(graph.cleanup().nodes) < len(model.graph.node):  # what the module computed beside its outputs
+            model = without_unread_nodes(model, graph)
         onnx.checker.check_model(model)
         return model
 
@@ -301,6 +326,13 @@ class _Tracer(RowOps):
         if not (self._traced(args) or self._traced(list(kwargs.values()))):
             return
         handler = self.handlers.get(func)
+        kinds = {self.values[id(t)].kind for t in flatten([list(args), list(kwargs.values())])
+                 if isinstance(t, self.torch.Tensor) and id(t) in self.values}
+        if "tail" in kinds or (handler is None and "dense" in kinds and self._has_tensor(result)):
+            for tensor in flatten(result):  # torch.onnx writes it (spconv_dense_tail.py)
+                if isinstance(tensor, self.torch.Tensor):
+                    self._track(tensor, _Value("", "tail"))
+            return
         if handler is None:
             if not self._has_tensor(result) and not _mutates(func):
                 return  # shape, dtype, dim() and other queries
@@ -312,8 +344,8 @@ class _Tracer(RowOps):
         raise SparseLowerError(
             f"export cannot translate {_function_name(func)} applied to a traced tensor",
             fix="use spconv convolutions and pooling, replace_feature with relu / leaky_relu / sigmoid / batch norm "
-                "/ add / cat on the features, .dense() with view / reshape / permute, and VoxelNeXt's coordinate "
-                "patterns (docs/formats.md)")
+                "/ add / cat, reshapes within rows, reductions over channels and channel slices on the features, "
+                ".dense() with view / reshape / permute, and VoxelNeXt's coordinate patterns (docs/formats.md)")
 
     def _unary(self, op_type: str, args, result, **attrs) -> None:
         name, value = self._input(args[0], op_type)
@@ -387,14 +419,24 @@ class _Tracer(RowOps):
                                    fix="reshape only the dense tensor returned by .dense()")
         return name
 
+    def _getitem(self, func, args, kwargs, result):
+        value = self._row_value(args[0])
+        if value is None:
+            super()._getitem(func, args, kwargs, result)  # coords columns (spconv_merges.py)
+            return
+        self.channel_slice(func, args[0], args[1], result, value)
+
     def _reshape(self, func, args, kwargs, result):
+        value = self._row_value(args[0])
+        if value is not None:
+            self.reshape_rows(func, args, result, value)
+            return
         name = self._dense_input(args, _function_name(func))
         shape = self.writer.constant(f"{name}.shape", np.array(result.shape, np.int64))
         output = self._node("Reshape", [name, shape], f"{name}.reshape", "Reshape")
         self._track(result, _Value(output, "dense"))
 
     def _transpose(self, func, args, kwargs, result):
-        name = self._dense_input(args, _function_name(func))
         rank = args[0].dim()
         if func in (self.torch.Tensor.transpose, self.torch.transpose):
             perm = list(range(rank))
@@ -405,6 +447,11 @@ class _Tracer(RowOps):
             if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
                 dims = dims[0]
             perm = [int(d) % rank for d in dims]
+        value = self._row_value(args[0])
+        if value is not None:
+            self.transpose_rows(func, perm, result, value)
+            return
+        name = self._dense_input(args, _function_name(func))
         output = self._node("Transpose", [name], f"{name}.transpose", "Transpose", perm=perm)
         self._track(result, _Value(output, "dense"))
 
@@ -458,6 +505,7 @@ class _Tracer(RowOps):
             output = self._node("Transpose", [output], f"{features}.dense_last", "Transpose",
                                 perm=[0, *range(2, ndim + 2), 1])
         self._track(result, _Value(output, "dense"))
+        self.dense_calls.append((output, result))
 
     def _before_conv(self, module, args):
         self.suppressed += 1
@@ -504,20 +552,10 @@ class _Tracer(RowOps):
 
     # ----- outputs
 
-    def outputs(self, result) -> list[tuple[str, str, int, list]]:
-        items = []
-
-        def flatten(item):
-            if isinstance(item, (list, tuple)):
-                for i in item:
-                    flatten(i)
-            elif isinstance(item, dict):
-                for i in item.values():
-                    flatten(i)
-            else:
-                items.append(item)
-
-        flatten(result)
+    def outputs(self, result) -> list[tuple[str, str | None, int, list]]:
+        """(name, value, element type, shape) per graph output; the value is None for an output of the dense
+        tail, whose item index `tail_picks` keeps."""
+        items = flatten(result)
         numbered = len(items) > 1
         outputs = []
         for index, item in enumerate(items):
@@ -530,8 +568,11 @@ class _Tracer(RowOps):
                                 [None, 1 + len(item.spatial_shape)]))
             elif isinstance(item, self.torch.Tensor):
                 value = self._value(item, "the model's output")
-                shape = list(item.shape) if value.kind == "dense" else [None, int(item.shape[1])]
-                outputs.append((prefix or "output", value.name, TensorProto.FLOAT, shape))
+                shape = list(item.shape) if value.kind in ("dense", "tail") else [None, *map(int, item.shape[1:])]
+                if value.kind == "tail":
+                    self.tail_picks[index] = prefix or "output"
+                outputs.append((prefix or "output", None if value.kind == "tail" else value.name, TensorProto.FLOAT,
+                                shape))
             else:
                 raise SparseLowerError(f"the model returns a {type(item).__name__}, which is not a tensor",
                                        fix="return SparseConvTensors and tensors (or lists, tuples, dicts of them)")
