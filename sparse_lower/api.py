@@ -16,7 +16,7 @@ from .importers import SOURCE_FORMAT, detect_format, format_title, nothing_to_lo
 from .layer_costs import method_report
 from .model_io import load, recorded_options
 from .onnx_conventions import SOURCE_DOMAIN
-from .lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS, Options
+from .lowering import COMBINES, LAYOUTS, STRATEGIES, TABLES, TARGETS, Options
 from .partition import DEFAULT_DEVICES, Partition, Predicate
 from .partition import partition as partition_graph
 from .passes.check import CheckModel, check_model
@@ -78,7 +78,8 @@ def _pair_capacities(max_pairs, model: onnx.ModelProto, target: str, combine: st
 def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, strategy: str = "auto",
           combine: str = "gather", max_active: int | Sequence[int] | None = None, max_batch: int | None = None,
           fuse_taps: bool = False, layout: str = "image", max_pairs: Mapping[str, Sequence[int]] | None = None,
-          max_members: int | None = None, dump_dir: str | os.PathLike | None = None, check_each_pass: bool = False) -> onnx.ModelProto:
+          max_members: int | None = None, tables: str = "library", dump_dir: str | os.PathLike | None = None,
+          check_each_pass: bool = False) -> onnx.ModelProto:
     """Rewrite the sparse-convolution nodes of `model` for `target`; run the result with
     `create_session`.
 
@@ -104,6 +105,12 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
       `max_active` also needs `max_members`, the most rows one of its sites may merge (more is a run-time
       error; `capacity.level_rows` measures the row counts, `capacity.most_members` this one).
     * target "hybrid": the first sparse layer of each branch on the gpu path, the rest on the nna path.
+    * `tables` (nna and hybrid): "library" (the custom ops build the index tables, and refuse a broken
+      frame or one over a capacity, naming the row), or "standard": the portable target's tables and
+      standard forms of the nna combines' tables, so that the host part runs in any ONNX runtime
+      without the library (an nna model then holds standard ops only; a hybrid model's first layers keep
+      their custom ops). Same tables, same outputs; a frame the library would refuse gives NaN features,
+      and the matmul combine needs `max_active` (docs/lowered_forms.md).
     * target "portable": standard ONNX ops only, no library: the index tables are built inside the graph
       from a two-level site grid per coords tensor (refused where one batch of it could take more than
       `lowering.portable.MAX_GRID_BYTES`), each conv is Gather → MatMul → Add. Any ONNX runtime runs
@@ -120,6 +127,12 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     _choice("strategy", strategy, STRATEGIES)
     _choice("combine method", combine, COMBINES)
     _choice("nna layout", layout, LAYOUTS)
+    _choice("tables", tables, TABLES)
+    if tables != "library" and target not in ("nna", "hybrid"):
+        why = "the portable target's tables are standard ops already" if target == "portable" else \
+            "the gpu target computes with the library's custom ops, which need it loaded anyway"
+        raise SparseLowerError(f"tables='{tables}' writes the nna and hybrid targets' tables in standard ops; {why}",
+                               fix="leave tables out, or use it with target 'nna' or 'hybrid'")
     max_active = _capacities(max_active)
     if combine in ("pairs", "unfold") and fuse_taps:
         why = {"pairs": "the pairs combine multiplies each tap's own rows",
@@ -141,7 +154,7 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
                                fix="give an int >= 1, or leave it out")
     options = Options(strategy=strategy, combine=combine, max_active=max_active, max_batch=max_batch,
                       fuse_taps=bool(fuse_taps), layout=layout, max_pairs=max_pairs,
-                      max_members=None if max_members is None else int(max_members))
+                      max_members=None if max_members is None else int(max_members), tables=tables)
     found = detect_format(model)
     if found != SOURCE_FORMAT:
         raise SparseLowerError(f"the model is an export in the {format_title(found)} format",

@@ -142,20 +142,23 @@ def register_library(options: ort.SessionOptions, path: str | None = None) -> or
 
 
 def needs_library(model: onnx.ModelProto) -> bool:
-    """Whether a model holds the library's custom ops (it imports their domain); a portable model does not."""
+    """Whether a model holds the library's custom ops (it imports their domain); a portable model does not,
+    nor an nna one lowered with standard tables."""
     return any(o.domain == CUSTOM_DOMAIN for o in model.opset_import)
 
 
 BROKEN_FRAME = SparseLowerError(
     "the model's outputs are NaN, its inputs finite: the frame breaks a rule of sparse tensors (a coordinate outside "
-    "the grid or negative, a negative batch index, duplicated coords, feature rows that do not pair with the coords), "
-    "which a portable model answers with NaN", fix="run the frame on the gpu target, or sparse_lower.reference, to have "
-                                                    "the row named")
+    "the grid or negative, a negative batch index, duplicated coords, feature rows that do not pair with the coords; "
+    "an nna model with standard tables: more rows than a capacity), which a model of standard ops only answers with "
+    "NaN", fix="run the frame on the gpu target, or sparse_lower.reference, to have the row named (and "
+               "`sparse-lower inspect MODEL --frames ...` for the capacities)")
 
 
 def broken_frame(feeds: dict, outputs: list) -> bool:
-    """Whether a portable model's outputs say that the frame broke a rule of sparse tensors: its guards
-    make every output feature NaN then (docs/portable.md), which a finite frame gives in no other way."""
+    """Whether a model of standard ops only (portable, or nna with standard tables) says that the frame broke a
+    rule of sparse tensors: its guards make every output feature NaN then (docs/portable.md), which a finite
+    frame gives in no other way."""
     floats = [np.asarray(v) for v in feeds.values() if np.issubdtype(np.asarray(v).dtype, np.floating)]
     return all(np.isfinite(v).all() for v in floats) and any(
         np.isnan(o).any() for o in map(np.asarray, outputs) if np.issubdtype(o.dtype, np.floating))

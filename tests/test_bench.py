@@ -246,3 +246,18 @@ def test_the_portable_suite_measures_the_three_forms():
         assert record["difference"] < 1e-5
         assert list(record["systems"]) == list(SYSTEMS)
         assert all(entry["median_ms"] > 0 and entry["peak_mb"] > 100 for entry in record["systems"].values())
+
+
+@real_frames
+def test_the_nna_tables_suite_times_both_forms(monkeypatch):
+    """On the BEVFusion frame alone (the suite's other frame takes as long again): both forms give the same
+    outputs, and each has a whole run and an index part timed."""
+    from sparse_lower.bench import nna_tables
+    from sparse_lower.bench.cases import BEVFUSION_FILE
+
+    monkeypatch.setattr(nna_tables, "FRAMES", {"bevfusion": BEVFUSION_FILE})
+    result = nna_tables.measure(repeat=1, log=lambda *_: None)
+    record = result["frames"]["bevfusion"]
+    assert record["voxels"] == 17_748 and record["difference"] < 1e-6
+    assert list(record["systems"]) == list(nna_tables.SYSTEMS.values())
+    assert all(entry["median_ms"] > entry["tables_ms"] > 0 for entry in record["systems"].values())

@@ -85,7 +85,7 @@ def test_the_benchmarks_results_md_is_its_results_json(folder):
     assert (folder / "results.md").read_text() == markdown(result)
 
 
-@pytest.mark.parametrize("suite", ["threads", "vector-paths", "portable"])
+@pytest.mark.parametrize("suite", ["threads", "vector-paths", "portable", "nna-tables"])
 def test_a_suites_results_md_is_its_table(suite):
     folder = ROOT / "docs" / "performance" / suite.replace("-", "_")
     result = json.loads((folder / "results.json").read_text())

@@ -1,6 +1,6 @@
 """`sparse-lower bench`'s suites and command line: the cases (run.py) and the scaling curves, or one of
-the measurements with a table of their own (threads, vector paths, the portable target), each written to
---out as results.json and results.md."""
+the measurements with a table of their own (threads, vector paths, the portable target, the nna target's
+standard tables), each written to --out as results.json and results.md."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import os
 import platform
 from pathlib import Path
 
-from . import portable, threads, vector_paths
+from . import nna_tables, portable, threads, vector_paths
 from .provenance import provenance_fields
 from .run import run
 from .tables import TABLES
 
 # the suites with a table of their own
-MEASUREMENTS = {"threads": threads.measure, "vector-paths": vector_paths.measure, "portable": portable.measure}
+MEASUREMENTS = {"threads": threads.measure, "vector-paths": vector_paths.measure, "portable": portable.measure,
+                "nna-tables": nna_tables.measure}
 SUITES = ("cases", "scaling", *MEASUREMENTS)
 
 
@@ -54,7 +55,8 @@ def add_arguments(parser) -> None:
                              "1M real-frame-like voxels, time and peak memory, plotted to scaling.png; threads: the "
                              "backbone on 1 thread to every core, ours beside spconv; vector-paths: the backbone's "
                              "float and int8 forms on each vector path of this CPU, and int8's error; portable: the "
-                             "portable target against the gpu target, time and peak memory")
+                             "portable target against the gpu target, time and peak memory; nna-tables: the nna "
+                             "target's tables from the library against in standard ops (plain onnxruntime)")
     parser.add_argument("--scaling", action="store_const", dest="suite", const="scaling",
                         help="the same as --suite scaling")
 

@@ -126,15 +126,23 @@ def vector_paths_table(result: dict) -> str:
                              f"convs in 8 bits) against float:\n\n{errors}")
 
 
+def _frames_by_system(result: dict, cells) -> list[list]:
+    """A row per real frame and system: the frame, its voxels, the system, its median and the median's ratio
+    to the first system's, then `cells(record, entry)`."""
+    rows = []
+    for frame, record in result["frames"].items():
+        first = next(iter(record["systems"].values()))["median_ms"]
+        rows += [[FRAME_TITLES[frame], f"{record['voxels']:,}", system, f"{entry['median_ms']:,.0f} ms",
+                  f"{entry['median_ms'] / first:.2f}×", *cells(record, entry)]
+                 for system, entry in record["systems"].items()]
+    return rows
+
+
 def portable_table(result: dict) -> str:
     """`sparse-lower bench --suite portable`: a row per real frame and system: median, ratio to the gpu
     target, peak memory, and the portable outputs' largest difference from the gpu target's."""
-    rows = []
-    for frame, record in result["frames"].items():
-        gpu = next(iter(record["systems"].values()))["median_ms"]
-        rows += [[FRAME_TITLES[frame], f"{record['voxels']:,}", system, f"{entry['median_ms']:,.0f} ms",
-                  f"{entry['median_ms'] / gpu:.2f}×", f"{entry['peak_mb']:,.0f} MiB", f"{record['difference']:.1e}"]
-                 for system, entry in record["systems"].items()]
+    rows = _frames_by_system(result, lambda record, entry: [f"{entry['peak_mb']:,.0f} MiB",
+                                                            f"{record['difference']:.1e}"])
     return captioned(result, f"{result['threads']} threads, the systems taking turns in one process:\n\n"
                      + markdown_table(["frame", "voxels", "system", "median", "/ gpu target", "peak memory",
                                        "max relative difference from the gpu target"], rows))
@@ -153,9 +161,22 @@ def kernel_instructions_table(result: dict) -> str:
             f"{result['commit']}:\n\n{table}")
 
 
+def nna_tables_table(result: dict) -> str:
+    """`sparse-lower bench --suite nna-tables`: a row per real frame and system: the whole run's median, its
+    ratio to the library tables', the index part's median, and the outputs' largest difference."""
+    rows = _frames_by_system(result, lambda record, entry: [f"{entry['tables_ms']:,.0f} ms",
+                                                            f"{record['difference']:.1e}"])
+    levels = ", ".join(f"{n:,}" for n in result["levels"])
+    return captioned(result, f"{result['threads']} threads, max_active {levels}, the systems taking turns in one "
+                             f"process:\n\n" + markdown_table(["frame", "voxels", "tables", "median",
+                                                               "/ library tables", "index part alone",
+                                                               "max relative difference"], rows))
+
+
 TABLES = {"speed": speed_table, "results": results_table, "scaling": scaling_table, "voxelnext": voxelnext_table,
           "threads": threads_table, "vector-paths": vector_paths_table, "portable": portable_table,
-          "toolchains": toolchains_table, "kernel-instructions": kernel_instructions_table}
+          "nna-tables": nna_tables_table, "toolchains": toolchains_table,
+          "kernel-instructions": kernel_instructions_table}
 _MARKED = re.compile(r"(?P<open><!-- table (?P<name>[\w-]+): (?P<file>\S+) -->\n)(?P<body>.*?)"
                      r"(?P<close><!-- end of table (?P=name) -->)", re.S)
 

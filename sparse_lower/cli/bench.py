@@ -23,7 +23,8 @@ class BenchCommand:
     made from the real frame, ours on 1 and 2 threads and the peers, time and peak memory (scaling.png);
     threads, the backbone on 1 thread to every core beside spconv; vector-paths, its float and int8 forms
     on each vector path of this CPU and int8's error; portable, the portable target against the gpu
-    target. Each writes results.json and results.md, the table docs/ shows.
+    target; nna-tables, the nna target's tables from the library against in standard ops (--tables
+    standard, run in plain onnxruntime). Each writes results.json and results.md, the table docs/ shows.
 
     example: sparse-lower bench --quick --out /tmp/bench
     """

@@ -17,13 +17,13 @@ from ..assumed_active import assumed_active
 from ..errors import SparseLowerError
 from ..frames.files import feeds_of, read_frames
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model
-from ..lowering import COMBINES, LAYOUTS, STRATEGIES, TARGETS
+from ..lowering import COMBINES, LAYOUTS, STRATEGIES, TABLES, TARGETS
 from ..model_io import recorded_options
 from ..onnx_conventions import IMPORT_KEY
 from ..passes.lower import run_hint
 from ..quantization.gpu import quantize
 from ..report import render
-from ..runtime import create_session, fixed_rows
+from ..runtime import create_session, needs_library
 from ..spconv_rules import LEAKY_RELU_ALPHA
 from ..verify import compare, example_inputs, relative_error, snr_db
 from .active import add_active_argument
@@ -85,11 +85,15 @@ class ConvertCommand:
               With --combine pairs, --max-pairs FILE (JSON written by `sparse-lower inspect
               --frames ... --max-pairs-out FILE`) fixes each conv's pairs per tap too.
       hybrid  the first sparse layer of each branch on the gpu path, the rest on the nna path.
+              --tables standard (nna, hybrid): the index tables in standard ops too (the portable
+              target's), so that any ONNX runtime runs the host part without the library: an nna OUT
+              is then standard ops only; a hybrid one keeps its first layers' custom ops. A frame the
+              library would refuse (a bad coordinate, rows over --max-active) gives NaN features.
       portable  standard ONNX ops only, the index tables built inside the graph (a site grid per
               coords tensor); any ONNX runtime runs OUT without the library (OpenVINO, TensorRT,
               onnxruntime's GPU providers). --max-active gives it static shapes (TVM, compilers
               that need them): inputs of exactly that many rows, padding rows with coords -1.
-    Run OUT (but a portable one) with sparse_lower.create_session, or any onnxruntime session that registers the library
+    Run OUT (but one of standard ops only) with sparse_lower.create_session, or any onnxruntime session that registers the library
     (python -c "import sparse_lower; print(sparse_lower.get_library_path())"); split it per device
     with `sparse-lower partition`.
 
@@ -133,6 +137,9 @@ class ConvertCommand:
         parser.add_argument("--fuse-taps", action="store_true", help="nna: one Conv with K*Cout outputs")
         parser.add_argument("--layout", choices=list(LAYOUTS),
                             help="nna: compute on the [1, C, 1, N] image (default) or on [N, C] rows")
+        parser.add_argument("--tables", choices=list(TABLES),
+                            help="nna/hybrid: the index tables from the library's custom ops (default), or in "
+                                 "standard ops, for runtimes without the library")
         parser.add_argument("--dump-dir", help="write the model after every pass into this folder")
         parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                             help="compare the reference and the lowered model (default: on)")
@@ -185,7 +192,7 @@ class ConvertCommand:
             lowered = lower(source, target=args.target, strategy=args.strategy or "auto",
                             combine=args.combine or "gather", max_active=args.max_active, max_batch=args.max_batch,
                             fuse_taps=args.fuse_taps, layout=args.layout or "image", max_pairs=max_pairs,
-                            max_members=args.max_members, dump_dir=args.dump_dir)
+                            max_members=args.max_members, tables=args.tables or "library", dump_dir=args.dump_dir)
         if args.int8:
             with status.step(f"calibrating on {len(calibration)} frame(s) and quantizing the convs"):
                 frames = feeds_of(lowered, calibration)
@@ -195,7 +202,7 @@ class ConvertCommand:
                     + "".join(f"\n  left float: {name}: {why}" for name, why in found.float_convs.items()))
         onnx.save(lowered, args.output)
         out.say(before_after(source, lowered))
-        print(f"wrote {args.output}: {run_hint(repr(args.output), args.target)}")
+        print(f"wrote {args.output}: {run_hint(repr(args.output), needs_library(lowered))}")
         if args.dump_dir:
             out.say(f"wrote the model after every pass to {Path(args.dump_dir)}/ "
                     f"({', '.join(sorted(p.name for p in Path(args.dump_dir).glob('*.onnx')))})")
@@ -208,7 +215,7 @@ class ConvertCommand:
             print("verify: the 8-bit model's error against the float one, on the frames it was calibrated on "
                   "(no pass/fail: its size is the quantization's)")
             return 0
-        plain = " (plain, no library)" if args.target == "portable" else ""
+        plain = "" if needs_library(lowered) else " (plain, no library)"
         with status.step("verifying (NumPy reference against onnxruntime)"):
             differences = self._differences(args, source, lowered, given[0] if given else None, out)
         out.say(render(["output", "max abs error", "max rel error", "shape"],
@@ -248,9 +255,10 @@ class ConvertCommand:
                 if args.active or active == 1 or not re.search(r"\((max_active|max_members|max_pairs\[.*\])\)",
                                                                str(error)):
                     raise
-            else:  # the portable static form answers an overflow with NaN features and the sites cut at the
-                # capacity (its random inputs break no other rule)
-                overflowed = fixed_rows(lowered) and any(not d.shape_ok or np.isnan(d.max_abs) for d in differences)
+            else:  # standard ops (the portable static form, nna standard tables) answer an overflow with NaN
+                # features and the rows cut at the capacity (their random inputs break no other rule)
+                overflowed = args.max_active is not None and not needs_library(lowered) and \
+                    any(not d.shape_ok or np.isnan(d.max_abs) for d in differences)
                 if args.active or active == 1 or not overflowed:
                     return differences
             active //= 2
@@ -261,7 +269,7 @@ class ConvertCommand:
 # The options each target reads; another target given one of them is told it does nothing
 _TARGET_OPTIONS = {"strategy": {"gpu", "hybrid"}, "combine": {"nna", "hybrid"}, "layout": {"nna", "hybrid"},
                    "fuse_taps": {"nna", "hybrid"}, "max_active": {"nna", "hybrid", "portable"},
-                   "max_pairs": {"nna", "hybrid"}, "max_members": {"nna", "hybrid"}}
+                   "max_pairs": {"nna", "hybrid"}, "max_members": {"nna", "hybrid"}, "tables": {"nna", "hybrid"}}
 DEFAULT_TOLERANCE = 1e-4
 
 

@@ -19,6 +19,7 @@ from ..frames.files import feeds_of, read_frames
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model, nothing_to_lower
 from ..layer_costs import layer_costs, method_table
 from ..lowering.portable import index_memory
+from ..model_io import recorded_options
 from ..onnx_conventions import CUSTOM_DOMAIN, DEFAULT_DOMAIN_ALIAS, SOURCE_DOMAIN
 from ..schemas import CONV_OPS, conv_channels, conv_geometry
 from ..report import render
@@ -189,8 +190,8 @@ class InspectCommand:
         """The model whose layers to list: a foreign export imported (saying so), else the model itself;
         None, after saying why, when there is nothing sparse_lower can take."""
         found = detect_format(model)
-        if found == SOURCE_FORMAT:
-            if not any(n.domain == CUSTOM_DOMAIN for n in model.graph.node):
+        if found == SOURCE_FORMAT:  # lowered: custom ops, or standard ops only with the options recorded
+            if not recorded_options(model) and not any(n.domain == CUSTOM_DOMAIN for n in model.graph.node):
                 reason = nothing_to_lower(model)
                 if reason:
                     print(reason)

@@ -13,6 +13,7 @@ from ..errors import SparseLowerError
 from ..frames.files import feeds_of, read_frames
 from ..partition import DEFAULT_DEVICES
 from ..partition.devices import ACCELERATOR
+from ..partition.segment_files import custom_ops
 from ..report import render
 from ..runtime import create_session
 from ..toolchains import TOOLCHAINS, compile_partition, toolchain
@@ -142,6 +143,7 @@ class PartitionCommand:
         if args.reasons:
             out.say(reasons_table(parts, devices[0]))
         out.say(parts.summary(args.active, ops=None if out.verbose else 2))  # every op type with -v
+        out.say(library_said(parts))
         out.say(DEVICES_SAID)
         if compiled is not None:
             for entry in compiled.manifest["segments"]:
@@ -161,6 +163,15 @@ class PartitionCommand:
 # what the table's device names mean (docs/partitioning.md)
 DEVICES_SAID = ("devices: gpu = onnxruntime with the custom-op library, on the host (its CPU, or its GPU)\n"
                 "         nna = the accelerator (--for compiles its segments); cpu = the fallback")
+
+
+def library_said(parts) -> str:
+    """Which segments need the custom-op library (the manifest's needs_library), and the ops they need it for."""
+    needing = [f"{s.index:02d} ({', '.join(ops)})" for s in parts.segments if (ops := custom_ops(parts.graph, s))]
+    if not needing:
+        return "library: no segment runs a custom op; any ONNX runtime runs each of them, no library registered"
+    return (f"library: segment{'s' if len(needing) > 1 else ''} {', '.join(needing)} need{'' if len(needing) > 1 else 's'} "
+            f"the custom-op library; the others run in any ONNX runtime")
 
 
 def _compared(got: dict, expected: dict) -> int:

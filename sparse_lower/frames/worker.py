@@ -44,7 +44,7 @@ class FrameWorker:
         self.session = create_session(model, sess_options=options)
         proto = onnx.load_from_string(model)
         self.inputs = model_inputs(proto)
-        self.guarded = not needs_library(proto)  # portable: a broken frame gives NaN rather than an error
+        self.guarded = not needs_library(proto)  # standard ops only: a broken frame gives NaN rather than an error
         self.proto = proto if fixed_rows(proto) else None  # the static form: frames padded, outputs unpadded
         self.outputs = [output.name for output in self.session.get_outputs()]
         self.compress = compress

@@ -1,6 +1,7 @@
 """Lowering: one rule per source op (rules/, written as match / check / rewrite), the compute form
 each target gives a conv (gpu/, nna/, portable/, behind compute.py's interface) and where its index
-tables come from (index_tables.py: the library's custom ops, or portable/'s standard ops).
+tables come from (index_tables.py: the library's custom ops, or portable/'s standard ops, with nna/'s
+standard forms of its combines' tables for `tables="standard"`).
 `compute_policy(target, options)` says which form each conv gets, `index_tables(target, graph, options)` which
 tables; the pass (passes/lower.py) applies the rules with them."""
 
@@ -16,11 +17,13 @@ from .context import LoweringContext, Options
 from .gpu import GpuCompute
 from .index_tables import CustomOpTables, IndexTables
 from .nna import COMBINES, LAYOUTS, NnaCompute
+from .nna.standard_tables import StandardNnaTables
 from .portable import PortableCompute, StandardOpTables, grid_halos
 from .rules import RULES, Refusal, Rule, rule_for
 
 TARGETS = ("gpu", "nna", "hybrid", "portable")
 STRATEGIES = ("auto", "unfold", "rulebook", "fused")
+TABLES = ("library", "standard")  # where the nna and hybrid targets' tables come from (the `tables` option)
 
 
 def _gpu_compute(strategy: str) -> GpuCompute:
@@ -47,11 +50,15 @@ def compute_policy(target: str, options: Options) -> Callable[[gs.Node, Lowering
 
 
 def index_tables(target: str, graph: onnx.GraphProto, options: Options) -> IndexTables:
-    """Where the target's index tables come from: standard ops for portable, the custom ops otherwise.
-    With `max_active`, the portable tables have static shapes, their grids sized for `max_batch` batches."""
-    if target != "portable":
-        return CustomOpTables()
-    return StandardOpTables(grid_halos(graph), options.max_active, options.max_batch or 1)
+    """Where the target's index tables come from: standard ops for portable, and for nna and hybrid with
+    `tables="standard"`, the custom ops otherwise. With `max_active`, the portable tables have static
+    shapes, their grids sized for `max_batch` batches; the nna ones follow the frame's rows, which its
+    compute pads to the capacity (nna/padding.py)."""
+    if target == "portable":
+        return StandardOpTables(grid_halos(graph), options.max_active, options.max_batch or 1)
+    if options.tables == "standard":
+        return StandardNnaTables(grid_halos(graph))
+    return CustomOpTables()
 
 
 def default_batches(graph: onnx.GraphProto) -> int:
@@ -60,5 +67,5 @@ def default_batches(graph: onnx.GraphProto) -> int:
                 if a.name == "batch_size" and a.type == onnx.AttributeProto.INT and a.i >= 1), default=1)
 
 
-__all__ = ["COMBINES", "LAYOUTS", "RULES", "STRATEGIES", "TARGETS", "LoweringContext", "Options", "Refusal", "Rule",
-           "compute_policy", "default_batches", "index_tables", "rule_for"]
+__all__ = ["COMBINES", "LAYOUTS", "RULES", "STRATEGIES", "TABLES", "TARGETS", "LoweringContext", "Options", "Refusal",
+           "Rule", "compute_policy", "default_batches", "index_tables", "rule_for"]

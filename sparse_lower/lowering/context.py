@@ -46,7 +46,8 @@ class Options:
     """What the user chose (docs/python_api.md): the gpu compute form, and the nna combine method, capacity,
     whether the nna runs one 1×1 conv per tap or one conv with K·Cout outputs, its layout (the
     `[1, C, 1, N]` image or `[N, C]` rows), the pairs combine's capacities and, with a capacity, the most
-    rows a Coalesce merges into one site; the portable static form's batches."""
+    rows a Coalesce merges into one site; the portable static form's batches; whether the nna and hybrid
+    tables come from the library or are standard ops."""
 
     strategy: str = "auto"
     combine: str = "gather"
@@ -56,6 +57,7 @@ class Options:
     layout: str = "image"
     max_pairs: dict[str, tuple[int, ...]] | None = None  # the pairs combine's pairs per tap, by source conv name
     max_members: int | None = None  # the most rows one site of a Coalesce holds, with a capacity (the static form)
+    tables: str = "library"  # "standard": the nna and hybrid tables in standard ops (lowering.index_tables)
 
 
 class LoweringContext:

@@ -1,10 +1,13 @@
 """Where a target's index tables come from: the neighbour table of each conv (SubmanifoldMap,
-StridedMap, TransposedMap, TargetMap), the active sites of a dense input (ToSparse) and the placing of
-rows into a dense output (ToDense).
+StridedMap, TransposedMap, TargetMap), the active sites of a dense input (ToSparse), the placing of
+rows into a dense output (ToDense), and the nna combines' own tables and row capacities (CapacityPads,
+InverseMap, ScatterMatrices, PairLists: docs/custom_ops.md).
 
-`IndexTables` is the interface the rules call; `CustomOpTables` builds them with the library's custom
-ops (gpu, nna, hybrid), `portable.StandardOpTables` with standard ONNX ops inside the graph. Tables
-go through the context's shared nodes: one table per coords and geometry, however many layers read it.
+`IndexTables` is the interface the rules and compute forms call; `CustomOpTables` builds them with the
+library's custom ops (gpu, nna, hybrid), `portable.StandardOpTables` with standard ONNX ops inside the
+graph (portable), and `nna.StandardNnaTables` adds the nna combines' tables to those (nna and hybrid
+with `tables="standard"`, for runtimes without the library). Tables go through the context's shared
+nodes: one table per coords and geometry, however many layers read it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import onnx_graphsurgeon as gs
 
 from ..schemas import ConvGeometry, DenseBoundary
 from .context import FLOAT, INT64, DenseSource, LoweringContext
+from .nna.pair_lists import PairTables, pair_lists
 
 
 class IndexTables(Protocol):
@@ -52,6 +56,32 @@ class IndexTables(Protocol):
     def to_dense(self, ctx: LoweringContext, base: str, features: gs.Tensor, coords: gs.Tensor,
                  boundary: DenseBoundary, output: gs.Variable) -> None:
         """Write the rows into the zero-initialised `output [batch_size, C, *spatial_shape]`."""
+
+    # The nna form's own tables and row capacities, which read the neighbour table as the custom ops hold
+    # it (nna/sites.zero_based); `capacity` is a row capacity (max_active), None for none.
+
+    def capacity_pads(self, ctx: LoweringContext, tensor: gs.Tensor, capacity: int, rank: int) -> gs.Tensor:
+        """The `pads [2·rank]` of a `Pad` that gives `tensor` exactly `capacity` rows."""
+
+    def flag_overflow(self, ctx: LoweringContext, invalid: gs.Tensor | None,
+                      *rows: tuple[gs.Tensor, int | None]) -> gs.Tensor | None:
+        """`invalid`, and whether a `(tensor, capacity)` of `rows` holds more rows than its capacity, where
+        the tables flag such a frame (capacity_pads cuts it) rather than refuse it."""
+
+    def within(self, ctx: LoweringContext, table: gs.Tensor, capacity: int | None) -> gs.Tensor:
+        """`table` with every entry of an input row at or past `capacity` reading as none, where
+        capacity_pads may cut rows: every gather by it then stays in bounds."""
+
+    def inverse_map(self, ctx: LoweringContext, nbr: gs.Tensor, like: gs.Tensor, columns: int | None) -> gs.Tensor:
+        """InverseMap's `inv [K, N]`: the output each input row feeds per tap, −1 for none (N: `like`'s rows)."""
+
+    def scatter_matrices(self, ctx: LoweringContext, base: str, nbr: gs.Tensor, like: gs.Tensor,
+                         outputs: int | None, columns: int | None) -> gs.Tensor:
+        """ScatterMatrices' `S` float `[K, M, N]`: 1 where output m reads input n through tap k."""
+
+    def pair_lists(self, ctx: LoweringContext, nbr: gs.Tensor, inputs: gs.Tensor,
+                   capacities: tuple[int, ...] | None, option: str) -> PairTables:
+        """The pairs combine's per-tap lists (nna/pair_lists.py)."""
 
 
 def _attrs(geometry: ConvGeometry, source: str, *extra: str) -> dict:
@@ -127,3 +157,31 @@ class CustomOpTables:
         grid = {"spatial_shape": list(boundary.spatial_shape), "batch_size": boundary.batch_size}
         (sites,) = ctx.shared_node("SiteIndex", base, [coords], [("sites", INT64, [None])], grid)
         ctx.add("IndexedFold", base, [features, sites], [output], {"mode": "dense", **grid})
+
+    def capacity_pads(self, ctx, tensor, capacity, rank):
+        """CapacityPads, which refuses more rows than `capacity` (naming both): nothing is cut."""
+        (pads,) = ctx.shared_node("CapacityPads", tensor.name, [tensor], [("pads", INT64, [2 * rank])],
+                                  {"capacity": capacity})
+        return pads
+
+    def flag_overflow(self, ctx, invalid, *rows):
+        """Nothing to flag: CapacityPads refuses the frame."""
+        return invalid
+
+    def within(self, ctx, table, capacity):
+        """Every entry is within: CapacityPads refused any frame with more rows."""
+        return table
+
+    def inverse_map(self, ctx, nbr, like, columns):
+        (inverse,) = ctx.shared_node("InverseMap", nbr.name, [nbr, like], [("inverse", INT64, [nbr.shape[1], columns])],
+                                     {})
+        return inverse
+
+    def scatter_matrices(self, ctx, base, nbr, like, outputs, columns):
+        """ScatterMatrices refuses matrices over 1 GiB at run time."""
+        (matrices,) = ctx.shared_node("ScatterMatrices", nbr.name, [nbr, like],
+                                      [("S", FLOAT, [nbr.shape[1], outputs, columns])], {})
+        return matrices
+
+    def pair_lists(self, ctx, nbr, inputs, capacities, option):
+        return pair_lists(ctx, nbr, inputs, capacities, option)

@@ -3,13 +3,14 @@ the per-channel maximum of the input rows its table lists.
 
 One form serves every target, in standard ops on the feature rows: the rows get a zero row put first,
 the table `[M, R]` is read one-based (0: no row; the custom ops' tables hold −1 there and get 1 added,
-the portable target's are one-based already), one `Gather` gives `[M, R, C]` and one `ReduceSum` or
+the standard-op ones are one-based already), one `Gather` gives `[M, R, C]` and one `ReduceSum` or
 `ReduceMax` over axis 1 the output rows. For the maximum, an empty slot takes the row's largest entry
 instead (an input it does list, since every output of these ops has one), so that it never contributes
 the zero row's zeros; an output with no input at all (a padding row of the static form) reads the zero
 row everywhere and is 0. Why no custom op: the work is a gather and a reduction, which every runtime and
 accelerator compiler has; on the nna target the tables are padded to the static shapes and the rows to
-their capacity (padding.py), on the portable target a broken frame's flag makes the output NaN.
+their capacity (padding.py); with standard-op tables (portable, or nna with `tables="standard"`) a broken
+frame's flag makes the output NaN.
 """
 
 from __future__ import annotations
@@ -68,16 +69,18 @@ def _reduce(ctx: LoweringContext, op: str, base: str, x: gs.Tensor, output, keep
 
 def emit_table_reduce(ctx: LoweringContext, part: TableReduce, first_row: int, invalid: gs.Tensor | None) -> None:
     """Write `part.out_features`. `first_row`: what the table holds for input row 0 (0 for the custom ops'
-    tables, 1 for the portable target's); `invalid`: the portable tables' flag of a broken frame."""
+    tables, 1 for the standard-op ones); `invalid`: the standard-op tables' flag of a broken frame (or of
+    one over a capacity, whose rows `within` and the pads cut)."""
     base, (capacity_in, capacity_out) = part.base, part.capacities
     rows, table = part.rows, part.table
+    if table.dtype != INT64:  # the standard-op tables' lookups are int32
+        (table,) = ctx.standard("Cast", base, [table], [("table64", INT64, [None, part.width])], {"to": 7})
     if capacity_in:
         rows = padded_rows(ctx, rows, capacity_in)
+        table = ctx.tables.within(ctx, table, capacity_in)
     if capacity_out:
         table = pad_to_capacity(ctx, table, capacity_out, np.int64(first_row - 1), [capacity_out, part.width])
     m = capacity_out
-    if table.dtype != INT64:  # the portable target's lookups are int32
-        (table,) = ctx.standard("Cast", base, [table], [("table64", INT64, [m, part.width])], {"to": 7})
     if first_row == 0:
         (table,) = ctx.standard("Add", base, [table, ctx.shared_constant("one_scalar", np.array(1, np.int64))],
                                 [("one_based", INT64, [m, part.width])])

@@ -17,7 +17,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import SparseLowerError
 from ..onnx_conventions import STANDARD_DOMAINS
-from ..runtime import create_session
+from ..runtime import session_for
 from . import picture, reports, segment_files
 from .node_costs import Seen
 from .segments import NodeGraph, Segment
@@ -86,7 +86,8 @@ class Partition:
 
     def _session(self, segment: Segment):
         """The segment's session: its model plus a `Shape` output per probed value (a few int64s
-        instead of a copy of the tensor)."""
+        instead of a copy of the tensor); with the library where the segment runs custom ops, a plain
+        onnxruntime session otherwise."""
         if segment.index not in self._sessions:
             model = onnx.ModelProto()
             model.CopyFrom(self.segment_model(segment.index))
@@ -94,13 +95,14 @@ class Partition:
                 probe = SHAPE_PROBE + name
                 model.graph.node.append(helper.make_node("Shape", [name], [probe]))
                 model.graph.output.append(helper.make_tensor_value_info(probe, onnx.TensorProto.INT64, [None]))
-            self._sessions[segment.index] = create_session(model, **self._session_kwargs)
+            self._sessions[segment.index] = session_for(model, **self._session_kwargs)
         return self._sessions[segment.index]
 
     def run(self, feeds: Mapping[str, np.ndarray], **session_kwargs) -> dict[str, np.ndarray]:
-        """Run the segments in order, each in its own onnxruntime session with the custom-op library
-        (`session_kwargs` go to `sparse_lower.create_session`; sessions are kept for the next run with
-        the same keywords). Returns the graph outputs by name: what the unpartitioned model returns."""
+        """Run the segments in order, each in its own onnxruntime session, with the custom-op library where
+        it runs custom ops (`session_kwargs` go to `sparse_lower.create_session`, or to a plain session;
+        sessions are kept for the next run with the same keywords). Returns the graph outputs by name:
+        what the unpartitioned model returns."""
         missing = [name for name in self.graph.graph_inputs if name not in feeds]
         unknown = [name for name in feeds if name not in self.graph.graph_inputs]
         if missing or unknown:

@@ -11,7 +11,7 @@ import onnx
 from onnx import helper
 
 from ..errors import SparseLowerError
-from ..onnx_conventions import STANDARD_DOMAINS
+from ..onnx_conventions import CUSTOM_DOMAIN, STANDARD_DOMAINS
 from .segments import NodeGraph, Segment
 from .value_types import ValueTypes
 
@@ -64,10 +64,17 @@ def segment_model(model: onnx.ModelProto, graph: NodeGraph, types: ValueTypes, s
     return result
 
 
+def custom_ops(graph: NodeGraph, segment: Segment) -> list[str]:
+    """The library's custom ops the segment runs (op types, sorted): what it needs the library for. A
+    segment of none runs in any ONNX runtime, with no library registered."""
+    return sorted({node.op_type for node in map(graph.node, segment.nodes) if node.domain == CUSTOM_DOMAIN})
+
+
 def manifest(graph: NodeGraph, types: ValueTypes, segments: list[Segment], devices: tuple[str, ...],
              static_shapes: bool) -> dict:
     """How the segments connect: for every segment input the segment (or graph input) it comes from,
-    for every segment output the segments that read it and whether it is a graph output."""
+    for every segment output the segments that read it and whether it is a graph output; and whether
+    each segment needs the custom-op library (`needs_library`, and the `custom_ops` it runs)."""
     made_by = {name: s.index for s in segments for name in s.outputs}
     read_by: dict[str, list[int]] = {}
     for s in segments:
@@ -94,5 +101,7 @@ def manifest(graph: NodeGraph, types: ValueTypes, segments: list[Segment], devic
             "inputs": [value(name, **{"from": origin(name)}) for name in s.inputs],
             "outputs": [value(name, to=read_by.get(name, []), graph_output=name in graph_outputs)
                         for name in s.outputs],
+            "needs_library": bool(custom_ops(graph, s)),
+            "custom_ops": custom_ops(graph, s),
         } for s in segments],
     }

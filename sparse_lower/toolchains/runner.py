@@ -1,6 +1,7 @@
 """A partition compiled for a toolchain, and run across runtimes: the host segments (index tables,
-final fold) in onnxruntime with the custom-op library, the accelerator segments in the toolchain's
-own runtime.
+final fold) in onnxruntime, with the custom-op library where the manifest says a segment needs it (a
+model lowered with `tables="standard"` has host segments that need none), the accelerator segments in
+the toolchain's own runtime.
 
 `compile_partition` writes everything a deployment needs into one folder (pre: a partition of a
 lowered model whose accelerator segments have static shapes; post: the folder holds every segment as
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 
 from ..errors import SparseLowerError
 from ..partition import Partition
@@ -133,7 +135,9 @@ class CompiledPartition:
                 self._runs[index] = self.toolchain.load(self.directory / entry["artifact"],
                                                         onnx.load(self.directory / entry["file"]))
             else:
-                session = create_session(str(self.directory / entry["file"]))
+                file = str(self.directory / entry["file"])  # manifests written before needs_library: all do
+                session = create_session(file) if entry.get("needs_library", True) else \
+                    ort.InferenceSession(file, providers=["CPUExecutionProvider"])
                 names = [o["name"] for o in entry["outputs"]]
                 self._runs[index] = lambda inputs, s=session, n=names: dict(zip(n, s.run(n, dict(inputs))))
         return self._runs[index]

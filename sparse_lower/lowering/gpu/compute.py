@@ -31,11 +31,14 @@ threads).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from ..compute import ConvParts
 from ..context import FLOAT, INT64, LoweringContext
+from ..nna.sites import zero_based
 
 RULEBOOK_GROUPS = 4
 
@@ -51,7 +54,10 @@ class GpuCompute:
         return None
 
     def emit(self, ctx: LoweringContext, conv: ConvParts) -> None:
-        """Emit the strategy's nodes computing `conv.out_features` (bias included)."""
+        """Emit the strategy's nodes computing `conv.out_features` (bias included). The custom ops read the
+        neighbour table as the library's builders write it, so a hybrid model's standard-op table
+        (`tables="standard"`) is converted first."""
+        conv = replace(conv, nbr=zero_based(ctx, conv.nbr))
         if self.strategy == "fused" and not conv.dense:
             _fused(ctx, conv)
             return

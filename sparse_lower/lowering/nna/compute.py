@@ -9,8 +9,9 @@ output for that tap, `P_k [1, Cout, 1, N]`; a combine method moves the partials 
 `unfold` (unfold_combine.py) gathers every tap's input rows side by side and multiplies them once.
 
 The index tables the combine reads are computed outside the accelerator, from the same neighbour
-tables the gpu target uses, by the custom-op index builders and int64 standard ops (sites.py).
-With a capacity (`max_active`) every tensor has fixed rows (padding.py).
+tables the gpu target uses, by the custom-op index builders and int64 standard ops (sites.py), or with
+`tables="standard"` by standard ops only (standard_tables.py), which flag a frame they cannot refuse:
+its outputs are NaN. With a capacity (`max_active`) every tensor has fixed rows (padding.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from ...errors import SparseLowerError
 from ..compute import ConvParts
 from ..context import FLOAT, LoweringContext, level_capacity
+from ..portable.emit import Emit
 from .gather_combine import GatherCombine
 from .layout import layout
 from .matmul_combine import MatmulCombine
@@ -31,7 +33,7 @@ from .pair_combine import PairCombine
 from .products import TapProducts
 from .scatter_combine import ScatterCombine
 from .unfold_combine import UnfoldCombine
-from .sites import Sizes, row_count, valid_rows
+from .sites import Sizes, row_count, valid_rows, zero_based
 
 _COMBINES = {"gather": GatherCombine, "scatter": ScatterCombine, "matmul": MatmulCombine, "pairs": PairCombine,
              "unfold": UnfoldCombine}
@@ -72,19 +74,18 @@ class NnaCompute:
         inputs, outputs = self.capacity(ctx, conv.coords), self.capacity(ctx, conv.out_coords)
         zero_row = self._zero_row(inputs)
         sizes = Sizes(inputs, outputs, inputs + zero_row if inputs else None)
-        source = conv.source
-        if not ctx.after_a_sparse_layer(source):  # the user's feeds: check that they pair with the coords
-            (source,) = ctx.shared_node("PairRows", source.name, [source, conv.coords], [("paired", FLOAT, source.shape)], {})
+        source, invalid = ctx.tables.paired_rows(ctx, conv.base, conv.source, conv.coords, conv.nbr)
+        invalid = ctx.tables.flag_overflow(ctx, invalid, (conv.coords, inputs), (conv.out_coords, outputs))
         rows = padded_rows(ctx, source, inputs) if inputs else source
-        nbr = conv.nbr
+        nbr = zero_based(ctx, ctx.tables.within(ctx, conv.nbr, inputs))
         if outputs:
             nbr = pad_to_capacity(ctx, nbr, outputs, np.int64(-1), [outputs, conv.taps])
         if zero_row:
             rows = self._with_zero_row(ctx, rows, conv.cin, sizes)
         x = self.layout.enter(ctx, rows, conv.cin, sizes.columns)
         y = self.combine(ctx, conv, nbr, x, sizes, self.products)
-        if conv.bias is not None:
-            y = self._add_bias(ctx, conv, y, sizes)
+        if conv.bias is not None or invalid is not None:
+            y = self._add_bias(ctx, conv, y, sizes, invalid)
         if not outputs:
             self.layout.leave(ctx, conv.base, y, conv.cout, None, conv.out_features)
             return
@@ -107,12 +108,17 @@ class NnaCompute:
                                       [("with_zero_row", FLOAT, [sizes.columns, cin])], {}, domain="")
         return extended
 
-    def _add_bias(self, ctx, conv: ConvParts, y, sizes: Sizes) -> gs.Tensor:
-        """Bias on the real output columns only: with a capacity, padding columns stay zero."""
+    def _add_bias(self, ctx, conv: ConvParts, y, sizes: Sizes, invalid: gs.Tensor | None) -> gs.Tensor:
+        """Bias on the real output columns only: with a capacity, padding columns stay zero. Where the
+        tables flag a frame (`invalid`), NaN on every column: no output of it looks plausible."""
         shape = self.layout.shape(conv.cout, sizes.outputs)
-        value = ctx.constant(f"{conv.base}/B", self.layout.channel_vector(conv.bias.astype(np.float32)))
-        if sizes.outputs:
+        bias = conv.bias if conv.bias is not None else np.zeros(conv.cout)
+        value = ctx.constant(f"{conv.base}/B", self.layout.channel_vector(bias.astype(np.float32)))
+        if sizes.outputs and conv.bias is not None:
             mask = self.layout.site_vector(ctx, valid_rows(ctx, conv.out_coords, sizes.outputs), FLOAT, sizes.outputs)
             (value,) = ctx.standard("Mul", conv.base, [value, mask], [("bias_columns", FLOAT, shape)])
+        if invalid is not None:
+            (value,) = ctx.standard("Add", conv.base, [value, Emit(ctx, conv.base).poison(invalid)],
+                                    [("flagged_bias", FLOAT, value.shape)])
         (y,) = ctx.standard("Add", conv.base, [y, value], [("biased", FLOAT, shape)])
         return y

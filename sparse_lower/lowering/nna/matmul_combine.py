@@ -36,8 +36,8 @@ class MatmulCombine(Combine):
                                    "small enough")
         partials = products.every_tap(ctx, conv, x, sizes.columns)
         shape = self.layout.shape(conv.cout, sizes.outputs)
-        (matrices,) = ctx.shared_node("ScatterMatrices", nbr.name, [nbr, column_rows(ctx, conv.coords, sizes)],
-                                      [("S", FLOAT, [conv.taps, sizes.outputs, sizes.columns])], {})
+        matrices = ctx.tables.scatter_matrices(ctx, conv.base, nbr, column_rows(ctx, conv.coords, sizes),
+                                               sizes.outputs, sizes.columns)
         moved = []
         for k, partial in enumerate(partials):
             (chosen,) = ctx.shared_node("Gather", f"{nbr.name}/tap{k}", [matrices, ctx.shared_constant(f"index_{k}", np.array(k))],

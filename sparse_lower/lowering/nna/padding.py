@@ -1,8 +1,9 @@
 """Fixed capacity (`max_active`): accelerator compilers need static shapes, so the nna part sees every
 sparse tensor as `[capacity, C]` rows, the real rows first.
 
-Padding happens once, where rows enter the nna part (`CapacityPads` + `Pad`, outside the accelerator:
-`CapacityPads` fails when the rows exceed the capacity, so nothing is truncated silently). A padded
+Padding happens once, where rows enter the nna part (the tables' pads + `Pad`, outside the accelerator:
+the library's `CapacityPads` fails when the rows exceed the capacity, so nothing is truncated silently;
+standard-op tables cut them and flag the frame, whose outputs are then NaN: standard_tables.py). A padded
 version, once made, is reused: element-wise ops between sparse layers (Relu, a residual Add, a folded
 BatchNorm's Mul/Add) are repeated on the padded rows, so consecutive nna layers hand padded rows to
 each other and only the model's sparse outputs are sliced back to the real row count. Padding rows
@@ -65,8 +66,7 @@ def padded_rows(ctx: LoweringContext, rows: gs.Tensor, capacity: int) -> gs.Tens
 
 def pad_to_capacity(ctx: LoweringContext, tensor: gs.Tensor, capacity: int, fill, shape: list) -> gs.Tensor:
     """`tensor` grown along axis 0 to `capacity` rows of `fill`; shared per (tensor, capacity)."""
-    (pads,) = ctx.shared_node("CapacityPads", tensor.name, [tensor], [("pads", INT64, [2 * len(shape)])],
-                              {"capacity": capacity})
+    pads = ctx.tables.capacity_pads(ctx, tensor, capacity, len(shape))
     dtype = FLOAT if np.asarray(fill).dtype == np.float32 else INT64
     fill_value = ctx.shared_constant(f"fill_{np.asarray(fill).dtype}_{fill}", np.asarray(fill))
     (padded,) = ctx.shared_node("Pad", tensor.name, [tensor, pads, fill_value], [("padded", dtype, shape)], {}, domain="")

@@ -23,8 +23,8 @@ import onnx_graphsurgeon as gs
 
 from ..compute import ConvParts
 from ..context import FLOAT, LoweringContext
+from ..portable.emit import Emit
 from .combine import Combine
-from .pair_lists import pair_lists
 from .products import TapProducts
 from .sites import Sizes, sum_over_taps
 
@@ -41,7 +41,7 @@ class PairCombine(Combine):
         capacities = self.capacities(conv, sizes)
         inputs = conv.coords if capacities is None else ctx.shared_constant(
             f"rows_{sizes.inputs}", np.zeros((sizes.inputs, 0), np.int64))  # its row count is the zero row's index
-        tables = pair_lists(ctx, nbr, inputs, capacities, f"max_pairs['{conv.base}']")
+        tables = ctx.tables.pair_lists(ctx, nbr, inputs, capacities, f"max_pairs['{conv.base}']")
         shape = self.layout.shape(conv.cout, sizes.outputs)
         moved = []
         for k, (source, position) in enumerate(zip(tables.sources, tables.positions)):
@@ -51,7 +51,12 @@ class PairCombine(Combine):
             product = products.one_tap(ctx, conv, k, rows, columns)
             moved.append(ctx.standard("Gather", f"{conv.base}/tap{k}", [product, position], [("moved", FLOAT, shape)],
                                       {"axis": self.layout.axis})[0])
-        return sum_over_taps(ctx, conv.base, moved, shape)
+        total = sum_over_taps(ctx, conv.base, moved, shape)
+        if tables.invalid is None:
+            return total
+        # standard-op lists cut a tap over its capacity, and flag the frame: NaN outputs, as for a broken one
+        poison = Emit(ctx, conv.base).poison(tables.invalid)
+        return ctx.standard("Add", conv.base, [total, poison], [("flagged", FLOAT, shape)])[0]
 
     def capacities(self, conv: ConvParts, sizes: Sizes) -> tuple[int, ...] | None:
         """The pairs each tap holds under a capacity (None without one). A tap pairs each input and each

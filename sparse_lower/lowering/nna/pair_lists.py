@@ -1,5 +1,6 @@
-"""The index tables of the `pairs` combine, built outside the accelerator by the `PairLists` custom op
-from the neighbour table `nbr [M, K]`, once per table however many layers read it.
+"""The index tables of the `pairs` combine, built outside the accelerator from the neighbour table
+`nbr [M, K]`, once per table however many layers read it: here by the `PairLists` custom op (the
+library's tables, index_tables.CustomOpTables), or in standard ops by standard_tables.py.
 
 * `sources`: one block per tap, in tap order. Tap k's block lists the input row of every output that
   has a neighbour through k (`P_k` of them, in output order), then the zero row N: `capacity_k + 1`
@@ -25,6 +26,7 @@ from ..context import INT64, LoweringContext
 class PairTables:
     sources: list[gs.Tensor]  # per tap, [capacity_k + 1]
     positions: list[gs.Tensor]  # per tap, [M]
+    invalid: gs.Tensor | None = None  # bool [1]: a tap over its capacity, where the tables flag it (standard ops)
 
 
 def pair_lists(ctx: LoweringContext, nbr: gs.Tensor, inputs: gs.Tensor, capacities: tuple[int, ...] | None,

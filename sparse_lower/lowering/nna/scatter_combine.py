@@ -37,7 +37,7 @@ class ScatterCombine(Combine):
         """Per tap, the output column each input lands in, broadcast to the partial's shape as
         ScatterElements wants; M (the dump column) for inputs that feed nothing through that tap."""
         columns = sizes.columns
-        (inverse,) = ctx.shared_node("InverseMap", nbr.name, [nbr, like], [("inverse", INT64, [taps, columns])], {})
+        inverse = ctx.tables.inverse_map(ctx, nbr, like, columns)
         zero = ctx.shared_constant("zero_scalar", np.array(0, np.int64))
         (missing,) = ctx.shared_node("Less", inverse.name, [inverse, zero], [("missing", np.bool_, [taps, columns])], {},
                                      domain="")

@@ -1,6 +1,6 @@
 """What the nna form knows of a layer's rows, computed outside the accelerator: their fixed counts
-(`Sizes`), their count as a tensor, per-tap slices of an index table, and the mask of real output
-columns. Shared by the combine methods and the compute form."""
+(`Sizes`), their count as a tensor, the neighbour table as the combines read it, per-tap slices of an
+index table, and the mask of real output columns. Shared by the combine methods and the compute form."""
 
 from __future__ import annotations
 
@@ -31,6 +31,21 @@ def row_count(ctx: LoweringContext, tensor: gs.Tensor, capacity: int | None = No
         return ctx.shared_constant(f"capacity_{capacity}", np.array([capacity], np.int64))
     (count,) = ctx.shared_node("Shape", tensor.name, [tensor], [("count", INT64, [1])], {"start": 0, "end": 1}, domain="")
     return count
+
+
+def zero_based(ctx: LoweringContext, table: gs.Tensor) -> gs.Tensor:
+    """`table` as the custom ops hold it: int64, input row r as r, −1 for none. The nna combines and the
+    gpu path's custom ops read it so; standard-op tables hold 1 + r and 0 in int32 (IndexTables.first_row),
+    and are converted once per table, however many layers read it."""
+    first = ctx.tables.first_row
+    if first == 0 and table.dtype == INT64:
+        return table
+    if table.dtype != INT64:
+        (table,) = ctx.shared_node("Cast", table.name, [table], [("int64", INT64, table.shape)], {"to": 7}, domain="")
+    if first:
+        (table,) = ctx.shared_node("Sub", table.name, [table, ctx.shared_constant(f"first_row_{first}", np.array(first))],
+                                   [("zero_based", INT64, table.shape)], {}, domain="")
+    return table
 
 
 def column_rows(ctx: LoweringContext, coords: gs.Tensor, sizes: Sizes) -> gs.Tensor:

@@ -30,6 +30,7 @@ from ...schemas import CONV_OPS, ConvGeometry, conv_geometry
 from ..context import INT64, LoweringContext, level_capacity
 from ..graph import through_casts
 from ..nna.padding import ROWWISE
+from ..nna.sites import row_count
 from .boundary import dense_from_rows, rows_from_dense
 from .emit import BOOL, Emit
 from .grid import MAX_GRID_BYTES, Fixed, SiteGrid, build_grid, column_volume, grid_bytes, lookup, numbers_like
@@ -209,7 +210,8 @@ class StandardOpTables:
         """`Unique` of the rows' linear keys gives the distinct sites, sorted, and each row's site; a
         second `Unique`, of site · (N + 1) + 1 + row, lists the rows site by site (`order`), and site m's
         rows are order[starts[m] + r] for r < counts[m]: the `[M, R]` table holds `1 + row` there, 0 after.
-        A row outside the grid (or of negative batch) flags the frame."""
+        A row outside the grid (or of negative batch) flags the frame, and so does a site of more rows
+        than `width` where it is given (the nna target's fixed R, whose table cuts them)."""
         def build():
             e = Emit(ctx, base)
             batch = e.column(coords, 0)
@@ -243,9 +245,11 @@ class StandardOpTables:
             # members[m, r] = order[starts[m] + r] where r < counts[m], else 0: broadcast arithmetic and one
             # Gather (no scatter into a run-time shape, which TVM's importer cannot reshape)
             starts = e("CumSum", counts, e.const(0), shape=[None], name="starts", exclusive=1)
-            fullest = e("ReduceMax", e("Concat", counts, e.const([1]), shape=[None], axis=0), shape=[1],
-                        name="fullest", keepdims=1, **({} if (ctx.graph.opset or 0) >= 18 else {"axes": [0]}))
-            slots = e("Range", e.const(0), e("Squeeze", fullest, e.const([0]), shape=[]), e.const(1), shape=[None],
+            if width is None:
+                fullest = e("ReduceMax", e("Concat", counts, e.const([1]), shape=[None], axis=0), shape=[1],
+                            name="fullest", keepdims=1, **({} if (ctx.graph.opset or 0) >= 18 else {"axes": [0]}))
+                fullest = e("Squeeze", fullest, e.const([0]), shape=[])
+            slots = e("Range", e.const(0), fullest if width is None else e.const(width), e.const(1), shape=[width],
                       name="slots")
             as_column = lambda t: e("Unsqueeze", t, e.const([1]), shape=[None, 1])  # noqa: E731
             cells = e("Add", as_column(starts), slots, shape=[None, None], name="cells")
@@ -253,12 +257,21 @@ class StandardOpTables:
             found = e.gather_like(order, e("Max", e("Min", cells, last, shape=[None, None]), e.const(0),
                                            shape=[None, None]), INT64, [None, None], name="found")
             filled = e("Less", slots, as_column(counts), dtype=BOOL, shape=[None, None], name="filled")
-            members = e("Where", filled, found, e.const(0), shape=[None, None], name="members")
-            flag = e.either(self.invalid(coords), e.any(outside))
+            members = e("Where", filled, found, e.const(0), shape=[None, width], name="members")
+            crowded = None if width is None else e.any(e("Greater", counts, e.const(width), dtype=BOOL, shape=[None]))
+            flag = e.either(self.invalid(coords), e.any(outside), crowded)
             self.made(out_coords, flag)
             self.made(members, flag)
             return out_coords, members
-        return self._shared((coords.name, "coalesce", spatial_shape), build)
+        return self._shared((coords.name, "coalesce", spatial_shape, width), build)
+
+    def flag_overflow(self, ctx, invalid, *rows):
+        """`invalid`, or a tensor of more rows than its capacity: the nna form's standard pads cut such rows
+        (nna/standard_tables.py), and standard ops cannot refuse the frame."""
+        e = Emit(ctx, "capacity")
+        over = [ctx.shared_node("Less", f"{tensor.name}/capacity", [e.const([capacity]), row_count(ctx, tensor)],
+                                [("over", BOOL, [1])], {}, domain="")[0] for tensor, capacity in rows if capacity]
+        return e.either(invalid, *over)
 
     def to_sparse(self, ctx, base, dense, features, coords):
         fixed = self.fixed(0)

@@ -74,9 +74,11 @@ class ReduceRule(Rule):
             declare(tensor, dtype, dims)
         out_features, node_coords = node.outputs
         detach(node)
+        capacity_out = compute.row_capacity(ctx, out_coords)
         rows, invalid = ctx.tables.paired_rows(ctx, base, features, coords, table)
+        invalid = ctx.tables.flag_overflow(ctx, invalid, (coords, capacity_in), (out_coords, capacity_out))
         part = TableReduce(base, self.reduction(node), rows, channels, table, width, out_coords, out_features,
-                           (capacity_in, compute.row_capacity(ctx, out_coords)))
+                           (capacity_in, capacity_out))
         emit_table_reduce(ctx, part, ctx.tables.first_row, invalid)
         ctx.conv_outputs.add(out_features.name)
         replace_uses(ctx.graph, node_coords, out_coords)
