@@ -7,7 +7,8 @@ the head stack) on random inputs and the head stack on the real BEVFusion frame,
 target (fused convs, and the unfold form's IndexedUnfold/IndexedFold) and for the nna target at a
 capacity (its index tables, PairRows and CapacityPads); each model's index tables as outputs of their own
 (bench.systems.index_only), compared bit for bit; the float outputs within 1e-5 of the largest value; and
-the head stack quantized to int8 (IndexedConvInt8), bit for bit. Then every kernel path of the row GEMMs
+the head stack quantized to int8 (IndexedConvInt8), bit for bit; and the head stack lowered for the nna
+target with tables="standard", run there in onnxruntime with no library registered, as on a board. Then every kernel path of the row GEMMs
 (common/vector_units.h): IndexedConv and IndexedConvInt8 alone on 60 random shapes, on emulated CPUs
 that have each set of units (Neoverse N2: I8MM; Cortex-A76: SDOT; Cortex-A53: NEON alone; and the
 switches), each the x86 vector paths' bits. Speed is not measured: emulation says nothing of an ARM core
@@ -31,9 +32,11 @@ from conftest import DATA
 from custom_op_runs import conv_cases, op_model
 from helpers import load_tool
 from sparse_lower.bench.systems import index_only
+from sparse_lower.capacity import level_rows
 from sparse_lower.cli.main import main
 from sparse_lower.frames.sample import load_voxels
 from sparse_lower.models import centerpoint_head_stack, small_networks
+from sparse_lower.onnx_conventions import CUSTOM_DOMAIN
 from sparse_lower.runtime import vector_units
 from sparse_lower.verify import example_inputs
 
@@ -70,6 +73,8 @@ def _cases() -> dict[str, tuple[onnx.ModelProto, dict, str]]:
         cases["head_stack.real_frame.tables"] = (index_only(lowered), {"coords": real["coords"]}, "bits")
         quantized, _ = sparse_lower.quantize(lowered, [real])
         cases["head_stack.real_frame.int8"] = (quantized, real, "bits")
+        standard = sparse_lower.lower(head, target="nna", max_active=level_rows(head, [real]), tables="standard")
+        cases["head_stack.real_frame.nna_standard_tables"] = (standard, real, "float")
     return cases
 
 
@@ -88,13 +93,16 @@ PATHS = {
 def _run_everywhere(folder: Path, cases: dict, **env: str) -> tuple[dict, dict, str]:
     """Every case (name -> (model, feeds)) run here, with this install's library, and under emulation with
     the aarch64 build and `env`: (outputs here, outputs there, the units the aarch64 kernels used)."""
-    here = {}
+    here, plain = {}, []
     for number, (name, (model, feeds)) in enumerate(cases.items()):
         path = folder / f"case_{number:03d}.onnx"
         onnx.save(model, path)
         np.savez(path.with_suffix(".in.npz"), **feeds)
         session = sparse_lower.create_session(model)
         here[name] = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+        if not any(opset.domain == CUSTOM_DOMAIN for opset in model.opset_import):
+            plain.append(path.stem)  # there, in onnxruntime with no library registered
+    (folder / "plain.txt").write_text("\n".join(plain) + "\n")
     done = subprocess.run(["bash", str(ROOT / "tools" / "aarch64.sh"), "python", str(ROOT / "tests" / "aarch64_run.py"),
                            str(folder), str(LIBRARY)], capture_output=True, text=True, timeout=1500,
                           env={**os.environ, "AARCH64_DIR": str(STAGED), **env})
