@@ -184,3 +184,33 @@ def test_the_detectors_file_takes_an_empty_frame():
         assert got["output0_features"].shape == (0, 8) and not got["output1"].any()
         np.testing.assert_allclose(got["output2"], want["heatmap"].numpy(), rtol=1e-5, atol=1e-6, err_msg=target)
         np.testing.assert_allclose(got["output3"], want["boxes"].numpy(), rtol=1e-5, atol=1e-6, err_msg=target)
+
+
+class TwoScales(nn.Module):
+    """A tail that reads two `.dense()` results: the coarse level upsampled to the fine one's grid, the two
+    concatenated and convolved (a multi-scale BEV neck)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fine = spconv.SubMConv2d(4, 8, 3, bias=False, indice_key="a")
+        self.coarse = spconv.SparseConv2d(8, 8, 3, 2, 1, bias=True)
+        self.up = nn.ConvTranspose2d(8, 8, 2, 2)
+        self.out = nn.Sequential(nn.Conv2d(16, 4, 3, 1, 1), nn.ReLU())
+
+    def forward(self, x):
+        fine = self.fine(x)
+        coarse = self.coarse(fine)
+        return self.out(torch.cat([fine.dense(), self.up(coarse.dense())], dim=1))
+
+
+def test_a_tail_reading_two_dense_results_exports_and_matches_torch():
+    torch.manual_seed(5)
+    net = TwoScales().eval()
+    example, feeds = _example(2, 2, 90)
+    model = sparse_lower.export(net, example)
+    assert sum(n.op_type == "ToDense" for n in model.graph.node) == 2
+    with spconv_inference(net):
+        want = net(_example(2, 2, 90)[0]).numpy()
+    for target, options in TARGETS:
+        got = run_lowered(model, feeds, target=target, **options)["output"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{target} {options}")
