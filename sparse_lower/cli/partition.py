@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -170,8 +171,9 @@ def library_said(parts) -> str:
     needing = [f"{s.index:02d} ({', '.join(ops)})" for s in parts.segments if (ops := custom_ops(parts.graph, s))]
     if not needing:
         return "library: no segment runs a custom op; any ONNX runtime runs each of them, no library registered"
-    return (f"library: segment{'s' if len(needing) > 1 else ''} {', '.join(needing)} need{'' if len(needing) > 1 else 's'} "
+    said = (f"segment{'s' if len(needing) > 1 else ''} {', '.join(needing)} need{'' if len(needing) > 1 else 's'} "
             f"the custom-op library; the others run in any ONNX runtime")
+    return textwrap.fill(said, 100, initial_indent="library: ", subsequent_indent=" " * 9)  # the table's width
 
 
 def _compared(got: dict, expected: dict) -> int:
