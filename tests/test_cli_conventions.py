@@ -186,3 +186,13 @@ def test_partition_for_a_toolchain_lists_what_it_compiled(folder, tmp_path):
     assert run.returncode == 0, run.stderr
     assert re.search(r"compiled segment 01 \(nna\) with onnxruntime [\d.]+ \(fp32\): segments/01_nna\.onnx",
                      run.stdout), run.stdout
+
+
+def test_partition_says_the_precision_of_each_layer_as_it_is(folder, tmp_path):
+    """The head stack quantized: its first and last layers stay float in onnxruntime's form, its middle
+    one takes w8a8; said so rather than "(int8)", and with --activation-bits 16, w8a16."""
+    for bits, said in (("8", "float on 2 of 3 layers, w8a8 on 1"), ("16", "float on 2 of 3 layers, w8a16 on 1")):
+        run = cli("partition", str(folder / "head.nna.onnx"), "--out-dir", f"segments{bits}", "--for", "onnxruntime",
+                  "--calibrate", str(folder / "frame.npz"), "--activation-bits", bits, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+        assert "with onnxruntime" in run.stdout and f"({said}): segments{bits}/01_nna.onnx" in run.stdout, run.stdout

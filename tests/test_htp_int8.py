@@ -6,6 +6,8 @@ extra; the rest needs only onnxruntime."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import onnx
 import pytest
@@ -17,7 +19,7 @@ from sparse_lower.runtime import create_session
 from sparse_lower.toolchains import CompiledPartition, compile_partition, toolchain
 from sparse_lower.quantization import QuantizedRuns, choose_wide_layers
 from sparse_lower.quantization.calibration import segment_samples
-from sparse_lower.quantization.htp import GATHER_COLUMNS, htp_form, layer_tensors
+from sparse_lower.quantization.htp import GATHER_COLUMNS, Margins, htp_form, htp_ranges, layer_tensors, with_margins
 from sparse_lower.quantization.products import weight_products
 from sparse_lower.toolchains.prepare import fed
 from sparse_lower.verify import example_inputs, relative_error
@@ -93,6 +95,45 @@ def test_the_htp_quantized_form_runs_in_onnxruntime_within_two_percent():
     assert 1e-5 < relative_error(got, want) <= 2e-2
 
 
+def test_margins_widen_each_kind_of_tensor_by_its_own():
+    """The features (a segment input products read, and its gathered rows) by `features`, computed tensors
+    by `wide` or `narrow` as they are held, the rows' masks not at all; no margins: the ranges as given."""
+    parts = head_stack_parts()
+    (index,) = [s.index for s in parts.segments if s.device == "nna"]
+    form = htp_form(parts.segment_model(index))
+    ranges = htp_ranges(form, segment_samples(parts, frames(HEAD_STACK, 1))[index])
+    assert with_margins(form, ranges, Margins(), set()) is ranges
+    narrow = layer_tensors(form, {"submanifoldconv2/MatMul"}) - layer_tensors(form, {"submanifoldconv0/MatMul"})
+    widened = with_margins(form, ranges, Margins(features=1.0, wide=2.0, narrow=3.0), narrow)
+    factor = {name: max(abs(widened[name][0]), widened[name][1]) / max(abs(low), high)
+              for name, (low, high) in ranges.items() if high > low}
+    assert factor["submanifoldconv0/unfolded"] == pytest.approx(2.0)  # the raw features, gathered
+    assert factor["submanifoldconv0/summed"] == factor["relu1/padded"] == pytest.approx(3.0)
+    assert factor["submanifoldconv2/summed"] == pytest.approx(4.0)
+    masks = [name for name in ranges if name.endswith("/mask")]
+    assert masks and all(factor[name] == 1.0 for name in masks)
+
+
+def test_margins_hold_a_frame_beyond_the_calibrated_ranges():
+    """A frame whose features reach 3x what calibration saw: MinMax clips every tensor on the way, ranges
+    with a margin (16 bits everywhere) hold it."""
+    parts = head_stack_parts()
+    (index,) = [s.index for s in parts.segments if s.device == "nna"]
+    segment = parts.segment_model(index)
+    calibration = segment_samples(parts, frames(HEAD_STACK))[index]
+    feeds = example_inputs(HEAD_STACK, np.random.default_rng(7), active=150)
+    feeds["features"] = 3 * feeds["features"]
+    unseen = segment_samples(parts, [feeds])[index][0]
+    want = create_session(segment).run(None, unseen)[0]
+    everything = set(weight_products(segment))
+
+    def error(margins):
+        quantized = replace(toolchain("qnn").int8_form(), margins=margins).quantized(segment, calibration, everything)
+        return relative_error(create_session(quantized).run(None, fed(quantized, unseen))[0], want)
+
+    assert error(Margins(features=3.0, wide=3.0)) < 2e-3 < 2e-2 < error(Margins())
+
+
 def test_the_mixed_precision_search_runs_in_qnns_form():
     """The head stack's middle layer at 8 bits is 0.1-2 % off in QNN's form: within 2 % nothing is
     widened; held to 0.1 % it is widened to 16 bits (16-bit weights too), which holds it."""
@@ -109,6 +150,22 @@ def test_the_mixed_precision_search_runs_in_qnns_form():
     assert strict.wide == ["submanifoldconv2"] and strict.errors[-1] <= 1e-3 < strict.errors[0]
 
 
+def test_the_search_measures_frames_outside_calibration():
+    """QuantizedRuns(calibration=...): the ranges (and the samples a compile calibrates on) from those
+    frames, the errors on the others: a frame measured but not calibrated on is further off (MinMax ranges)."""
+    parts = head_stack_parts()
+    (index,) = [s.index for s in parts.segments if s.device == "nna"]
+    calibration, measured = frames(HEAD_STACK, 2), [example_inputs(HEAD_STACK, np.random.default_rng(7), active=150)]
+    qnn = replace(toolchain("qnn").int8_form(), margins=Margins())
+    outside = QuantizedRuns(parts, measured, qnn, calibration=calibration)
+    inside = QuantizedRuns(parts, measured, qnn)
+    assert len(outside.samples[index]) == 2 and len(inside.samples[index]) == 1
+    for name, value in segment_samples(parts, calibration)[index][1].items():
+        np.testing.assert_array_equal(outside.samples[index][1][name], value)
+    layers = list(outside.layers)
+    assert outside.errors(layers)[0] > inside.errors(layers)[0]
+
+
 def test_qnn_int8_runs_on_the_htp_as_on_the_cpu(tmp_path):
     """Wholly on the HTP, within 2 % of float end to end, and what onnxruntime's CPU computes from the
     same QDQ file (the search's measurements hold on the HTP)."""
@@ -118,6 +175,7 @@ def test_qnn_int8_runs_on_the_htp_as_on_the_cpu(tmp_path):
     parts = head_stack_parts()
     compiled = compile_partition(parts, chain, tmp_path, calibration=frames(HEAD_STACK))
     assert compiled.manifest["toolchain"]["precision"] == "int8" and compiled.fallbacks == []
+    assert compiled.precision_said == "w16a16 on 2 of 3 layers, w8a8 on 1"  # the first and last 16 bits wide
     feeds = example_inputs(HEAD_STACK, np.random.default_rng(7), active=150)
     lowered = sparse_lower.lower(HEAD_STACK, target="nna", combine="unfold", max_active=1200, layout="rows")
     (output,) = [o.name for o in lowered.graph.output if o.type.tensor_type.elem_type == TensorProto.FLOAT]

@@ -238,6 +238,24 @@ def test_rknn_refuses_16_bit_activations_on_the_rk3588(tmp_path):
         compile_partition(parts, "rknn", tmp_path, calibration=calibration_frames(model), activation_bits=16)
 
 
+def test_rknn_keeps_the_first_last_and_wide_layers_in_float16(tmp_path):
+    """rknn's hybrid quantization: the layers the plan widens (and the first and last) named to it in
+    float16, each tensor their ops write, the rest int8; within 2 % on a frame outside calibration."""
+    available("rknn")
+    model = centerpoint_head_stack(spatial_shape=(10, 40, 40))
+    lowered = sparse_lower.lower(model, target="nna", combine="matmul", max_active=1200, layout="rows")
+    compiled = compile_partition(sparse_lower.partition(lowered), "rknn", tmp_path,
+                                 calibration=calibration_frames(model), wide_layers=["submanifoldconv2"])
+    assert compiled.manifest["toolchain"]["wide_layers"] == ["submanifoldconv2"]
+    config = (tmp_path / "01_nna.quantization.cfg").read_text()
+    listed = config[:config.index("quantize_parameters:")]
+    float16 = re.findall(r'^    "([^"]+)": float16$', listed, re.M)
+    assert {name.split("/")[0] for name in float16} >= {"submanifoldconv0", "submanifoldconv2", "sparseconv4"}
+    feeds = example_inputs(model, np.random.default_rng(7), active=150)
+    expected, got = whole(lowered, feeds), CompiledPartition(tmp_path).run(feeds)
+    assert 1e-5 < max(relative_error(got[name], value) for name, value in expected.items()) <= 2e-2
+
+
 @pytest.mark.parametrize("combine", ["scatter", "matmul"])
 def test_openvino_refuses_16_bit_activations_where_it_combines_rows_wrong(combine, tmp_path):
     available("openvino")
@@ -298,7 +316,9 @@ def test_mixed_precision_widens_the_most_sensitive_layers_until_the_limit(tmp_pa
               if n.op_type == "MatMul" and getattr(producer.get(n.input[0]), "op_type", "") == "DequantizeLinear"}
     assert widths == {one.wide[0]: TensorProto.INT16, everything.wide[1]: TensorProto.INT8}
     # every layer wide is int16 activations everywhere, to the bit
-    _, all_wide = outputs("all", wide_layers=everything.wide)
+    assert mixed.manifest["toolchain"]["layers"] == {one.wide[0]: "w8a16", everything.wide[1]: "w8a8"}
+    all_compiled, all_wide = outputs("all", wide_layers=everything.wide)
+    assert all_compiled.precision_said == "w8a16 on 2 of 2 layers"
     _, w8a16 = outputs("w8a16", activation_bits=16)
     assert all(np.array_equal(a[n], b[n]) for a, b in zip(all_wide, w8a16) for n in a)
 

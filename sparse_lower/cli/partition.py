@@ -152,7 +152,7 @@ class PartitionCommand:
                     units = Counter(unit for _, unit, _ in entry["placement"])
                     placed = f" ({', '.join(f'{n} ops on its {unit}' for unit, n in units.items())})" if units else ""
                     print(f"compiled segment {entry['index']:02d} ({entry['device']}) with {compiled.toolchain.name} "
-                          f"{compiled.manifest['toolchain']['version']} ({compiled.toolchain.precision}): "
+                          f"{compiled.manifest['toolchain']['version']} ({compiled.precision_said}): "
                           f"{compiled.directory / entry['artifact']}{placed}")
         count = len(parts.segments)
         print(f"wrote {count} segment{'s' if count != 1 else ''} and {manifest}")
@@ -191,7 +191,7 @@ def _within(compiled, got: dict, expected: dict) -> int:
         error = relative_error(got[name], value)
         worse = error > tolerance
         status |= worse
-        print(f"run ({compiled.toolchain.title}, {compiled.toolchain.precision}): {name}: max error {error:.2e} "
+        print(f"run ({compiled.toolchain.title}, {compiled.precision_said}): {name}: max error {error:.2e} "
               f"relative to its largest magnitude ({'above' if worse else 'within'} {tolerance:g})")
     return int(status)
 

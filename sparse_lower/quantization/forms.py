@@ -50,17 +50,24 @@ class QuantizedForm(ABC):
         where onnxruntime cannot run it (onnxruntime's PartialQdq then stands in)."""
         return self
 
+    def layer_precision(self, kept: bool, wide: bool, activation_bits: int) -> str:
+        """What `quantized` makes of a layer: `kept` (among `keep_float`), `wide` (among `wide`), at
+        `activation_bits`. Here the QDQ forms': a kept layer stays float, a wide one (or every one at 16
+        bits) takes int8 weights under 16-bit activations."""
+        return "float" if kept else "w8a16" if wide or activation_bits == 16 else "w8a8"
+
 
 class CalibratedByToolchain(QuantizedForm):
-    """The toolchain quantizes by itself when it builds, calibrating on the samples that `keep` receives;
-    it takes 8-bit activations only and no list of layers to keep float (`why_8_bits`, `fix`: its refusal
-    of anything else). The model goes to it float."""
+    """The toolchain quantizes by itself when it builds, calibrating on the samples that `keep` receives
+    with the products to keep wider than 8 bits (the first and last layers' and the wide ones, which it
+    keeps in its own wider type: rknn's hybrid quantization, float16). It takes 8-bit activations only
+    (`why_8_bits`, `fix`: its refusal of 16 everywhere). The model goes to it float."""
 
-    def __init__(self, keep: Callable[[list[dict]], None], why_8_bits: str, fix: str):
+    def __init__(self, keep: Callable[[list[dict], set[str]], None], why_8_bits: str, fix: str):
         self.keep, self.why_8_bits, self.fix = keep, why_8_bits, fix
 
     def refuses(self, model: onnx.ModelProto, activation_bits: int, wide: set[str]) -> tuple[str, str] | None:
-        return (self.why_8_bits, self.fix) if activation_bits != 8 or wide else None
+        return (self.why_8_bits, self.fix) if activation_bits != 8 else None
 
     def ranges(self, model: onnx.ModelProto, samples: list[dict]) -> None:
         return None
@@ -68,8 +75,11 @@ class CalibratedByToolchain(QuantizedForm):
     def quantized(self, model: onnx.ModelProto, samples: list[dict], keep_float: set[str],
                   activation_bits: int = 8, wide: set[str] = frozenset(),
                   ranges: dict[str, tuple] | None = None) -> onnx.ModelProto:
-        self.keep(samples)
+        self.keep(samples, set(keep_float) | set(wide))
         return model
+
+    def layer_precision(self, kept: bool, wide: bool, activation_bits: int) -> str:
+        return "float16" if kept or wide else "w8a8"  # the toolchain's wider type: rknn's float16
 
     @property
     def measured(self) -> None:

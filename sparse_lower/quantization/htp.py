@@ -25,6 +25,10 @@ CenterPoint backbone's first layer; here each output column has its own, and the
 that as it runs the same product as a per-channel 1×1 Conv (the same error on the head stack and the
 single SubM, measured), and onnxruntime's CPU, where the mixed-precision search runs, far faster than
 a Conv over `[rows, Cin, 1, 1]` (a search step on the backbone: about 8 s against 60 s).
+
+Every tensor is clipped to its range, so the ranges may reach past what the calibration frames held
+(`Margins`, by kind of tensor and width; QNN's default `OUTSIDE_CALIBRATION`): a frame outside
+calibration whose values reach further is then not cut at every partial and residual sum.
 """
 
 from __future__ import annotations
@@ -40,13 +44,39 @@ from .forms import QuantizedForm
 from .qdq import static_quantized
 
 @dataclass(frozen=True)
+class Margins:
+    """How far each tensor's range reaches past the values the calibration frames held, as a fraction of
+    those values (0: MinMax). Why: every tensor of this form is clipped to its range, so a frame outside
+    calibration whose values reach further is cut at each tensor, partial and residual sums included;
+    a margin trades resolution for that reach, which costs little in 16 bits and much in 8. So by kind:
+    `features`, the segment's inputs that products read (the first layer's raw point features) and
+    their gathered rows; `wide` and `narrow`, every tensor computed in the segment (products, bias and
+    residual sums, activations) and the rows gathered of it, where it is held in 16 bits or in 8. The
+    other inputs (the rows' masks, 0 or 1) keep their ranges."""
+
+    features: float = 0.0
+    wide: float = 0.0
+    narrow: float = 0.0
+
+
+# QNN's default (Qnn.int8_form). Why: the nuScenes frames' tensors differ up to 4-5x in magnitude past the first
+# layer (1 sweep against 10: more neighbours summed per site), so calibrated on the sparser frame alone MinMax
+# clipped the denser one 74 % off with every tensor in 16 bits, and 16-bit ranges 5x as wide held both frames
+# (0.26 % and 0.28 %) for about 2 of their 16 bits; the raw features' own reach (intensity 225 against 255)
+# takes 15 %. At 8 bits no margin held both ways beyond one layer (docs/toolchains.md, QNN): MinMax keeps their
+# resolution, and calibrated on the denser frame the search's plan (3 layers at 8 bits) held the other at 1.27 %.
+OUTSIDE_CALIBRATION = Margins(features=0.15, wide=4.0)
+
+
+@dataclass(frozen=True)
 class WholeGraphQdq(QuantizedForm):
     """This module's form as a toolchain names it (Toolchain.int8_form): the segment in `htp_form`, every
     tensor quantized, the products in `wide` and in `keep_float` with 16-bit tensors and weights (the HTP
     has no float beside int8: 16 bits is the widest). `search_limit`: what the mixed-precision search
-    holds this form to in onnxruntime."""
+    holds this form to in onnxruntime. `margins`: how far the ranges reach past the calibration frames'."""
 
     search_limit: float = 2e-2
+    margins: Margins = Margins()
     # each segment's htp_form, by the model it was made of: the search quantizes one segment many times
     _forms: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -64,7 +94,12 @@ class WholeGraphQdq(QuantizedForm):
                   ranges: dict[str, tuple] | None = None) -> onnx.ModelProto:
         form = self.form(model)
         return quantize_for_htp(form, ranges or htp_ranges(form, samples), set(wide) | set(keep_float),
-                                activation_bits)
+                                activation_bits, self.margins)
+
+    def layer_precision(self, kept: bool, wide: bool, activation_bits: int) -> str:
+        """16-bit weights and tensors for the kept and wide layers (no float on the HTP), else int8
+        weights under 8-bit tensors (16-bit at `activation_bits=16`): quantize_for_htp."""
+        return "w16a16" if kept or wide else "w8a8" if activation_bits == 8 else "w8a16"
 
 
 GATHER_COLUMNS = 32  # the narrowest rows the HTP's quantized Gather was measured right on
@@ -151,12 +186,12 @@ def float_tensors(model: onnx.ModelProto) -> list[str]:
 
 
 def quantize_for_htp(model: onnx.ModelProto, ranges: dict[str, tuple], wide: set[str],
-                     activation_bits: int = 8) -> onnx.ModelProto:
+                     activation_bits: int = 8, margins: Margins = Margins()) -> onnx.ModelProto:
     """`model` (in `htp_form`) in whole-graph QDQ: with `activation_bits=8` the layers of the weight
     products not in `wide` hold uint8 tensors (`layer_tensors`, but those a wide layer holds too) and
     int8 weights per output column (w8a8), those in `wide` int16 weights, and every other tensor is
     uint16; with 16 every tensor is uint16, the weights int8 but in `wide`. `ranges`: MinMax of every
-    float tensor (`htp_ranges`)."""
+    float tensor (`htp_ranges`), reaching past it by `margins`."""
     from onnxruntime.quantization import QuantType
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
@@ -173,6 +208,9 @@ def quantize_for_htp(model: onnx.ModelProto, ranges: dict[str, tuple], wide: set
     config = get_qnn_qdq_config(model, None, activation_type=activations, weight_type=QuantType.QInt8,
                                 per_channel=True, init_overrides=overrides)
     config.extra_options["QDQOpTypePerChannelSupportToAxis"] = {"MatMul": 1}
+    # a tensor a narrow layer reads at 8 bits takes the narrow margin where it is written at 16 as well: the
+    # conversion to 8 bits keeps its range
+    ranges = with_margins(model, ranges, margins, layer_tensors(model, narrow))
     return static_quantized(model, ranges, op_types_to_quantize=config.op_types_to_quantize, per_channel=True,
                             activation_type=activations, weight_type=QuantType.QInt8,
                             extra_options=config.extra_options)
@@ -182,3 +220,27 @@ def htp_ranges(model: onnx.ModelProto, samples: list[dict]) -> dict[str, tuple]:
     """MinMax over `samples` of every float tensor of `model` (in `htp_form`)."""
     return tensor_ranges(model, samples, float_tensors(model))
 
+
+def with_margins(model: onnx.ModelProto, ranges: dict[str, tuple], margins: Margins,
+                 eight_bits: set[str]) -> dict[str, tuple]:
+    """`ranges` (each holding 0) reaching past their ends by `margins`, by the kind of each tensor: where it
+    comes from, through the ops that only move values (`Margins`), and, if computed, whether an 8-bit layer
+    holds it (`eight_bits`)."""
+    if margins == Margins():
+        return ranges
+    stored = {tensor.name for tensor in model.graph.initializer}
+    inputs = {value.name for value in model.graph.input}
+    origin = {name: name for name in inputs}
+    for node in model.graph.node:  # in graph order: a move's output comes from where its input came
+        for name in node.output:
+            origin[name] = origin.get(node.input[0], name) if node.op_type in _MOVES else name
+    features = inputs & {origin.get(node.input[0]) for node in model.graph.node
+                         if node.op_type == "MatMul" and node.input[1] in stored}
+
+    def margin(name: str) -> float:
+        source = origin.get(name, name)
+        if source in inputs:
+            return margins.features if source in features else 0.0
+        return margins.narrow if name in eight_bits else margins.wide
+
+    return {name: (low * (1 + margin(name)), high * (1 + margin(name))) for name, (low, high) in ranges.items()}

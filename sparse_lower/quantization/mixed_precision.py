@@ -53,15 +53,19 @@ class QuantizedRuns:
     """A partition's nna segments quantized in `form` (a toolchain's `int8_form()`; by default, and where
     onnxruntime cannot run the form, onnxruntime's PartialQdq), run in onnxruntime on frames beside the
     float run. `layers`: the products by layer, but the first and last layers' (float, or wide where a
-    form has no float)."""
+    form has no float). `calibration`: the frames the ranges come from, by default `frames`; others than
+    those measured say whether the ranges hold on a frame outside calibration, as a deployment meets it.
+    `samples`: what each nna segment read on the calibration frames (compile_partition(samples=...))."""
 
     def __init__(self, parts: Partition, frames: Iterable[Mapping[str, np.ndarray]],
-                 form: QuantizedForm | None = None):
+                 form: QuantizedForm | None = None, calibration: Iterable[Mapping[str, np.ndarray]] | None = None):
         self.parts, self.frames = parts, list(frames)
         self.form = (form.measured if form is not None else None) or PartialQdq()
         self.sessions = segment_sessions(parts)
         self.expected = [run_segments(parts, self.sessions, feeds) for feeds in self.frames]  # every segment's inputs too
-        runs = [accelerator_inputs(parts, values) for values in self.expected]
+        calibrated = self.expected if calibration is None else [
+            run_segments(parts, self.sessions, feeds) for feeds in calibration]
+        runs = [accelerator_inputs(parts, values) for values in calibrated]
         self.samples = {index: [run[index] for run in runs] for index in runs[0]} if runs else {}
         self.segments = {index: parts.segment_model(index) for index in self.samples}
         self.products = {index: weight_products(model) for index, model in self.segments.items()}

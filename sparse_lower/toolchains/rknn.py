@@ -7,11 +7,22 @@ what a board runs. The build log's layer table says where each op runs (NPU or C
 reads it back, so callers can check that no compute fell back to the CPU. Measured (docs/toolchains.md):
 only the `matmul` combine keeps every op on the NPU; `Gather` and `ScatterElements` always run on the
 CPU, in any integer width and either layout, and so do `GatherElements` and `ScatterND`.
+
+int8: rknn calibrates by itself (`do_quantization`). Where layers are to stay wider than 8 bits (the
+network's first and last, which stay float in every int8 form, and the mixed-precision plan's wide
+ones) it quantizes in two steps instead (`hybrid_quantization_step1`, the written config's
+`custom_quantize_layers` given the tensors those layers' ops write, in float16,
+`hybrid_quantization_step2`): the RK3588 takes no 16-bit activations, float16 is its wider type. Only
+the ops named after a layer are listed: the tensors between layers (activations, residual sums, the
+gathered rows) stay int8, which left the CenterPoint backbone 63.6 % off with every layer listed
+(docs/toolchains.md, rknn outside calibration).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -21,6 +32,7 @@ import onnx_graphsurgeon as gs
 
 from ..errors import SparseLowerError
 from ..quantization.forms import CalibratedByToolchain
+from ..quantization.products import layer_of
 from .base import Run, Toolchain
 from .prepare import fed
 from .quiet import output_to
@@ -40,18 +52,19 @@ class Rknn(Toolchain):
 
     def __init__(self):
         self.dataset: list[dict[str, np.ndarray]] | None = None  # int8 calibration inputs; None: fp16
+        self.float16_layers: set[str] = set()  # the layers int8 keeps in float16 (hybrid quantization)
 
     def int8_form(self) -> CalibratedByToolchain:
-        """rknn quantizes by itself at build time (`do_quantization`, its own calibration on the samples);
-        it takes no list of layers to keep float, and for the RK3588 only 8-bit activations."""
+        """rknn quantizes by itself at build time (its own calibration on the samples), the first and last
+        layers and the wide ones in float16 (module docstring); for the RK3588 only 8-bit activations."""
         return CalibratedByToolchain(
             self._keep_dataset, f"rknn-toolkit2 quantizes {TARGET} segments with 8-bit activations only (its message: "
                                 f"The quantized_dtype = 'w8a16' not support in '{TARGET}')",
-            "quantize for rknn with 8-bit activations and no wide layers, or run 16-bit activations with onnxruntime, "
-            "OpenVINO or TVM")
+            "quantize for rknn with 8-bit activations (its wide layers in float16), or run 16-bit activations with "
+            "onnxruntime, OpenVINO or TVM")
 
-    def _keep_dataset(self, samples: list[dict]) -> None:
-        self.dataset = samples
+    def _keep_dataset(self, samples: list[dict], wider: set[str]) -> None:
+        self.dataset, self.float16_layers = samples, {layer_of(product) for product in wider}
 
     def _built(self, onnx_path: Path, model: onnx.ModelProto, log: Path):
         from rknn.api import RKNN
@@ -60,13 +73,42 @@ class Rknn(Toolchain):
         with output_to(log):
             toolkit.config(target_platform=TARGET)
             status = toolkit.load_onnx(model=str(onnx_path))
-            if status == 0:
+            if status == 0 and self.dataset is not None and self.float16_layers:
+                toolkit, status = self._hybrid(toolkit, onnx_path, model)
+            elif status == 0:
                 status = toolkit.build(do_quantization=self.dataset is not None,
                                        dataset=self._dataset_file(onnx_path, model))
         if status != 0:
             raise SparseLowerError(f"rknn-toolkit2 could not build {onnx_path.name} (status {status})",
                                    fix=f"read its log {log}")
         return toolkit
+
+    def _hybrid(self, toolkit, onnx_path: Path, model: onnx.ModelProto):
+        """(toolkit, status): the loaded model quantized in rknn's two hybrid steps, what the ops of
+        `float16_layers` write in float16. Step 1 writes `{stem}.model` (the model as rknn rewrote it, ONNX,
+        each op named after ours with a `#k` suffix), `.data` and `.quantization.cfg` (whose
+        `custom_quantize_layers` names the tensors to keep in float16) into the working folder."""
+        from rknn.api import RKNN
+
+        with _working_in(onnx_path.parent):
+            status = toolkit.hybrid_quantization_step1(dataset=self._dataset_file(onnx_path, model))
+            if status != 0:
+                return toolkit, status
+            stem = onnx_path.stem
+            written = [output for node in onnx.load(f"{stem}.model").graph.node
+                       if layer_of(node.name.split("#")[0]) in self.float16_layers for output in node.output]
+            config = Path(f"{stem}.quantization.cfg")
+            lines = config.read_text().splitlines()
+            if lines[0] != "custom_quantize_layers: {}":
+                raise SparseLowerError(f"rknn-toolkit2 wrote {config} in a form this version does not know "
+                                       f"(first line {lines[0]!r})", fix="use rknn-toolkit2 2.5.0")
+            listed = [f"    {json.dumps(name)}: float16" for name in written]
+            config.write_text("\n".join(["custom_quantize_layers:", *listed, *lines[1:]]) + "\n")
+            toolkit.release()
+            toolkit = RKNN(verbose=True)
+            toolkit.config(target_platform=TARGET)
+            return toolkit, toolkit.hybrid_quantization_step2(
+                model_input=f"{stem}.model", data_input=f"{stem}.data", model_quantization_cfg=str(config))
 
     def _dataset_file(self, onnx_path: Path, model: onnx.ModelProto) -> str | None:
         """The calibration list rknn reads: one line per sample, one .npy per input in input order."""
@@ -157,3 +199,15 @@ class Rknn(Toolchain):
             return {name: np.asarray(value, np.float32).reshape(shapes[name]) for name, value in zip(names, results)}
 
         return run
+
+
+@contextlib.contextmanager
+def _working_in(folder: Path):
+    """The working folder moved to `folder` for a while: rknn's hybrid steps write their files there
+    (contextlib.chdir is Python 3.11's)."""
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -66,6 +67,7 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
     keep_float = first_and_last_products(parts.graph) if calibration is not None else set()
     by_layer = {index: layer_products(weight_products(parts.segment_model(index))) for index in samples or {}}
     layers = {layer for products in by_layer.values() for layer in products}
+    precisions: dict[str, str] = {}  # what each quantized layer became, as the form says
     if wide_layers - layers:
         raise SparseLowerError(f"wide_layers names {sorted(wide_layers - layers)}, which are no layers of the nna "
                                f"segments", fix=f"name some of {', '.join(sorted(layers))}")
@@ -83,6 +85,8 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
                 raise SparseLowerError(refusal[0], fix=refusal[1])
             segment = form.quantized(segment, samples[entry["index"]], keep_float, activation_bits, wide)
             chain.precision = QUANTIZED_PRECISION[activation_bits]
+            precisions.update({layer: form.layer_precision(bool(set(products) & keep_float), layer in wide_layers,
+                                                           activation_bits) for layer, products in own.items()})
         prepared = chain.adapted(prepare(segment))
         onnx.save(prepared, file)  # the file the toolchain took
         artifact = file.with_suffix(chain.suffix)
@@ -90,7 +94,8 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
         entry["artifact"] = artifact.name
         entry["placement"] = [list(row) for row in chain.placement(artifact)]
     manifest["toolchain"] = {"name": chain.name, "version": chain.version(), "precision": chain.precision,
-                             **({"wide_layers": sorted(wide_layers)} if wide_layers else {})}
+                             **({"wide_layers": sorted(wide_layers)} if wide_layers else {}),
+                             **({"layers": dict(sorted(precisions.items()))} if precisions else {})}
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     return CompiledPartition(directory, chain)
 
@@ -120,6 +125,17 @@ class CompiledPartition:
         self.toolchain = chain or toolchain(self.manifest["toolchain"]["name"])
         self.toolchain.precision = self.manifest["toolchain"]["precision"]
         self._runs: dict[int, Run] = {}
+
+    @property
+    def precision_said(self) -> str:
+        """The precision as it is, layer by layer where the segments were quantized: "w8a8 on 1 of 3
+        layers, float on 2", "w16a16 on 3 of 3 layers"; else the toolchain's ("fp32")."""
+        layers = self.manifest["toolchain"].get("layers")
+        if not layers:
+            return self.toolchain.precision
+        counts = Counter(layers.values()).most_common()
+        (first, n), rest = counts[0], counts[1:]
+        return ", ".join([f"{first} on {n} of {len(layers)} layers", *(f"{kind} on {m}" for kind, m in rest)])
 
     @property
     def fallbacks(self) -> list[tuple[int, str, str, str]]:
