@@ -276,7 +276,7 @@ def test_the_command_line_quantizes_with_16_bit_activations(tmp_path, capsys):
     command = ["partition", str(tmp_path / "heads.nna.onnx"), "--out-dir", str(tmp_path / "w8a16"), "--for", "onnxruntime"]
     assert main([*command, "--calibrate", *frames[:3], "--activation-bits", "16", "--inputs", frames[3]]) == 0
     out = capsys.readouterr().out
-    assert "run (onnxruntime, w8a16):" in out and "(within 0.02)" in out, out
+    assert "run (onnxruntime, float on 2 of 3 layers, w8a16 on 1):" in out and "(within 0.02)" in out, out
     assert main([*command, "--activation-bits", "16"]) == 2
     assert "--activation-bits quantizes" in capsys.readouterr().err
 
