@@ -29,7 +29,6 @@ no source op expresses), and its file imports OpenPCDet's compiled CUDA op `poin
 from __future__ import annotations
 
 import argparse
-import ast
 import os
 import sys
 import tempfile
@@ -44,7 +43,7 @@ import sparse_lower
 from sparse_lower.capacity import level_rows, most_members
 from sparse_lower.frames.sample import load_voxels
 from sparse_lower.importers.spconv_tracer import spconv_inference
-from voxelnext_openpcdet import FRAMES, trained_looking
+from voxelnext_openpcdet import FRAMES, class_from_source, trained_looking
 
 TOLERANCE = 1e-4
 GRID = np.array([1440, 1440, 40])  # nuScenes' voxel grid (x, y, z), as OpenPCDet's configs give grid_size
@@ -105,17 +104,6 @@ class Config(dict):
         return Config(value) if isinstance(value, dict) else value
 
 
-def separate_head_class(checkout: Path):
-    """center_head.py's SeparateHead from its source alone: the file's imports need OpenPCDet's compiled ops."""
-    from torch.nn.init import kaiming_normal_
-
-    source = (checkout / "pcdet/models/dense_heads/center_head.py").read_text()
-    (node,) = [n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "SeparateHead"]
-    namespace = {"nn": nn, "torch": torch, "np": np, "kaiming_normal_": kaiming_normal_}
-    exec(compile(ast.Module([node], []), "center_head.py:SeparateHead", "exec"), namespace)
-    return namespace["SeparateHead"]
-
-
 class CenterPoint(nn.Module):
     """OpenPCDet's CenterPoint up to its head convolutions: the 3-D backbone, the BEV map, the 2-D neck,
     CenterHead's shared conv and each class group's SeparateHead (CenterHead.forward without its targets
@@ -124,8 +112,8 @@ class CenterPoint(nn.Module):
     def __init__(self, checkout: Path):
         super().__init__()
         config = Config(yaml.safe_load((checkout / CENTERPOINT).read_text())["MODEL"])
-        self.backbone = pcdet_class(checkout, "pcdet/models/backbones_3d/spconv_backbone.py",
-                                    config.BACKBONE_3D.NAME)(config.BACKBONE_3D, input_channels=5, grid_size=GRID.copy())
+        backbone = pcdet_class(checkout, "pcdet/models/backbones_3d/spconv_backbone.py", config.BACKBONE_3D.NAME)
+        self.backbone = backbone(config.BACKBONE_3D, input_channels=5, grid_size=GRID.copy())
         self.to_bev = pcdet_class(checkout, DETECTOR_FILES[1], config.MAP_TO_BEV.NAME)(config.MAP_TO_BEV)
         self.neck = pcdet_class(checkout, DETECTOR_FILES[0], config.BACKBONE_2D.NAME)(
             config.BACKBONE_2D, input_channels=config.MAP_TO_BEV.NUM_BEV_FEATURES)
@@ -135,7 +123,7 @@ class CenterPoint(nn.Module):
                       bias=head.get("USE_BIAS_BEFORE_NORM", False)),
             nn.BatchNorm2d(head.SHARED_CONV_CHANNEL, eps=head.get("BN_EPS", 1e-5), momentum=head.get("BN_MOM", 0.1)),
             nn.ReLU())
-        separate_head = separate_head_class(checkout)
+        separate_head = class_from_source(checkout, "pcdet/models/dense_heads/center_head.py", "SeparateHead")
         self.heads = nn.ModuleList()
         for group in head.CLASS_NAMES_EACH_HEAD:
             branches = {name: dict(branch) for name, branch in head.SEPARATE_HEAD_CFG.HEAD_DICT.items()}

@@ -46,9 +46,6 @@ TOLERANCE = 1e-4
 
 def openpcdet_classes(checkout: Path):
     """(VoxelResBackBone8xVoxelNeXt, SeparateHead) from an OpenPCDet checkout."""
-    import spconv.pytorch as spconv
-    from torch.nn.init import kaiming_normal_
-
     package = Path(tempfile.mkdtemp(prefix="pcdet_"))
     for folder in ("pcdet", "pcdet/utils", "pcdet/models", "pcdet/models/backbones_3d"):
         (package / folder).mkdir(parents=True, exist_ok=True)
@@ -58,11 +55,21 @@ def openpcdet_classes(checkout: Path):
     sys.path.insert(0, str(package))
     from pcdet.models.backbones_3d.spconv_backbone_voxelnext import VoxelResBackBone8xVoxelNeXt
 
-    head_source = (checkout / "pcdet/models/dense_heads/voxelnext_head.py").read_text()
-    (separate,) = [n for n in ast.parse(head_source).body if isinstance(n, ast.ClassDef) and n.name == "SeparateHead"]
+    return VoxelResBackBone8xVoxelNeXt, class_from_source(checkout, "pcdet/models/dense_heads/voxelnext_head.py",
+                                                          "SeparateHead")
+
+
+def class_from_source(checkout: Path, file: str, name: str):
+    """The class `name` of the pcdet file `file` from its source alone: the dense heads' files import
+    OpenPCDet's compiled ops, which their classes do not use."""
+    import spconv.pytorch as spconv
+    from torch.nn.init import kaiming_normal_
+
+    body = ast.parse((checkout / file).read_text()).body
+    (node,) = [n for n in body if isinstance(n, ast.ClassDef) and n.name == name]
     namespace = {"nn": nn, "torch": torch, "spconv": spconv, "kaiming_normal_": kaiming_normal_, "np": np}
-    exec(compile(ast.Module([separate], []), "voxelnext_head.py:SeparateHead", "exec"), namespace)
-    return VoxelResBackBone8xVoxelNeXt, namespace["SeparateHead"]
+    exec(compile(ast.Module([node], []), f"{Path(file).name}:{name}", "exec"), namespace)
+    return namespace[name]
 
 
 class Detector(nn.Module):
@@ -109,7 +116,8 @@ def trained_looking(module: nn.Module, seed: int) -> None:
     with torch.no_grad():
         for m in module.modules():
             if isinstance(m, (SparseConvolution, nn.Conv2d, nn.ConvTranspose2d)):
-                fan_in = m.weight[0].numel() if isinstance(m, nn.Conv2d) else m.in_channels * int(np.prod(m.kernel_size))
+                fan_in = (m.weight[0].numel() if isinstance(m, nn.Conv2d)
+                          else m.in_channels * int(np.prod(m.kernel_size)))
                 m.weight.normal_(0.0, float(np.sqrt(2.0 / fan_in)), generator=generator)
                 if first and m.in_channels == 5:
                     m.weight /= torch.tensor([10.0, 10.0, 1.5, 20.0, 0.15])
