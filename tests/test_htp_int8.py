@@ -67,6 +67,16 @@ def test_a_layer_holds_what_its_product_reads_and_writes():
     assert not any(name.startswith(("sparseconv4/", "submanifoldconv0/")) for name in tensors), "no other layer's"
 
 
+def test_a_layer_of_the_gather_combine_holds_its_rows_moved_to_their_sites_and_what_follows():
+    """The gather combine moves each product's rows to their sites before the sum: the layer's tensors go
+    on through that move to its sum, bias and activation (rknn's float16 list is these tensors)."""
+    model = sparse_lower.lower(HEAD_STACK, target="nna", combine="gather", max_active=1200, layout="rows")
+    tensors = layer_tensors(model, {p for p in weight_products(model) if p.startswith("submanifoldconv2/")})
+    assert {"relu1/padded", "submanifoldconv2/tap5/partial", "submanifoldconv2/tap5/moved",
+            "submanifoldconv2/tap5/sum", "submanifoldconv2/biased", "relu3/padded"} <= tensors
+    assert not any(name.startswith(("sparseconv4/", "submanifoldconv0/")) for name in tensors), "no other layer's"
+
+
 def test_the_htp_quantized_form_runs_in_onnxruntime_within_two_percent():
     """Every tensor quantized: the middle layer at 8 bits (int8 weights), the first and last (which stay
     float in the other toolchains' form) with 16-bit tensors and weights; checked on a frame not

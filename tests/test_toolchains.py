@@ -29,9 +29,11 @@ from sparse_lower.partition.segments import NodeGraph
 from sparse_lower.quantization import choose_wide_layers
 from sparse_lower.quantization.calibration import activation_ranges, segment_samples
 from sparse_lower.quantization.products import first_and_last_products, weight_products
+from sparse_lower.quantization.htp import layer_tensors
 from sparse_lower.quantization.qdq import quantize_qdq
 from sparse_lower.toolchains import TOOLCHAINS, CompiledPartition, compile_partition, toolchain
 from sparse_lower.toolchains.prepare import fed, narrowable_inputs, prepare
+from sparse_lower.toolchains.rknn import derived_tensors
 from sparse_lower.verify import example_inputs, relative_error
 
 
@@ -254,6 +256,42 @@ def test_rknn_keeps_the_first_last_and_wide_layers_in_float16(tmp_path):
     feeds = example_inputs(model, np.random.default_rng(7), active=150)
     expected, got = whole(lowered, feeds), CompiledPartition(tmp_path).run(feeds)
     assert 1e-5 < max(relative_error(got[name], value) for name, value in expected.items()) <= 2e-2
+
+
+# ops of rknn-toolkit2 2.5.0's rewritten head stack (hybrid_quantization_step1's .model): (op, name, outputs)
+RKNN_REWRITTEN = [
+    ("exDataConvert", "features/paired/padded__cvt_float32_to_int8", ["features/paired/padded_int8"]),
+    ("Conv", "submanifoldconv0/tap0/MatMul#2", ["submanifoldconv0/tap0/partial_mm"]),
+    ("exMatMul", "submanifoldconv0/tap0/MatMul_1#1", ["submanifoldconv0/tap1/sum-rs"]),
+    ("Add", "submanifoldconv0/Add", ["submanifoldconv0/biased-rs"]),
+    ("Relu", "relu1/Relu", ["relu1/padded-rs"]),
+    ("Transpose", "relu1/padded_tp#26", ["relu1/padded_tp#26-rs"]),
+    ("Mul", "submanifoldconv2/Mul", ["submanifoldconv2/bias_columns-rs"]),
+    ("Conv", "submanifoldconv2/tap0/MatMul#2", ["submanifoldconv2/tap0/partial_mm"]),
+    ("Transpose", "submanifoldconv2/tap0/partial_mm_tp", ["submanifoldconv2/tap0/partial_mm_tp"]),
+    ("exMatMul", "submanifoldconv2/tap0/MatMul_1#1", ["submanifoldconv2/tap1/sum-rs"]),
+    ("Add", "submanifoldconv2/Add", ["submanifoldconv2/biased-rs"]),
+    ("Relu", "relu3/Relu", ["relu3/padded-rs"]),
+    ("Transpose", "relu3/padded_tp#26", ["relu3/padded_tp#26-rs"]),
+    ("Conv", "sparseconv4/tap0/MatMul#2", ["sparseconv4/tap0/partial_mm"]),
+    ("Split", "sparseconv4/nbr/padded/tap0/Gather_2sl_2sp", ["sparseconv4/nbr/padded/tap0/Gather_2sl-rs"]),
+]
+
+
+def test_rknn_finds_a_layers_tensors_between_layers_under_the_names_it_derives_from_ours():
+    """A wide layer's float16 list reaches what it reads (the previous ReLU's padded rows, as rknn
+    renamed them) and what it writes through its bias and activation, and nothing of the other layers."""
+    lowered = sparse_lower.lower(centerpoint_head_stack(spatial_shape=(10, 40, 40)), target="nna",
+                                 combine="matmul", max_active=1200, layout="rows")
+    rewritten = helper.make_model(helper.make_graph(
+        [helper.make_node(op, [], outputs, name=name) for op, name, outputs in RKNN_REWRITTEN], "rknn", [], []))
+    products = {p for p in weight_products(lowered) if p.startswith("submanifoldconv2/")}
+    kept = layer_tensors(lowered, products) | {
+        output for node in lowered.graph.node if node.name.startswith("submanifoldconv2/") for output in node.output}
+    assert derived_tensors(rewritten, lowered, kept) == [
+        "relu1/padded-rs", "relu1/padded_tp#26-rs", "submanifoldconv2/bias_columns-rs",
+        "submanifoldconv2/tap0/partial_mm", "submanifoldconv2/tap0/partial_mm_tp", "submanifoldconv2/tap1/sum-rs",
+        "submanifoldconv2/biased-rs", "relu3/padded-rs", "relu3/padded_tp#26-rs"]
 
 
 @pytest.mark.parametrize("combine", ["scatter", "matmul"])

@@ -152,8 +152,9 @@ def _gather_padded(graph: gs.Graph, node: gs.Node, padded: dict[str, gs.Variable
 def layer_tensors(model: onnx.ModelProto, products: set[str]) -> set[str]:
     """The tensors that belong to the layers of the weight products named in `products`: what the
     products read, back through the ops that only move values (the gathers, their concatenation,
-    padding) to the tensor some op computed, or a graph input; and what they write, forward through
-    bias, residual sum and activation to the tensor that more than one op, or a move, reads."""
+    padding) to the tensor some op computed, or a graph input; and what they write, forward through the
+    move of a product's rows to their sites (the gather combine's), bias, residual sum and activation
+    to the tensor that more than one op, or a move, reads."""
     graph = gs.import_onnx(model)
     tensors: set[str] = set()
     for node in graph.nodes:
@@ -172,7 +173,7 @@ def layer_tensors(model: onnx.ModelProto, products: set[str]) -> set[str]:
         while True:
             tensors.add(tensor.name)
             readers = tensor.outputs
-            if len(readers) != 1 or readers[0].op in _MOVES:
+            if len(readers) != 1 or readers[0].op in _MOVES and tensor is not node.outputs[0]:
                 break
             tensor = readers[0].outputs[0]
     return tensors

@@ -11,11 +11,14 @@ CPU, in any integer width and either layout, and so do `GatherElements` and `Sca
 int8: rknn calibrates by itself (`do_quantization`). Where layers are to stay wider than 8 bits (the
 network's first and last, which stay float in every int8 form, and the mixed-precision plan's wide
 ones) it quantizes in two steps instead (`hybrid_quantization_step1`, the written config's
-`custom_quantize_layers` given the tensors those layers' ops write, in float16,
-`hybrid_quantization_step2`): the RK3588 takes no 16-bit activations, float16 is its wider type. Only
-the ops named after a layer are listed: the tensors between layers (activations, residual sums, the
-gathered rows) stay int8, which left the CenterPoint backbone 63.6 % off with every layer listed
-(docs/toolchains.md, rknn outside calibration).
+`custom_quantize_layers` given those layers' tensors in float16,
+`hybrid_quantization_step2`): the RK3588 takes no 16-bit activations, float16 is its wider type. A
+layer's tensors are what `htp.layer_tensors` gives it (what its products read, back to the previous
+layer's activation through the gathers and the zero row's pad, and what they write, forward through the
+bias, the residual sum and the activation), found in rknn's rewritten model by the names rknn derives
+from ours (`derived_tensors`). Listing only the ops named after a layer left the tensors between
+layers int8, and the CenterPoint backbone 63.6 % off with every layer listed (docs/toolchains.md, rknn
+outside calibration).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import onnx_graphsurgeon as gs
 
 from ..errors import SparseLowerError
 from ..quantization.forms import CalibratedByToolchain
+from ..quantization.htp import layer_tensors
 from ..quantization.products import layer_of
 from .base import Run, Toolchain
 from .prepare import fed
@@ -52,7 +56,7 @@ class Rknn(Toolchain):
 
     def __init__(self):
         self.dataset: list[dict[str, np.ndarray]] | None = None  # int8 calibration inputs; None: fp16
-        self.float16_layers: set[str] = set()  # the layers int8 keeps in float16 (hybrid quantization)
+        self.float16_products: set[str] = set()  # the products whose layers int8 keeps in float16 (hybrid)
 
     def int8_form(self) -> CalibratedByToolchain:
         """rknn quantizes by itself at build time (its own calibration on the samples), the first and last
@@ -64,7 +68,7 @@ class Rknn(Toolchain):
             "onnxruntime, OpenVINO or TVM")
 
     def _keep_dataset(self, samples: list[dict], wider: set[str]) -> None:
-        self.dataset, self.float16_layers = samples, {layer_of(product) for product in wider}
+        self.dataset, self.float16_products = samples, set(wider)
 
     def _built(self, onnx_path: Path, model: onnx.ModelProto, log: Path):
         from rknn.api import RKNN
@@ -73,7 +77,7 @@ class Rknn(Toolchain):
         with output_to(log):
             toolkit.config(target_platform=TARGET)
             status = toolkit.load_onnx(model=str(onnx_path))
-            if status == 0 and self.dataset is not None and self.float16_layers:
+            if status == 0 and self.dataset is not None and self.float16_products:
                 toolkit, status = self._hybrid(toolkit, onnx_path, model)
             elif status == 0:
                 status = toolkit.build(do_quantization=self.dataset is not None,
@@ -84,10 +88,10 @@ class Rknn(Toolchain):
         return toolkit
 
     def _hybrid(self, toolkit, onnx_path: Path, model: onnx.ModelProto):
-        """(toolkit, status): the loaded model quantized in rknn's two hybrid steps, what the ops of
-        `float16_layers` write in float16. Step 1 writes `{stem}.model` (the model as rknn rewrote it, ONNX,
-        each op named after ours with a `#k` suffix), `.data` and `.quantization.cfg` (whose
-        `custom_quantize_layers` names the tensors to keep in float16) into the working folder."""
+        """(toolkit, status): the loaded model quantized in rknn's two hybrid steps, the tensors of the
+        layers of `float16_products` in float16. Step 1 writes `{stem}.model` (the model as rknn rewrote it,
+        ONNX, its names derived from ours), `.data` and `.quantization.cfg` (whose `custom_quantize_layers`
+        names the tensors to keep in float16) into the working folder."""
         from rknn.api import RKNN
 
         with _working_in(onnx_path.parent):
@@ -95,8 +99,10 @@ class Rknn(Toolchain):
             if status != 0:
                 return toolkit, status
             stem = onnx_path.stem
-            written = [output for node in onnx.load(f"{stem}.model").graph.node
-                       if layer_of(node.name.split("#")[0]) in self.float16_layers for output in node.output]
+            layers = {layer_of(product) for product in self.float16_products}
+            kept = layer_tensors(model, self.float16_products) | {
+                output for node in model.graph.node if layer_of(node.name) in layers for output in node.output}
+            written = derived_tensors(onnx.load(f"{stem}.model"), model, kept)
             config = Path(f"{stem}.quantization.cfg")
             lines = config.read_text().splitlines()
             if lines[0] != "custom_quantize_layers: {}":
@@ -199,6 +205,26 @@ class Rknn(Toolchain):
             return {name: np.asarray(value, np.float32).reshape(shapes[name]) for name, value in zip(names, results)}
 
         return run
+
+
+def derived_tensors(rewritten: onnx.ModelProto, model: onnx.ModelProto, tensors: set[str]) -> list[str]:
+    """The tensors of rknn's `rewritten` model that stand for `tensors` of ours, in its order. rknn names
+    what it makes after what it came from: a tensor after ours with a suffix (`…/partial_mm`, `…_tp`,
+    `…_int8`), an op after our op (`…/MatMul#2`) or after our tensor (`…/padded_rs`). A rewritten tensor
+    stands for ours where its own name, or its op's, is ours or begins with ours and one of `_-#`; the
+    longest such name decides, and a name of our op stands for what that op writes."""
+    origins = {node.name: set(node.output) for node in model.graph.node if node.name}
+    origins.update({name: {name} for node in model.graph.node for name in node.output})
+    origins.update({value.name: {value.name} for value in model.graph.input})
+
+    def origin(name: str) -> set[str]:
+        for cut in [len(name), *(i for i in range(len(name) - 1, 0, -1) if name[i] in "_-#")]:
+            if name[:cut] in origins:
+                return origins[name[:cut]]
+        return set()
+
+    return [output for node in rewritten.graph.node for output in node.output
+            if (origin(output) | origin(node.name)) & tensors]
 
 
 @contextlib.contextmanager
