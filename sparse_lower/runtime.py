@@ -49,12 +49,13 @@ def get_library_path() -> str:
 
 
 def vector_units() -> str:
-    """The widest vector units the library's CPU kernels use on this machine. x86-64: "avx512-vnni" (the
-    convs' products in AVX-512, int8 ones by vpdpbusd; the rest AVX2), "avx512" (the same without VNNI:
-    int8 in AVX2) or "avx2" (AVX2 + FMA); aarch64: "neon-i8mm" (int8 by USMMLA), "neon-dotprod" (int8 by
-    SDOT) or "neon" (float by FMLA, int8 portable); "portable" anywhere. The environment narrows them:
-    SPARSE_LOWER_NO_AVX512=1, SPARSE_LOWER_NO_I8MM=1, SPARSE_LOWER_PORTABLE_KERNELS=1 (read once per
-    process, at first use)."""
+    """The widest vector units the library's CPU kernels use on this machine. x86-64: "avx512-amx" (as
+    "avx512-vnni", but int8 convs of 64 input channels or more by AMX tiles), "avx512-vnni" (the convs'
+    products in AVX-512, int8 ones by vpdpbusd; the rest AVX2), "avx512" (the same without VNNI: int8 in
+    AVX2) or "avx2" (AVX2 + FMA); aarch64: "neon-i8mm" (int8 by USMMLA), "neon-dotprod" (int8 by SDOT) or
+    "neon" (float by FMLA, int8 portable); "portable" anywhere. The environment narrows them:
+    SPARSE_LOWER_NO_AMX=1, SPARSE_LOWER_NO_AVX512=1, SPARSE_LOWER_NO_I8MM=1,
+    SPARSE_LOWER_PORTABLE_KERNELS=1 (read once per process, at first use)."""
     library = ctypes.CDLL(get_library_path())
     library.SparseLowerVectorUnits.restype = ctypes.c_char_p
     return library.SparseLowerVectorUnits().decode()

@@ -232,6 +232,7 @@ def test_the_vector_paths_suite_runs_every_path_of_this_cpu():
 def test_the_vector_paths_are_the_cpus():
     from sparse_lower.bench.vector_paths import paths
 
+    assert list(paths("avx512-amx")) == ["widest", "vnni", "avx2", "portable"]
     assert list(paths("avx512-vnni")) == ["widest", "avx2", "portable"]
     assert list(paths("avx2")) == ["widest", "portable"]
 

@@ -354,6 +354,20 @@ def test_indexed_conv_int8(seed):
     np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
 
 
+def test_indexed_conv_int8_sums_1024_channels_of_full_codes_exactly():
+    """The widest input the op takes, every code 255 and every weight ±63: the largest sums any path forms
+    (16.4 M, below float's 2^24), in AMX's chunks of 64 channels, VNNI's quads or NEON's octets alike."""
+    rng = np.random.default_rng(1024)
+    inputs = int8_conv_inputs(rng, 40, 37, 3, 1024, 48)
+    inputs["X"] = np.full((40, 1024), 5.0, np.float32)  # past every channel's top: code 255
+    inputs["W"] = (63 * rng.choice([-1, 1], (3, 1024, 48)).astype(np.int8)).astype(np.int8)
+    inputs["W"][:, :, 0] = 63  # one column whose sum reaches 255 · 63 · 1024 per tap
+    (y,) = run("IndexedConvInt8", inputs, 1)
+    expected = ref.indexed_conv_int8(inputs["X"], inputs["idx"], inputs["W"], inputs["x_scale"], inputs["w_scale"],
+                                     None, None, "none")
+    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
+
+
 def _conv_outputs() -> dict:
     """IndexedConvInt8 and IndexedConv on conv_cases' random shapes: {op: [Y, ...]}."""
     outputs = {"IndexedConvInt8": [], "IndexedConv": []}
@@ -368,18 +382,20 @@ def _cpu_flags() -> set:
 
 
 def test_vector_units_are_the_widest_the_cpu_has():
-    """What benchmarks report as the units that ran: AVX-512 (with VNNI for int8) where the CPU has it,
-    else AVX2 + FMA."""
+    """What benchmarks report as the units that ran: AVX-512 (with AMX, or VNNI, for int8) where the CPU
+    has it, else AVX2 + FMA."""
     if {"SPARSE_LOWER_NO_AVX512", "SPARSE_LOWER_PORTABLE_KERNELS"} & set(os.environ):
         pytest.skip("the environment narrows the units")
     flags = _cpu_flags()
     avx2 = {"avx2", "fma"} <= flags
-    want = ("avx512-vnni" if avx2 and {"avx512f", "avx512bw", "avx512_vnni"} <= flags
-            else "avx512" if avx2 and "avx512f" in flags else "avx2" if avx2 else "portable")
+    vnni = avx2 and {"avx512f", "avx512bw", "avx512_vnni"} <= flags
+    want = ("avx512-amx" if vnni and {"amx_tile", "amx_int8"} <= flags and "SPARSE_LOWER_NO_AMX" not in os.environ
+            else "avx512-vnni" if vnni else "avx512" if avx2 and "avx512f" in flags else "avx2" if avx2 else "portable")
     assert vector_units() == want
 
 
 @pytest.mark.parametrize("narrower, units, same_bits", [
+    ("SPARSE_LOWER_NO_AMX", ("avx512-vnni",), ("IndexedConvInt8", "IndexedConv")),
     ("SPARSE_LOWER_NO_AVX512", ("avx2", "portable"), ("IndexedConvInt8", "IndexedConv")),
     ("SPARSE_LOWER_PORTABLE_KERNELS", ("portable",), ("IndexedConvInt8",))])
 def test_every_vector_path_gives_the_same_bits(narrower, units, same_bits, tmp_path):
@@ -388,6 +404,8 @@ def test_every_vector_path_gives_the_same_bits(narrower, units, same_bits, tmp_p
     portable loop, without FMA, differs in the last bits: test_indexed_conv_portable_kernels). This process
     runs the widest units the CPU has; a fresh one (the library reads the environment once) the path
     `narrower` forces."""
+    if narrower == "SPARSE_LOWER_NO_AMX" and vector_units() != "avx512-amx":
+        pytest.skip(f"the AMX path needs AMX-TILE and AMX-INT8, which this CPU does not have (units: {vector_units()})")
     script = ("import numpy as np, test_custom_ops as t\n"
               "from sparse_lower.runtime import vector_units\n"
               f"np.savez({str(tmp_path / 'y.npz')!r}, **{{f'{{op}}{{i}}': y for op, ys in t._conv_outputs().items() "

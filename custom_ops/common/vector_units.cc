@@ -5,6 +5,10 @@
 #if defined(__aarch64__)
 #include <sys/auxv.h>
 #endif
+#if defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace sparse_lower {
 namespace {
@@ -35,6 +39,21 @@ bool HasAvx512() {
 bool HasVnni() {
 #if defined(__x86_64__)
   static const bool has = HasAvx512() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool HasAmx() {
+#if defined(__x86_64__)
+  // Linux keeps the tiles' 8 KiB of state off until a process asks for it (ARCH_REQ_XCOMP_PERM for
+  // XFEATURE_XTILEDATA); a tile instruction before that is a fault. The grant holds for every thread.
+  constexpr long kRequestPermission = 0x1023;
+  constexpr long kTileData = 18;
+  static const bool has = HasVnni() && !Forced("SPARSE_LOWER_NO_AMX") && __builtin_cpu_supports("amx-tile") &&
+                          __builtin_cpu_supports("amx-int8") &&
+                          syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
   return has;
 #else
   return false;
@@ -75,5 +94,6 @@ extern "C" __attribute__((visibility("default"))) const char* SparseLowerVectorU
   if (HasI8mm()) return "neon-i8mm";
   if (HasDotProd()) return "neon-dotprod";
   if (HasNeon()) return "neon";
+  if (HasAmx()) return "avx512-amx";
   return HasVnni() ? "avx512-vnni" : HasAvx512() ? "avx512" : HasVectorUnits() ? "avx2" : "portable";
 }

@@ -14,11 +14,18 @@
 #endif
 
 #include "common/vector_units.h"
+#include "conv/amx_rows.h"
 #include "conv/neon_rows.h"
 #include "conv/row_tiles.h"
 
 namespace sparse_lower {
 namespace {
+
+// AMX takes layers of at least this many input channels; narrower ones stay on VNNI. A tile row holds 64
+// channels, so a 16- or 32-channel row is mostly padding to copy and multiply: on the CenterPoint backbone
+// (Xeon, one thread) AMX took its 16- and 32-channel layers 1.2-1.4x longer than VNNI, its 64- and
+// 128-channel layers 1.3-1.8x less long.
+constexpr int64_t kAmxLeastChannels = 64;
 
 int64_t Blocks(int64_t cout) { return (cout + 7) / 8; }
 // Pairs of blocks (the VNNI tile's 16 columns); the packed weights hold whole pairs, the last block of an
@@ -186,16 +193,21 @@ void VectorRowsInt8(const uint8_t* const* a, float* const* y, int64_t n, const P
 }  // namespace
 
 PackedWeights::PackedWeights(const int8_t* w, int64_t cin, int64_t cout)
-    : quads_(RowBytes(cin) / 4),
-      bytes_(static_cast<size_t>(2 * Pairs(cout) * quads_ * 32), 0),
+    : layout_(HasAmx() && cin >= kAmxLeastChannels ? Layout::kTiles
+              : HasI8mm()                          ? Layout::kOctets
+                                                   : Layout::kQuads),
+      quads_(RowBytes(cin) / 4),
+      bytes_(static_cast<size_t>(Pairs(cout) * (layout_ == Layout::kTiles ? Chunks() * 1024 : quads_ * 64)), 0),
       offsets_(static_cast<size_t>(16 * Pairs(cout)), 0) {
-  const Layout layout = HasI8mm() ? Layout::kOctets : Layout::kQuads;
   for (int64_t c = 0; c < cin; ++c) {
     for (int64_t o = 0; o < cout; ++o) {
       const int64_t j = o % 8;
-      const int64_t within = layout == Layout::kQuads ? (c / 4) * 32 + j * 4 + c % 4
-                                                      : (c / 8) * 64 + (j / 2) * 16 + (j % 2) * 8 + c % 8;
-      bytes_[static_cast<size_t>((o / 8) * quads_ * 32 + within)] = w[c * cout + o];
+      const int64_t at = layout_ == Layout::kTiles ? (o / 16 * Chunks() + c / 64) * 1024 + (c / 4 % 16) * 64 +
+                                                         (o % 16) * 4 + c % 4
+                         : layout_ == Layout::kQuads ? (o / 8) * quads_ * 32 + (c / 4) * 32 + j * 4 + c % 4
+                                                     : (o / 8) * quads_ * 32 + (c / 8) * 64 + (j / 2) * 16 +
+                                                           (j % 2) * 8 + c % 8;
+      bytes_[static_cast<size_t>(at)] = w[c * cout + o];
       offsets_[static_cast<size_t>(o)] += 128 * int32_t{w[c * cout + o]};
     }
   }
@@ -204,6 +216,10 @@ PackedWeights::PackedWeights(const int8_t* w, int64_t cin, int64_t cout)
 void AccumulateRowsInt8(const uint8_t* const* a, float* const* y, int64_t n, const PackedWeights& w, const float* scale,
                         int64_t cout) {
 #if defined(__x86_64__)
+  if (w.Packing() == PackedWeights::Layout::kTiles) {
+    AmxRowsInt8(a, y, n, w, scale, cout);
+    return;
+  }
   if (HasVnni()) {
     VectorRowsInt8<VnniTiles>(a, y, n, w, scale, cout);
     return;

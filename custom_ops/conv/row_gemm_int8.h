@@ -9,23 +9,30 @@ namespace sparse_lower {
 // W [Cin, Cout] int8 in the order the kernel reads it: Cin padded with zeros to whole octets of 8 input
 // channels (RowBytes) and Cout to whole pairs of blocks of 8 columns, block by block. Within a block, the
 // layout of the path that runs here (common/vector_units.h):
-//   * kQuads (x86, SDOT, portable): each quad of 4 channels' 8 columns × 4 channels as 32 consecutive
-//     bytes (the operand of one vpmaddubsw, or two SDOTs);
+//   * kQuads (x86 but AMX, SDOT, portable): each quad of 4 channels' 8 columns × 4 channels as 32
+//     consecutive bytes (the operand of one vpmaddubsw, or two SDOTs);
 //   * kOctets (I8MM): each octet of 8 channels' 4 pairs of columns, a pair's 2 columns × 8 channels as 16
 //     consecutive bytes (the operand of one USMMLA).
+// With AMX, for layers of 64 input channels or more (kTiles), the blocks are not apart: each pair of blocks (16 columns) is cut into chunks of 16
+// quads (64 channels, Cin padded with zeros to whole chunks), each chunk one tile of 16 rows of 64 bytes,
+// a quad's 16 columns × 4 channels to a row (the B operand of one tdpbusd), at Tile(pair, chunk).
 class PackedWeights {
  public:
-  enum class Layout { kQuads, kOctets };
+  enum class Layout { kQuads, kOctets, kTiles };
 
   PackedWeights(const int8_t* w, int64_t cin, int64_t cout);
   // The bytes of an input row of Cin channels, whole octets: what the rows given to AccumulateRowsInt8 hold.
   static int64_t RowBytes(int64_t cin) { return 8 * ((cin + 7) / 8); }
+  Layout Packing() const { return layout_; }
   int64_t Quads() const { return quads_; }
+  int64_t Chunks() const { return (quads_ + 15) / 16; }
   const int8_t* Block(int64_t block) const { return bytes_.data() + block * quads_ * 32; }
+  const int8_t* Tile(int64_t pair, int64_t chunk) const { return bytes_.data() + (pair * Chunks() + chunk) * 1024; }
   // 128 · Σ_c w[c][o] per padded column: what SDOT's signed codes (a − 128) leave out of each sum.
   const int32_t* Offsets() const { return offsets_.data(); }
 
  private:
+  Layout layout_;
   int64_t quads_;
   std::vector<int8_t> bytes_;
   std::vector<int32_t> offsets_;
@@ -34,7 +41,7 @@ class PackedWeights {
 // y[i][o] += scale[o] · Σ_c a[i][c] · w[c][o] for i in [0, n), o in [0, cout): a[i] are u8 rows of
 // PackedWeights::RowBytes(Cin) bytes (zero past Cin). The sums are exact in int32 (|w| ≤ 63, so a pair of
 // products never exceeds vpmaddubsw's int16: 2·255·63 < 32767; and Cin ≤ 1024 keeps a row's sum below 2^24, where
-// float holds it exactly), then scaled and added with one rounding (an FMA). Uses AVX-512 VNNI or AVX2,
+// float holds it exactly), then scaled and added with one rounding (an FMA). Uses AMX, AVX-512 VNNI or AVX2,
 // or on aarch64 I8MM or SDOT, where the CPU has them (common/vector_units.h); every path gives the same bits.
 void AccumulateRowsInt8(const uint8_t* const* a, float* const* y, int64_t n, const PackedWeights& w, const float* scale,
                         int64_t cout);

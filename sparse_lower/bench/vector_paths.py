@@ -1,9 +1,9 @@
 """`sparse-lower bench --suite vector-paths`: the CenterPoint backbone's float and int8 gpu forms on
 each vector path of this CPU, side by side, and the int8 form's error on both real frames.
 
-The library reads SPARSE_LOWER_NO_AVX512 and SPARSE_LOWER_PORTABLE_KERNELS once per process, so each
-path runs in a process of its own: the widest units (runtime.vector_units()), AVX2 alone where the
-widest are AVX-512, and the portable loops. The processes take turns for `rounds` rounds, so that a
+The library reads SPARSE_LOWER_NO_AMX, SPARSE_LOWER_NO_AVX512 and SPARSE_LOWER_PORTABLE_KERNELS once per
+process, so each path runs in a process of its own: the widest units (runtime.vector_units()), VNNI
+where the widest are AMX, AVX2 alone where they are AVX-512, and the portable loops. The processes take turns for `rounds` rounds, so that a
 shared machine's drift falls on every path alike; each times `repeat` runs of both forms after a
 warm-up on the real CenterPoint frame, and a path's figure is the median of all its runs. The int8
 form is `sparse_lower.quantize` calibrated on both real frames; each path's outputs are compared bit
@@ -34,15 +34,17 @@ from .systems import session_options
 from .timing import timed
 
 FRAMES = {"centerpoint": CENTERPOINT_FILE, "bevfusion": BEVFUSION_FILE}  # timed on the first
-PATHS = {"widest": {}, "avx2": {"SPARSE_LOWER_NO_AVX512": "1"}, "portable": {"SPARSE_LOWER_PORTABLE_KERNELS": "1"}}
+PATHS = {"widest": {}, "vnni": {"SPARSE_LOWER_NO_AMX": "1"}, "avx2": {"SPARSE_LOWER_NO_AVX512": "1"},
+         "portable": {"SPARSE_LOWER_PORTABLE_KERNELS": "1"}}
 FORMS = ("float", "int8")
 
 
 def paths(units: str | None = None) -> dict[str, dict]:
-    """The paths this CPU has (name: the environment that forces it): AVX2 alone only where the widest
-    units are AVX-512 (elsewhere it is the widest path)."""
+    """The paths this CPU has (name: the environment that forces it): VNNI only where the widest units
+    are AMX, AVX2 alone only where they are AVX-512 (elsewhere each is the widest path)."""
     units = units or vector_units()
-    return {name: env for name, env in PATHS.items() if name != "avx2" or "avx512" in units}
+    has = {"vnni": units == "avx512-amx", "avx2": "avx512" in units}
+    return {name: env for name, env in PATHS.items() if has.get(name, True)}
 
 
 def child(folder: Path, threads: int, repeat: int) -> dict:
