@@ -229,6 +229,22 @@ def test_the_vector_paths_suite_runs_every_path_of_this_cpu():
     assert "| widest (" in vector_paths_table({**result, "cores": 2, "machine": "x"})
 
 
+@real_frames
+def test_the_layers_suite_times_every_conv_of_the_backbone_against_the_gemm_peak():
+    """A row per sparse conv of the backbone with its useful work and both forms' kernel time; the table
+    rates each against the peak measured in the same run."""
+    from sparse_lower.bench.layers import measure
+    from sparse_lower.bench.tables import layers_table
+
+    result = measure(repeat=1, log=lambda *_: None)
+    assert len(result["layers"]) == 21 and result["layers"][0]["layer"] == "conv_input"
+    assert sum(layer["flops"] for layer in result["layers"]) == pytest.approx(50.91e9, rel=1e-3)
+    assert all(layer["float_ms"] > 0 and layer["int8_ms"] > 0 for layer in result["layers"])
+    assert result["peak_gflops"] == max(result["peaks"]) > 0
+    table = layers_table({**result, "repeat": 1, "cores": 2, "machine": "x"})
+    assert "| conv4.4.conv2 | 128→128 |" in table and "| all convs |" in table
+
+
 def test_the_vector_paths_are_the_cpus():
     from sparse_lower.bench.vector_paths import paths
 

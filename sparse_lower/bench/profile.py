@@ -21,8 +21,8 @@ from ..runtime import create_session
 
 
 def profile(lowered: onnx.ModelProto, feeds: dict, options, runs: int = 3) -> dict:
-    """{"total_ms", "by_op": {op: ms}, "by_layer": {layer: ms}}: kernel time per run (the mean of `runs`
-    after a warm-up), in `options`' session settings (threads)."""
+    """{"total_ms", "by_op": {op: ms}, "by_layer": {layer: ms}, "by_node": {node: ms}}: kernel time per run
+    (the mean of `runs` after a warm-up), in `options`' session settings (threads)."""
     with tempfile.TemporaryDirectory() as scratch:
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(scratch, "profile")
@@ -34,6 +34,7 @@ def profile(lowered: onnx.ModelProto, feeds: dict, options, runs: int = 3) -> di
             events = json.load(file)
     by_op: Counter = Counter()
     by_layer: Counter = Counter()
+    by_node: Counter = Counter()
     kernels = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
     first_run = _runs_start(events)
     for event in kernels:
@@ -42,8 +43,9 @@ def profile(lowered: onnx.ModelProto, feeds: dict, options, runs: int = 3) -> di
         ms = event["dur"] / 1e3 / runs
         by_op[event["args"]["op_name"]] += ms
         by_layer[_layer(event)] += ms
+        by_node[event["name"].removesuffix("_kernel_time")] += ms
     return {"total_ms": sum(by_op.values()), "by_op": dict(by_op.most_common()),
-            "by_layer": dict(by_layer.most_common())}
+            "by_layer": dict(by_layer.most_common()), "by_node": dict(by_node)}
 
 
 def layers_per_run(events: list[dict]) -> list[dict[str, float]]:

@@ -1,6 +1,6 @@
 """`sparse-lower bench`'s suites and command line: the cases (run.py) and the scaling curves, or one of
 the measurements with a table of their own (threads, vector paths, the portable target, the nna target's
-standard tables), each written to --out as results.json and results.md."""
+standard tables, the backbone's layers), each written to --out as results.json and results.md."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import os
 import platform
 from pathlib import Path
 
-from . import nna_tables, portable, threads, vector_paths
+from . import layers, nna_tables, portable, threads, vector_paths
 from .provenance import provenance_fields
 from .run import run
 from .tables import TABLES
 
 # the suites with a table of their own
 MEASUREMENTS = {"threads": threads.measure, "vector-paths": vector_paths.measure, "portable": portable.measure,
-                "nna-tables": nna_tables.measure}
+                "nna-tables": nna_tables.measure, "layers": layers.measure}
 SUITES = ("cases", "scaling", *MEASUREMENTS)
 
 
@@ -56,7 +56,8 @@ def add_arguments(parser) -> None:
                              "backbone on 1 thread to every core, ours beside spconv; vector-paths: the backbone's "
                              "float and int8 forms on each vector path of this CPU, and int8's error; portable: the "
                              "portable target against the gpu target, time and peak memory; nna-tables: the nna "
-                             "target's tables from the library against in standard ops (plain onnxruntime)")
+                             "target's tables from the library against in standard ops (plain onnxruntime); layers: "
+                             "each conv of the backbone, float and int8, against the same run's GEMM peak")
     parser.add_argument("--scaling", action="store_const", dest="suite", const="scaling",
                         help="the same as --suite scaling")
 

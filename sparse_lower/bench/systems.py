@@ -62,15 +62,16 @@ def index_only(lowered: onnx.ModelProto, feature_inputs=("features",)) -> onnx.M
     return model
 
 
-def useful_flops(unfold_lowered: onnx.ModelProto, tables: dict) -> tuple[float, int]:
-    """(2 · Σ pairs · Cin · Cout, Σ pairs) over the sparse convs of a gpu-unfold lowered model; pairs
-    are the entries nbr ≥ 0 of each layer's neighbour table, Cin · K · Cout the MatMul weight's shape."""
+def layer_flops(unfold_lowered: onnx.ModelProto, tables: dict) -> dict[str, dict]:
+    """{layer: {"cin", "cout", "pairs", "flops"}} of the sparse convs of a gpu-unfold lowered model, by
+    layer name (the first part of its nodes' names); pairs are the entries nbr ≥ 0 of the layer's
+    neighbour table, Cin · K · Cout the MatMul weight's shape, flops 2 · pairs · Cin · Cout."""
     weights = {t.name: tuple(t.dims) for t in unfold_lowered.graph.initializer}
     consumers = {}
     for node in unfold_lowered.graph.node:
         for i in node.input:
             consumers.setdefault(i, []).append(node)
-    flops, pairs_total = 0.0, 0
+    layers = {}
     for node in unfold_lowered.graph.node:
         if node.op_type != "IndexedUnfold":
             continue
@@ -81,9 +82,14 @@ def useful_flops(unfold_lowered: onnx.ModelProto, tables: dict) -> tuple[float, 
         rows, cout = weights[matmuls[0].input[1]]
         cin = rows // nbr.shape[-1]
         pairs = int(np.count_nonzero(nbr >= 0))
-        pairs_total += pairs
-        flops += 2.0 * pairs * cin * cout
-    return flops, pairs_total
+        layers[node.name.split("/")[0]] = {"cin": cin, "cout": cout, "pairs": pairs, "flops": 2.0 * pairs * cin * cout}
+    return layers
+
+
+def useful_flops(unfold_lowered: onnx.ModelProto, tables: dict) -> tuple[float, int]:
+    """(2 · Σ pairs · Cin · Cout, Σ pairs) over the sparse convs of a gpu-unfold lowered model (layer_flops)."""
+    layers = layer_flops(unfold_lowered, tables).values()
+    return sum(layer["flops"] for layer in layers), sum(layer["pairs"] for layer in layers)
 
 
 @dataclass

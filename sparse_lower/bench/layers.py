@@ -1,0 +1,57 @@
+"""`sparse-lower bench --suite layers`: the CenterPoint backbone's gpu form on the real CenterPoint frame,
+each sparse conv against the GEMM peak measured in the same run, float and int8.
+
+Per layer: its useful work (2 · pairs · Cin · Cout, the pairs of its neighbour table on the frame), its
+conv's kernel time in onnxruntime's profile (`IndexedConv`, and `IndexedConvInt8` in the int8 form, on
+the widest vector units: runtime.vector_units()), the float rate as a share of the two-thread GEMM peak
+(onnxruntime's MatMul 2048³, the best of its runs before and after the profiles, so that a machine's
+drift does not flatter the layers), and int8's speed-up over float. That is the table the CPU kernels'
+work is chosen from: which layers fall short of the peak, and where int8 gains.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..api import lower
+from ..frames.sample import real_feeds
+from ..models import CanonicalEmitter, sp_middle_resnet_fhd
+from ..quantization.gpu import quantize
+from ..runtime import create_session, vector_units
+from .cases import BEVFUSION_FILE, CENTERPOINT_FILE
+from .profile import profile
+from .systems import gemm_peak_gflops, index_only, layer_flops, session_options
+
+CONVS = ("IndexedConv", "IndexedConvInt8")
+
+
+def conv_ms(found: dict) -> dict[str, float]:
+    """{layer: ms} of the convs in a profile (bench.profile's by_node): the node `LAYER/…` of a conv op."""
+    return {node.split("/")[0]: ms for node, ms in found["by_node"].items() if node.split("/")[-1] in CONVS}
+
+
+def measure(repeat: int, threads: int = 2, log=print) -> dict:
+    """{"threads", "units", "peak_gflops", "layers": [{"layer", "cin", "cout", "pairs", "flops", "float_ms",
+    "int8_ms"}], "float_ms", "int8_ms"}: kernel ms per run, the mean of `repeat` profiled runs."""
+    frames = [real_feeds(CENTERPOINT_FILE), real_feeds(BEVFUSION_FILE)]
+    source = sp_middle_resnet_fhd(CanonicalEmitter(), np.random.default_rng(0))
+    lowered = lower(source, target="gpu")
+    quantized, _ = quantize(lowered, frames)
+    unfold = lower(source, target="gpu", strategy="unfold")
+    tables_model = index_only(unfold)
+    session = create_session(tables_model)
+    names = [o.name for o in session.get_outputs()]
+    inputs = {v.name for v in tables_model.graph.input}
+    work = layer_flops(unfold, dict(zip(names, session.run(None, {k: v for k, v in frames[0].items() if k in inputs}))))
+    log("measuring the two-thread GEMM peak…")
+    peaks = [gemm_peak_gflops(2048, 9, threads=threads)]
+    profiles = {}
+    for form, model in (("float", lowered), ("int8", quantized)):
+        log(f"profiling the {form} form…")
+        profiles[form] = profile(model, frames[0], session_options(threads), runs=repeat)
+    peaks.append(gemm_peak_gflops(2048, 9, threads=threads))
+    times = {form: conv_ms(found) for form, found in profiles.items()}
+    layers = [{"layer": layer, **values, "float_ms": times["float"][layer], "int8_ms": times["int8"][layer]}
+              for layer, values in work.items()]
+    return {"threads": threads, "units": vector_units(), "peak_gflops": max(peaks), "peaks": peaks, "layers": layers,
+            **{f"{form}_ms": found["total_ms"] for form, found in profiles.items()}}
