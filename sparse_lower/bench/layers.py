@@ -30,6 +30,17 @@ def conv_ms(found: dict) -> dict[str, float]:
     return {node.split("/")[0]: ms for node, ms in found["by_node"].items() if node.split("/")[-1] in CONVS}
 
 
+def conv_work(source, feeds: dict) -> dict[str, dict]:
+    """{layer: {"cin", "cout", "pairs", "flops"}} of the sparse convs of `source` (a model of source ops) on
+    `feeds`, from the neighbour tables of its gpu-unfold form (systems.layer_flops)."""
+    unfold = lower(source, target="gpu", strategy="unfold")
+    tables_model = index_only(unfold)
+    session = create_session(tables_model)
+    names = [o.name for o in session.get_outputs()]
+    inputs = {v.name for v in tables_model.graph.input}
+    return layer_flops(unfold, dict(zip(names, session.run(None, {k: v for k, v in feeds.items() if k in inputs}))))
+
+
 def measure(repeat: int, threads: int = 2, log=print) -> dict:
     """{"threads", "units", "peak_gflops", "layers": [{"layer", "cin", "cout", "pairs", "flops", "float_ms",
     "int8_ms"}], "float_ms", "int8_ms"}: kernel ms per run, the mean of `repeat` profiled runs."""
@@ -37,12 +48,7 @@ def measure(repeat: int, threads: int = 2, log=print) -> dict:
     source = sp_middle_resnet_fhd(CanonicalEmitter(), np.random.default_rng(0))
     lowered = lower(source, target="gpu")
     quantized, _ = quantize(lowered, frames)
-    unfold = lower(source, target="gpu", strategy="unfold")
-    tables_model = index_only(unfold)
-    session = create_session(tables_model)
-    names = [o.name for o in session.get_outputs()]
-    inputs = {v.name for v in tables_model.graph.input}
-    work = layer_flops(unfold, dict(zip(names, session.run(None, {k: v for k, v in frames[0].items() if k in inputs}))))
+    work = conv_work(source, frames[0])
     log("measuring the two-thread GEMM peak…")
     peaks = [gemm_peak_gflops(2048, 9, threads=threads)]
     profiles = {}

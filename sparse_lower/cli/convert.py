@@ -106,6 +106,10 @@ class ConvertCommand:
     With --int8 --calibrate FRAMES (gpu target), the convs whose input rows stay >= 0 on the frames run
     in 8 bits (IndexedConvInt8, calibrated on those frames), and the check measures the 8-bit model
     against the float one on each frame instead: max relative error and SNR, with no pass or fail.
+    --int8-limit E keeps float the convs that would take the outputs more than E (relative) from float on
+    the calibration frames, chosen by measurement (each conv alone, then the most sensitive kept float
+    until within E); --int8-headroom H widens every calibrated range H times, for frames whose rows go
+    past the calibration frames'.
 
     example: sparse-lower convert model.onnx -o model.gpu.onnx --target gpu
     """
@@ -151,6 +155,11 @@ class ConvertCommand:
         parser.add_argument("--int8", action="store_true",
                             help="gpu: the convs in 8 bits (IndexedConvInt8) where the calibration allows; "
                                  "needs --calibrate")
+        parser.add_argument("--int8-limit", type=float, metavar="E",
+                            help="--int8: keep float the convs that take the outputs more than E (relative) from "
+                                 "float on the calibration frames, e.g. 0.01")
+        parser.add_argument("--int8-headroom", type=float, default=1.0, metavar="H",
+                            help="--int8: each input range H times its calibrated top (default 1)")
         parser.add_argument("--calibrate", nargs="+", metavar="FRAME",
                             help="--int8: frames to calibrate on (.npz with features/coords, or folders of them, "
                                  "as `sparse-lower run` reads them)")
@@ -167,6 +176,9 @@ class ConvertCommand:
         if args.int8 != bool(args.calibrate):
             raise SparseLowerError("--int8 and --calibrate go together",
                                    fix="give both: --int8 --calibrate FRAME [FRAME ...]")
+        if not args.int8 and (args.int8_limit is not None or args.int8_headroom != 1.0):
+            raise SparseLowerError("--int8-limit and --int8-headroom shape the 8-bit model",
+                                   fix="give --int8 --calibrate FRAME [FRAME ...] with them")
         if args.int8 and (args.target != "gpu" or args.strategy not in (None, "auto", "fused")):
             raise SparseLowerError(f"--int8 quantizes the gpu target's fused convs, not --target {args.target} "
                                    f"--strategy {args.strategy}",
@@ -194,10 +206,11 @@ class ConvertCommand:
                             fuse_taps=args.fuse_taps, layout=args.layout or "image", max_pairs=max_pairs,
                             max_members=args.max_members, tables=args.tables or "library", dump_dir=args.dump_dir)
         if args.int8:
-            with status.step(f"calibrating on {len(calibration)} frame(s) and quantizing the convs"):
+            searched = f", keeping float the convs past {args.int8_limit:g}" if args.int8_limit is not None else ""
+            with status.step(f"calibrating on {len(calibration)} frame(s) and quantizing the convs{searched}"):
                 frames = feeds_of(lowered, calibration)
                 float_model = lowered
-                lowered, found = quantize(lowered, frames)
+                lowered, found = quantize(lowered, frames, limit=args.int8_limit, headroom=args.int8_headroom)
             out.say(f"int8: {len(found.tops)} of {len(found.tops) + len(found.float_convs)} convs in 8 bits"
                     + "".join(f"\n  left float: {name}: {why}" for name, why in found.float_convs.items()))
         onnx.save(lowered, args.output)

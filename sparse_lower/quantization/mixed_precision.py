@@ -100,11 +100,18 @@ def choose_wide_layers(parts: Partition, calibration: Iterable[Mapping[str, np.n
     has made one (its float run and ranges are then not made again)."""
     runs = runs if runs is not None else QuantizedRuns(parts, calibration, form)
     limit = limit if limit is not None else runs.form.search_limit
-    layers = list(runs.layers)
+    wide, errors, sensitivity = widened(list(runs.layers), lambda quantized, wide=(): max(runs.errors(quantized, wide)),
+                                        limit, log)
+    return Plan(wide, errors, sensitivity, runs.samples)
 
-    def error(quantized: Iterable[str], wide: Iterable[str] = ()) -> float:
-        return max(runs.errors(quantized, wide))
 
+def widened(layers: list[str], error: Callable[..., float], limit: float, log: Callable[[str], None] = lambda line: None,
+            wider: str = "wide") -> tuple[list[str], list[float], dict[str, float]]:
+    """(wide, errors, sensitivity): steps 1-3 of the module docstring on `layers`, where `error(quantized,
+    wide=())` is the network's largest error with the layers `quantized` at 8 bits but those of `wide`
+    (`wider`: what a wide layer is called in the log lines). `errors`: every layer at 8 bits, then after
+    each widening and each layer put back; `sensitivity`: each layer alone at 8 bits, the most sensitive
+    first."""
     sensitivity = {}
     for layer in layers:
         sensitivity[layer] = error([layer])
@@ -116,7 +123,7 @@ def choose_wide_layers(parts: Partition, calibration: Iterable[Mapping[str, np.n
     while errors[-1] > limit and len(wide) < len(ranked):
         wide.append(ranked[len(wide)])
         errors.append(error(layers, wide))
-        log(f"{len(wide)} wide ({wide[-1]} added): {100 * errors[-1]:.2f} %")
+        log(f"{len(wide)} {wider} ({wide[-1]} added): {100 * errors[-1]:.2f} %")
     if errors[-1] <= limit:
         for layer in reversed(list(wide)):
             fewer = [other for other in wide if other != layer]
@@ -124,4 +131,4 @@ def choose_wide_layers(parts: Partition, calibration: Iterable[Mapping[str, np.n
             log(f"without {layer}: {100 * without:.2f} %{' (back to 8 bits)' if without <= limit else ''}")
             if without <= limit:
                 wide, errors = fewer, [*errors, without]
-    return Plan(wide, errors, {layer: sensitivity[layer] for layer in ranked}, runs.samples)
+    return wide, errors, {layer: sensitivity[layer] for layer in ranked}
