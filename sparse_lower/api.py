@@ -19,6 +19,7 @@ from .onnx_conventions import SOURCE_DOMAIN
 from .lowering import COMBINES, LAYOUTS, STRATEGIES, TABLES, TARGETS, Options
 from .partition import DEFAULT_DEVICES, Partition, Predicate
 from .partition import partition as partition_graph
+from .passes.bf16_convs import PRECISIONS, Bf16Convs
 from .passes.check import CheckModel, check_model
 from .passes.float16 import WidenFloat16
 from .passes.fuse_epilogues import FuseEpilogues
@@ -78,8 +79,8 @@ def _pair_capacities(max_pairs, model: onnx.ModelProto, target: str, combine: st
 def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, strategy: str = "auto",
           combine: str = "gather", max_active: int | Sequence[int] | None = None, max_batch: int | None = None,
           fuse_taps: bool = False, layout: str = "image", max_pairs: Mapping[str, Sequence[int]] | None = None,
-          max_members: int | None = None, tables: str = "library", dump_dir: str | os.PathLike | None = None,
-          check_each_pass: bool = False) -> onnx.ModelProto:
+          max_members: int | None = None, tables: str = "library", precision: str = "float32",
+          dump_dir: str | os.PathLike | None = None, check_each_pass: bool = False) -> onnx.ModelProto:
     """Rewrite the sparse-convolution nodes of `model` for `target`; run the result with
     `create_session`.
 
@@ -120,6 +121,10 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
       `runtime.drop_padding` drops them from the outputs), and the grids hold `max_batch` batches
       (default: the model's ToDense batch_size, else 1).
 
+    * `precision` (gpu target, fused convs): "float32", or "bf16": each `IndexedConv` rounds its input
+      rows and weights to bfloat16 and sums their products in float32 (AMX tiles where the CPU has them,
+      tensor cores in CUDA), within 1e-2 of float32 (docs/custom_ops.md).
+
     `dump_dir` receives the model after every pass; `check_each_pass` runs the ONNX checker and shape
     inference after every pass (the tests do).
     """
@@ -128,6 +133,11 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     _choice("combine method", combine, COMBINES)
     _choice("nna layout", layout, LAYOUTS)
     _choice("tables", tables, TABLES)
+    _choice("precision", precision, PRECISIONS)
+    if precision != "float32" and (target != "gpu" or strategy not in ("auto", "fused")):
+        raise SparseLowerError(f"precision='{precision}' is the gpu target's fused convs' (IndexedConv), not "
+                               f"target '{target}' with strategy '{strategy}'",
+                               fix="use target 'gpu' with strategy 'auto' or 'fused', or leave precision out")
     if tables != "library" and target not in ("nna", "hybrid"):
         why = "the portable target's tables are standard ops already" if target == "portable" else \
             "the gpu target computes with the library's custom ops, which need it loaded anyway"
@@ -161,7 +171,7 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
                                fix="import it first: sparse_lower.lower(sparse_lower.import_model(model), ...) "
                                    "(sparse-lower convert imports by itself)")
     passes = [ValidateSourceOps(), WidenFloat16(), ScatterToDense(), LowerSparse(target, options), FuseEpilogues(),
-              CheckModel()]
+              *([Bf16Convs()] if precision == "bf16" else []), CheckModel()]
     manager = PassManager(passes, verify=check_model if check_each_pass else None, dump_dir=dump_dir)
     lowered = manager.run(model)
     # Checked after the passes, so that a malformed model gets validation's more precise message.

@@ -239,7 +239,7 @@ def test_the_layers_suite_times_every_conv_of_the_backbone_against_the_gemm_peak
     result = measure(repeat=1, log=lambda *_: None)
     assert len(result["layers"]) == 21 and result["layers"][0]["layer"] == "conv_input"
     assert sum(layer["flops"] for layer in result["layers"]) == pytest.approx(50.91e9, rel=1e-3)
-    assert all(layer["float_ms"] > 0 and layer["int8_ms"] > 0 for layer in result["layers"])
+    assert all(layer["float_ms"] > 0 and layer["bf16_ms"] > 0 and layer["int8_ms"] > 0 for layer in result["layers"])
     assert result["peak_gflops"] == max(result["peaks"]) > 0
     table = layers_table({**result, "repeat": 1, "cores": 2, "machine": "x"})
     assert "| conv4.4.conv2 | 128→128 |" in table and "| all convs |" in table

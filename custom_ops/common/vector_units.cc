@@ -45,15 +45,35 @@ bool HasVnni() {
 #endif
 }
 
-bool HasAmx() {
 #if defined(__x86_64__)
-  // Linux keeps the tiles' 8 KiB of state off until a process asks for it (ARCH_REQ_XCOMP_PERM for
-  // XFEATURE_XTILEDATA); a tile instruction before that is a fault. The grant holds for every thread.
+namespace {
+
+// AMX's tiles where the CPU has them, SPARSE_LOWER_NO_AMX does not rule them out, and Linux grants the
+// process their state: it keeps the tiles' 8 KiB off until a process asks (ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA), and a tile instruction before that is a fault. The grant holds for every thread.
+bool HasTiles() {
   constexpr long kRequestPermission = 0x1023;
   constexpr long kTileData = 18;
   static const bool has = HasVnni() && !Forced("SPARSE_LOWER_NO_AMX") && __builtin_cpu_supports("amx-tile") &&
-                          __builtin_cpu_supports("amx-int8") &&
                           syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
+  return has;
+}
+
+}  // namespace
+#endif
+
+bool HasAmx() {
+#if defined(__x86_64__)
+  static const bool has = HasTiles() && __builtin_cpu_supports("amx-int8");
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool HasAmxBf16() {
+#if defined(__x86_64__)
+  static const bool has = HasTiles() && __builtin_cpu_supports("amx-bf16");
   return has;
 #else
   return false;

@@ -10,7 +10,10 @@ namespace sparse_lower {
 
 // X [N, Cin] rows, idx [M, K] (-1: no input through tap k), W [K, Cin, Cout], optional bias B [Cout],
 // optional coords [N, 1+D] (the features/coords pairing check, as in IndexedUnfold), optional residual
-// R [M, Cout] added after every tap; attribute activation "none" (default) or "relu". Y [M, Cout].
+// R [M, Cout] added after every tap; attribute activation "none" (default) or "relu", attribute precision
+// "float32" (default) or "bfloat16": X and W rounded to bfloat16, the products summed in float32
+// (conv/row_gemm_bf16.h; AMX tiles on the CPU where it has them, for 32 input channels or more; tensor
+// cores on CUDA). Y [M, Cout].
 //
 // IndexedUnfold → MatMul → IndexedFold with the gather, the products and the fold fused: output rows
 // are taken in blocks that stay in cache, and within a block, tap by tap, the rows that have an input
@@ -41,6 +44,11 @@ class IndexedConv {
   static Inputs Read(const Ort::KernelContext& ctx);
 
   bool relu_;
+  bool bf16_;
+
+ private:
+  // Compute at precision "bfloat16" on AMX tiles: X converted to bfloat16 rows once, W per tap.
+  void ComputeOnTiles(const Ort::KernelContext& ctx, const Inputs& in, float* y) const;
 };
 
 }  // namespace sparse_lower

@@ -86,5 +86,6 @@ void TapLists<T>::Fill(const int64_t* idx, int64_t begin, int64_t end, int64_t i
 
 template class TapLists<float>;
 template class TapLists<uint8_t>;
+template class TapLists<uint16_t>;
 
 }  // namespace sparse_lower

@@ -1,11 +1,12 @@
 """`sparse-lower bench --suite layers`: the CenterPoint backbone's gpu form on the real CenterPoint frame,
-each sparse conv against the GEMM peak measured in the same run, float and int8.
+each sparse conv against the GEMM peak measured in the same run, in float32, bfloat16 and int8.
 
 Per layer: its useful work (2 · pairs · Cin · Cout, the pairs of its neighbour table on the frame), its
-conv's kernel time in onnxruntime's profile (`IndexedConv`, and `IndexedConvInt8` in the int8 form, on
-the widest vector units: runtime.vector_units()), the float rate as a share of the two-thread GEMM peak
-(onnxruntime's MatMul 2048³, the best of its runs before and after the profiles, so that a machine's
-drift does not flatter the layers), and int8's speed-up over float. That is the table the CPU kernels'
+conv's kernel time in onnxruntime's profile (`IndexedConv`, at precision "bfloat16" in the bf16 form,
+and `IndexedConvInt8` in the int8 form, on the widest vector units: runtime.vector_units()), the float
+rate as a share of the two-thread GEMM peak (onnxruntime's MatMul 2048³, the best of its runs before and
+after the profiles, so that a machine's drift does not flatter the layers), and the speed-ups of bf16
+and int8 over float. That is the table the CPU kernels'
 work is chosen from: which layers fall short of the peak, and where int8 gains.
 """
 
@@ -23,6 +24,7 @@ from .profile import profile
 from .systems import gemm_peak_gflops, index_only, layer_flops, session_options
 
 CONVS = ("IndexedConv", "IndexedConvInt8")
+FORMS = ("float", "bf16", "int8")
 
 
 def conv_ms(found: dict) -> dict[str, float]:
@@ -43,7 +45,8 @@ def conv_work(source, feeds: dict) -> dict[str, dict]:
 
 def measure(repeat: int, threads: int = 2, log=print) -> dict:
     """{"threads", "units", "peak_gflops", "layers": [{"layer", "cin", "cout", "pairs", "flops", "float_ms",
-    "int8_ms"}], "float_ms", "int8_ms"}: kernel ms per run, the mean of `repeat` profiled runs."""
+    "bf16_ms", "int8_ms"}], "float_ms", "bf16_ms", "int8_ms"}: kernel ms per run, the mean of `repeat`
+    profiled runs."""
     frames = [real_feeds(CENTERPOINT_FILE), real_feeds(BEVFUSION_FILE)]
     source = sp_middle_resnet_fhd(CanonicalEmitter(), np.random.default_rng(0))
     lowered = lower(source, target="gpu")
@@ -52,12 +55,13 @@ def measure(repeat: int, threads: int = 2, log=print) -> dict:
     log("measuring the two-thread GEMM peak…")
     peaks = [gemm_peak_gflops(2048, 9, threads=threads)]
     profiles = {}
-    for form, model in (("float", lowered), ("int8", quantized)):
+    models = {"float": lowered, "bf16": lower(source, target="gpu", precision="bf16"), "int8": quantized}
+    for form, model in models.items():
         log(f"profiling the {form} form…")
         profiles[form] = profile(model, frames[0], session_options(threads), runs=repeat)
     peaks.append(gemm_peak_gflops(2048, 9, threads=threads))
     times = {form: conv_ms(found) for form, found in profiles.items()}
-    layers = [{"layer": layer, **values, "float_ms": times["float"][layer], "int8_ms": times["int8"][layer]}
+    layers = [{"layer": layer, **values, **{f"{form}_ms": times[form][layer] for form in FORMS}}
               for layer, values in work.items()]
     return {"threads": threads, "units": vector_units(), "peak_gflops": max(peaks), "peaks": peaks, "layers": layers,
             **{f"{form}_ms": found["total_ms"] for form, found in profiles.items()}}

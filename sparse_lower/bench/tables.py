@@ -175,27 +175,29 @@ def nna_tables_table(result: dict) -> str:
 
 def layers_table(result: dict) -> str:
     """`sparse-lower bench --suite layers`: a row per sparse conv of the backbone: its shape and useful
-    work, float ms and rate against the same run's GEMM peak, int8 ms and its speed-up; then the totals."""
+    work, float ms and rate against the same run's GEMM peak, bf16 and int8 ms and their speed-ups; then
+    the totals."""
     peak = result["peak_gflops"]
-    rows = []
-    for layer in result["layers"]:
-        rate = layer["flops"] / layer["float_ms"] / 1e6
-        rows.append([layer["layer"], f"{layer['cin']}→{layer['cout']}", f"{layer['pairs']:,}", f"{layer['flops'] / 1e9:.2f}",
-                     f"{layer['float_ms']:.1f}", f"{rate:.0f}", f"{100 * rate / peak:.0f} %", f"{layer['int8_ms']:.1f}",
-                     f"{layer['float_ms'] / layer['int8_ms']:.2f}×"])
-    flops = sum(layer["flops"] for layer in result["layers"])
-    float_ms = sum(layer["float_ms"] for layer in result["layers"])
-    int8_ms = sum(layer["int8_ms"] for layer in result["layers"])
-    rows.append(["all convs", "", f"{sum(layer['pairs'] for layer in result['layers']):,}", f"{flops / 1e9:.2f}",
-                 f"{float_ms:.1f}", f"{flops / float_ms / 1e6:.0f}", f"{100 * flops / float_ms / 1e6 / peak:.0f} %",
-                 f"{int8_ms:.1f}", f"{float_ms / int8_ms:.2f}×"])
+
+    def row(name: str, shape: str, layers: list[dict]) -> list[str]:
+        flops = sum(layer["flops"] for layer in layers)
+        ms = {form: sum(layer[f"{form}_ms"] for layer in layers) for form in ("float", "bf16", "int8")}
+        rate = flops / ms["float"] / 1e6
+        return [name, shape, f"{sum(layer['pairs'] for layer in layers):,}", f"{flops / 1e9:.2f}",
+                f"{ms['float']:.1f}", f"{rate:.0f}", f"{100 * rate / peak:.0f} %",
+                f"{ms['bf16']:.1f}", f"{ms['float'] / ms['bf16']:.2f}×", f"{ms['int8']:.1f}",
+                f"{ms['float'] / ms['int8']:.2f}×"]
+
+    rows = [row(layer["layer"], f"{layer['cin']}→{layer['cout']}", [layer]) for layer in result["layers"]]
+    rows.append(row("all convs", "", result["layers"]))
     table = markdown_table(["layer", "Cin→Cout", "pairs", "GFLOP", "float ms", "GFLOP/s", "of the GEMM peak",
-                            "int8 ms", "float / int8"], rows)
+                            "bf16 ms", "float / bf16", "int8 ms", "float / int8"], rows)
     return captioned(result, f"CenterPoint frame, {result['threads']} threads, {result['units']}; the convs' kernel "
                              f"time in onnxruntime's profile (the mean of {result['repeat']} runs). GEMM peak: "
                              f"onnxruntime's MatMul 2048³ on {result['threads']} threads, {peak:.1f} GFLOP/s (the "
                              f"best before and after the profiles). The whole run's kernels: float "
-                             f"{result['float_ms']:.1f} ms, int8 {result['int8_ms']:.1f} ms.\n\n{table}")
+                             f"{result['float_ms']:.1f} ms, bf16 {result['bf16_ms']:.1f} ms, int8 "
+                             f"{result['int8_ms']:.1f} ms.\n\n{table}")
 
 
 TABLES = {"speed": speed_table, "results": results_table, "scaling": scaling_table, "voxelnext": voxelnext_table,

@@ -20,6 +20,7 @@ from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model
 from ..lowering import COMBINES, LAYOUTS, STRATEGIES, TABLES, TARGETS
 from ..model_io import recorded_options
 from ..onnx_conventions import IMPORT_KEY
+from ..passes.bf16_convs import PRECISIONS
 from ..passes.lower import run_hint
 from ..quantization.gpu import quantize
 from ..report import render
@@ -101,7 +102,7 @@ class ConvertCommand:
     random inputs (--active sites per sparse input; by default 500, halved until the network fits
     --max-active) or the inputs of --inputs, and the largest error per output is printed; the exit
     status is 1 when an output differs by more than --tolerance (relative to the output's largest
-    magnitude).
+    magnitude; by default 1e-4, 1e-2 with --precision bf16).
 
     With --int8 --calibrate FRAMES (gpu target), the convs whose input rows stay >= 0 on the frames run
     in 8 bits (IndexedConvInt8, calibrated on those frames), and the check measures the 8-bit model
@@ -144,6 +145,9 @@ class ConvertCommand:
         parser.add_argument("--tables", choices=list(TABLES),
                             help="nna/hybrid: the index tables from the library's custom ops (default), or in "
                                  "standard ops, for runtimes without the library")
+        parser.add_argument("--precision", choices=list(PRECISIONS),
+                            help="gpu: the fused convs' products in float32 (default) or bf16 (rows and weights "
+                                 "rounded to bfloat16, summed in float32; AMX tiles where the CPU has them)")
         parser.add_argument("--dump-dir", help="write the model after every pass into this folder")
         parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                             help="compare the reference and the lowered model (default: on)")
@@ -204,7 +208,8 @@ class ConvertCommand:
             lowered = lower(source, target=args.target, strategy=args.strategy or "auto",
                             combine=args.combine or "gather", max_active=args.max_active, max_batch=args.max_batch,
                             fuse_taps=args.fuse_taps, layout=args.layout or "image", max_pairs=max_pairs,
-                            max_members=args.max_members, tables=args.tables or "library", dump_dir=args.dump_dir)
+                            max_members=args.max_members, tables=args.tables or "library",
+                            precision=args.precision or "float32", dump_dir=args.dump_dir)
         if args.int8:
             searched = f", keeping float the convs past {args.int8_limit:g}" if args.int8_limit is not None else ""
             with status.step(f"calibrating on {len(calibration)} frame(s) and quantizing the convs{searched}"):
@@ -234,7 +239,8 @@ class ConvertCommand:
         out.say(render(["output", "max abs error", "max rel error", "shape"],
                        [[d.output, f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", "ok" if d.shape_ok else "MISMATCH"]
                         for d in differences]))
-        tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
+        tolerance = (BF16_TOLERANCE if args.precision == "bf16" else DEFAULT_TOLERANCE) if args.tolerance is None \
+            else args.tolerance
         failed = [d.output for d in differences if not d.shape_ok or not d.max_rel <= tolerance]  # NaN fails
         worst = max((d.max_rel for d in differences), default=0.0)
         compared = (f"the lowered model in onnxruntime{plain} against the NumPy reference of the "
@@ -282,8 +288,10 @@ class ConvertCommand:
 # The options each target reads; another target given one of them is told it does nothing
 _TARGET_OPTIONS = {"strategy": {"gpu", "hybrid"}, "combine": {"nna", "hybrid"}, "layout": {"nna", "hybrid"},
                    "fuse_taps": {"nna", "hybrid"}, "max_active": {"nna", "hybrid", "portable"},
-                   "max_pairs": {"nna", "hybrid"}, "max_members": {"nna", "hybrid"}, "tables": {"nna", "hybrid"}}
+                   "max_pairs": {"nna", "hybrid"}, "max_members": {"nna", "hybrid"}, "tables": {"nna", "hybrid"},
+                   "precision": {"gpu"}}
 DEFAULT_TOLERANCE = 1e-4
+BF16_TOLERANCE = 1e-2  # --precision bf16: 8 bits of mantissa in each product's operands
 
 
 def assumed_values(imported: onnx.ModelProto) -> dict[str, list[str]]:

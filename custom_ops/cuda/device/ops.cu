@@ -170,7 +170,7 @@ struct IndexedConvCuda : Named<IndexedConv> {
     float* y = AllocateOutput<float>(ctx, 0, {s.rows, s.cout});
     const bodies::ConvArgs args{in.x.data, s.inputs, s.cin, in.idx.data, s.rows, s.taps, in.w.data, s.cout,
                                 in.bias,   in.residual, relu_ ? 1 : 0, y};
-    kernels::Conv<Backend>(this->Begin(ctx), args, bodies::Products::kFloat32);
+    kernels::Conv<Backend>(this->Begin(ctx), args, bf16_ ? bodies::Products::kBfloat16 : bodies::Products::kFloat32);
   }
 };
 
