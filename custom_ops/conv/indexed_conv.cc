@@ -18,13 +18,6 @@
 namespace sparse_lower {
 namespace {
 
-// The tiles take layers of at least this many input channels at precision "bfloat16"; narrower ones run
-// the float32 kernel on the rounded values. A tile row holds 32 bfloat16 channels, so a 16-channel row is
-// half padding: on the CenterPoint backbone (Xeon, one thread) the tiles took its 5- and 16-channel layers
-// 1.03-1.5x longer than the float32 kernel, its 32-channel ones as long, its 64- and 128-channel ones
-// 1.4-2.6x less long.
-constexpr int64_t kLeastTileChannels = 32;
-
 // `values` rounded to bfloat16, as float32 (the products of two are then exact in float32).
 std::vector<float> Bf16Rounded(const Ort::KernelContext& ctx, const float* values, int64_t count) {
   std::vector<float> rounded(static_cast<size_t>(count));
@@ -57,7 +50,7 @@ void IndexedConv::Compute(const Ort::KernelContext& ctx) const {
   const float* bias = in.bias;
   const float* residual = in.residual;
   float* y = AllocateOutput<float>(ctx, 0, {s.rows, s.cout});
-  if (bf16_ && HasAmxBf16() && s.cin >= kLeastTileChannels) {
+  if (bf16_ && HasAmxBf16()) {
     ComputeOnTiles(ctx, in, y);
     return;
   }

@@ -16,8 +16,8 @@ namespace sparse_lower {
 namespace {
 
 constexpr int kRows = 16;       // rows of a tile
-constexpr int kRowBytes = 64;   // bytes of a tile row: 64 u8 or 32 bf16 channels of an input row, or a
-                                // quad's (pair's) 16 columns × 4 u8 (× 2 bf16) weights
+constexpr int kRowBytes = 64;   // bytes of a tile row of sums (16 columns), or of weights: a quad's (pair's)
+                                // 16 columns × 4 u8 (× 2 bf16)
 constexpr int kMostPairs = 4;   // tiles of sums: tiles 0-3; tile 4 holds the rows, tiles 5 and 6 the weights
 
 // The operand of ldtilecfg (palette 1): each tile's rows and bytes per row.
@@ -29,17 +29,19 @@ struct alignas(64) TileConfig {
   uint8_t rows[16];
 };
 
-__attribute__((target("amx-tile"))) void ConfigureTiles() {
+// Tiles 0-3 (sums) 16 rows of 64 bytes, tile 4 (the rows) 16 rows of `depth` · 4 bytes (a chunk of each
+// input row), tiles 5 and 6 (weights) `depth` rows of 64 bytes.
+__attribute__((target("amx-tile"))) void ConfigureTiles(int64_t depth) {
   TileConfig config{};
   config.palette = 1;
   for (int t = 0; t < 7; ++t) {
-    config.bytes[t] = kRowBytes;
-    config.rows[t] = kRows;
+    config.bytes[t] = t == 4 ? static_cast<uint16_t>(4 * depth) : kRowBytes;
+    config.rows[t] = t >= 5 ? static_cast<uint8_t>(depth) : kRows;
   }
   _tile_loadconfig(&config);
 }
 
-// The sums of 16 rows (`rows`, `stride` bytes apart, `chunks` · 64 bytes each) with kPairs tiles of 16
+// The sums of 16 rows (`rows`, `stride` bytes apart, Chunks() · Depth() · 4 bytes each) with kPairs tiles of 16
 // columns from pair `first` of `w` (PackedWeights or Bf16Weights: Tile(pair, chunk)), into sums
 // [kPairs][16][16]: int32 by tdpbusd, or float32 by tdpbf16ps (kBf16). The weights alternate between
 // tiles 5 and 6, so that one loads while the other multiplies.
@@ -54,7 +56,7 @@ __attribute__((target("amx-tile,amx-int8,amx-bf16"))) void MultiplyTiles(const u
   if constexpr (kPairs > 2) _tile_zero(2);
   if constexpr (kPairs > 3) _tile_zero(3);
   for (int64_t chunk = 0; chunk < w.Chunks(); ++chunk) {
-    _tile_loadd(4, rows + chunk * kRowBytes, stride);
+    _tile_loadd(4, rows + chunk * 4 * w.Depth(), stride);
     _tile_loadd(5, w.Tile(first, chunk), kRowBytes);
     if constexpr (kBf16) _tile_dpbf16ps(0, 4, 5); else _tile_dpbusd(0, 4, 5);
     if constexpr (kPairs > 1) {
@@ -121,11 +123,11 @@ template <bool kBf16, typename Weights, typename Add>
 __attribute__((target("amx-tile"))) void TiledRows(const uint8_t* const* a, int64_t n, int64_t bytes,
                                                    const Weights& w, int64_t cout, Add add) {
   const int64_t pairs = (cout + 15) / 16;  // tiles of 16 columns (the packings' pairs of 8-column blocks)
-  const int64_t stride = w.Chunks() * kRowBytes;
+  const int64_t stride = w.Chunks() * w.Depth() * 4;
   thread_local std::vector<uint8_t> block;
   block.assign(static_cast<size_t>(kRows * stride), 0);
   alignas(64) uint8_t sums[kMostPairs * kRows * kRowBytes];
-  ConfigureTiles();
+  ConfigureTiles(w.Depth());
   for (int64_t i = 0; i < n; i += kRows) {
     const int m = static_cast<int>(std::min<int64_t>(kRows, n - i));
     for (int r = 0; r < m; ++r) std::memcpy(block.data() + r * stride, a[i + r], static_cast<size_t>(bytes));

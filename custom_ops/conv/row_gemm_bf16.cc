@@ -1,5 +1,6 @@
 #include "conv/row_gemm_bf16.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -21,10 +22,12 @@ float FromBf16(uint16_t bits) {
 }
 
 Bf16Weights::Bf16Weights(const float* w, int64_t cin, int64_t cout)
-    : chunks_((cin + 31) / 32), values_(static_cast<size_t>((cout + 15) / 16 * chunks_ * 512), 0) {
+    : depth_(std::min<int64_t>(16, std::max<int64_t>(1, (cin + 1) / 2))),
+      chunks_(((cin + 1) / 2 + depth_ - 1) / depth_),
+      values_(static_cast<size_t>((cout + 15) / 16 * chunks_ * depth_ * 32), 0) {
   for (int64_t c = 0; c < cin; ++c) {
     for (int64_t o = 0; o < cout; ++o) {
-      const int64_t at = (o / 16 * chunks_ + c / 32) * 512 + (c % 32 / 2) * 32 + (o % 16) * 2 + c % 2;
+      const int64_t at = ((o / 16 * chunks_ + c / 2 / depth_) * depth_ + c / 2 % depth_) * 32 + (o % 16) * 2 + c % 2;
       values_[static_cast<size_t>(at)] = ToBf16(w[c * cout + o]);
     }
   }

@@ -15,16 +15,20 @@ uint16_t ToBf16(float value);
 float FromBf16(uint16_t bits);
 
 // W [Cin, Cout] float in bfloat16, as AMX's tdpbf16ps reads it: Cout in tiles of 16 columns (pairs of
-// 8-column blocks, as PackedWeights), Cin in chunks of 32 channels (zeros past Cin), each chunk of a tile
-// 16 rows of 64 bytes, a pair of channels' 16 columns × 2 to a row, at Tile(pair, chunk).
+// 8-column blocks, as PackedWeights), Cin in chunks of Depth() pairs of channels (16, or all of a narrower
+// row's; zeros past Cin), each chunk of a tile Depth() rows of 64 bytes, a pair of channels' 16 columns
+// × 2 to a row, at Tile(pair, chunk).
 class Bf16Weights {
  public:
   Bf16Weights(const float* w, int64_t cin, int64_t cout);
+  int64_t Depth() const { return depth_; }
   int64_t Chunks() const { return chunks_; }
-  const uint16_t* Tile(int64_t pair, int64_t chunk) const { return values_.data() + (pair * chunks_ + chunk) * 512; }
+  const uint16_t* Tile(int64_t pair, int64_t chunk) const {
+    return values_.data() + (pair * chunks_ + chunk) * depth_ * 32;
+  }
 
  private:
-  int64_t chunks_;
+  int64_t depth_, chunks_;
   std::vector<uint16_t> values_;
 };
 

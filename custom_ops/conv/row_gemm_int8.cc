@@ -21,10 +21,11 @@
 namespace sparse_lower {
 namespace {
 
-// AMX takes layers of at least this many input channels; narrower ones stay on VNNI. A tile row holds 64
-// channels, so a 16- or 32-channel row is mostly padding to copy and multiply: on the CenterPoint backbone
-// (Xeon, one thread) AMX took its 16- and 32-channel layers 1.2-1.4x longer than VNNI, its 64- and
-// 128-channel layers 1.3-1.8x less long.
+// AMX takes layers of at least this many input channels; narrower ones stay on VNNI. On the CenterPoint
+// backbone (Xeon, one thread) AMX took its 16- and 32-channel layers 1.2-1.4x longer than VNNI with 64-channel
+// chunks, and its 32-channel ones still 1.07x longer with 32-channel chunks (a tile of each row's 32 bytes:
+// the copy into the block and the sums' way back through memory cost more than the products save), its
+// 64- and 128-channel layers 1.1-1.8x less long.
 constexpr int64_t kAmxLeastChannels = 64;
 
 int64_t Blocks(int64_t cout) { return (cout + 7) / 8; }
@@ -197,13 +198,14 @@ PackedWeights::PackedWeights(const int8_t* w, int64_t cin, int64_t cout)
               : HasI8mm()                          ? Layout::kOctets
                                                    : Layout::kQuads),
       quads_(RowBytes(cin) / 4),
-      bytes_(static_cast<size_t>(Pairs(cout) * (layout_ == Layout::kTiles ? Chunks() * 1024 : quads_ * 64)), 0),
+      bytes_(static_cast<size_t>(Pairs(cout) * (layout_ == Layout::kTiles ? Chunks() * Depth() : quads_) * 64), 0),
       offsets_(static_cast<size_t>(16 * Pairs(cout)), 0) {
   for (int64_t c = 0; c < cin; ++c) {
     for (int64_t o = 0; o < cout; ++o) {
       const int64_t j = o % 8;
-      const int64_t at = layout_ == Layout::kTiles ? (o / 16 * Chunks() + c / 64) * 1024 + (c / 4 % 16) * 64 +
-                                                         (o % 16) * 4 + c % 4
+      const int64_t at = layout_ == Layout::kTiles
+                             ? ((o / 16 * Chunks() + c / 4 / Depth()) * Depth() + c / 4 % Depth()) * 64 + (o % 16) * 4 +
+                                   c % 4
                          : layout_ == Layout::kQuads ? (o / 8) * quads_ * 32 + (c / 4) * 32 + j * 4 + c % 4
                                                      : (o / 8) * quads_ * 32 + (c / 8) * 64 + (j / 2) * 16 +
                                                            (j % 2) * 8 + c % 8;

@@ -13,9 +13,10 @@ namespace sparse_lower {
 //     consecutive bytes (the operand of one vpmaddubsw, or two SDOTs);
 //   * kOctets (I8MM): each octet of 8 channels' 4 pairs of columns, a pair's 2 columns × 8 channels as 16
 //     consecutive bytes (the operand of one USMMLA).
-// With AMX, for layers of 64 input channels or more (kTiles), the blocks are not apart: each pair of blocks (16 columns) is cut into chunks of 16
-// quads (64 channels, Cin padded with zeros to whole chunks), each chunk one tile of 16 rows of 64 bytes,
-// a quad's 16 columns × 4 channels to a row (the B operand of one tdpbusd), at Tile(pair, chunk).
+// With AMX (kTiles, for layers of 64 input channels or more) the blocks are not apart: each pair of
+// blocks (16 columns) is cut into chunks of Depth() quads (16, or all of a narrower row's; Cin padded with
+// zeros to whole chunks), each chunk one tile of Depth() rows of 64 bytes, a quad's 16 columns × 4
+// channels to a row (the B operand of one tdpbusd), at Tile(pair, chunk).
 class PackedWeights {
  public:
   enum class Layout { kQuads, kOctets, kTiles };
@@ -25,9 +26,12 @@ class PackedWeights {
   static int64_t RowBytes(int64_t cin) { return 8 * ((cin + 7) / 8); }
   Layout Packing() const { return layout_; }
   int64_t Quads() const { return quads_; }
-  int64_t Chunks() const { return (quads_ + 15) / 16; }
+  int64_t Depth() const { return quads_ < 16 ? quads_ : 16; }
+  int64_t Chunks() const { return (quads_ + Depth() - 1) / Depth(); }
   const int8_t* Block(int64_t block) const { return bytes_.data() + block * quads_ * 32; }
-  const int8_t* Tile(int64_t pair, int64_t chunk) const { return bytes_.data() + (pair * Chunks() + chunk) * 1024; }
+  const int8_t* Tile(int64_t pair, int64_t chunk) const {
+    return bytes_.data() + (pair * Chunks() + chunk) * Depth() * 64;
+  }
   // 128 · Σ_c w[c][o] per padded column: what SDOT's signed codes (a − 128) leave out of each sum.
   const int32_t* Offsets() const { return offsets_.data(); }
 
