@@ -15,7 +15,8 @@ from .importers.spconv_tracer import export
 from .partition import Partition
 from .quantization.gpu import quantize
 from .runtime import create_session, cuda_library_path, get_library_path
+from .tuning import tune
 from .version import VERSION as __version__
 
 __all__ = ["Partition", "SparseLowerError", "__version__", "create_session", "cuda_library_path", "export", "get_library_path",
-           "import_model", "lower", "partition", "quantize", "reference", "run_frames"]
+           "import_model", "lower", "partition", "quantize", "reference", "run_frames", "tune"]

@@ -80,7 +80,8 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
           combine: str = "gather", max_active: int | Sequence[int] | None = None, max_batch: int | None = None,
           fuse_taps: bool = False, layout: str = "image", max_pairs: Mapping[str, Sequence[int]] | None = None,
           max_members: int | None = None, tables: str = "library", precision: str = "float32",
-          dump_dir: str | os.PathLike | None = None, check_each_pass: bool = False) -> onnx.ModelProto:
+          layer_strategies: Mapping[str, str] | None = None, dump_dir: str | os.PathLike | None = None,
+          check_each_pass: bool = False) -> onnx.ModelProto:
     """Rewrite the sparse-convolution nodes of `model` for `target`; run the result with
     `create_session`.
 
@@ -121,6 +122,8 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
       `runtime.drop_padding` drops them from the outputs), and the grids hold `max_batch` batches
       (default: the model's ToDense batch_size, else 1).
 
+    * `layer_strategies` (gpu and hybrid targets): {source conv name: strategy}, a compute form per conv
+      overriding `strategy` for those convs, as `sparse_lower.tune` measures them.
     * `precision` (gpu target, fused convs): "float32", or "bf16": each `IndexedConv` rounds its input
       rows and weights to bfloat16 and sums their products in float32 (AMX tiles where the CPU has them,
       tensor cores in CUDA), within 1e-2 of float32 (docs/custom_ops.md).
@@ -162,9 +165,11 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     if max_members is not None and not _positive(max_members):
         raise SparseLowerError(f"max_members={max_members!r} is the most rows one site of a Coalesce merges",
                                fix="give an int >= 1, or leave it out")
+    layer_strategies = _layer_strategies(layer_strategies, model, target)
     options = Options(strategy=strategy, combine=combine, max_active=max_active, max_batch=max_batch,
                       fuse_taps=bool(fuse_taps), layout=layout, max_pairs=max_pairs,
-                      max_members=None if max_members is None else int(max_members), tables=tables)
+                      max_members=None if max_members is None else int(max_members), tables=tables,
+                      layer_strategies=layer_strategies)
     found = detect_format(model)
     if found != SOURCE_FORMAT:
         raise SparseLowerError(f"the model is an export in the {format_title(found)} format",
@@ -180,6 +185,22 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
         raise SparseLowerError(reason, fix="export the sparse layers in one of the recognised forms, or run a "
                                            "dense model with onnxruntime as it is")
     return lowered
+
+
+def _layer_strategies(chosen: Mapping[str, str] | None, model: onnx.ModelProto, target: str) -> dict[str, str] | None:
+    """`layer_strategies` checked: each a strategy, for a sparse conv of `model`, on a target with a gpu path."""
+    if not chosen:
+        return None
+    if target not in ("gpu", "hybrid"):
+        raise SparseLowerError(f"layer_strategies choose the gpu compute form, and target '{target}' has none",
+                               fix="use them with target 'gpu' or 'hybrid', or leave them out")
+    convs = {n.name for n in model.graph.node if n.domain == SOURCE_DOMAIN and n.op_type in CONV_OPS}
+    for name, strategy in chosen.items():
+        if name not in convs:
+            raise SparseLowerError(f"layer_strategies names '{name}', which is not a sparse conv of the model",
+                                   fix=f"name one of {', '.join(sorted(convs)) or 'its sparse convs'}")
+        _choice(f"strategy of '{name}'", strategy, STRATEGIES)
+    return dict(chosen)
 
 
 def partition(model: onnx.ModelProto | str | os.PathLike, devices: Sequence[str] = DEFAULT_DEVICES,

@@ -43,7 +43,7 @@ def profile(lowered: onnx.ModelProto, feeds: dict, options, runs: int = 3) -> di
         ms = event["dur"] / 1e3 / runs
         by_op[event["args"]["op_name"]] += ms
         by_layer[_layer(event)] += ms
-        by_node[event["name"].removesuffix("_kernel_time")] += ms
+        by_node[_node(event)] += ms
     return {"total_ms": sum(by_op.values()), "by_op": dict(by_op.most_common()),
             "by_layer": dict(by_layer.most_common()), "by_node": dict(by_node)}
 
@@ -71,6 +71,12 @@ def _run_starts(events: list[dict]) -> list[float]:
     return sorted(e["ts"] for e in events if e.get("cat") == "Session" and e["name"] == "model_run")
 
 
+def _node(event: dict) -> str:
+    """The node of a kernel event, as the model names it: onnxruntime names a node it made by fusing others
+    (a MatMul and the Add after it) "fused " and the first one's name."""
+    return event["name"].removesuffix("_kernel_time").removeprefix("fused ")
+
+
 def _layer(event: dict) -> str:
     """The layer of a node's kernel event: the first part of the node's name."""
-    return event["name"].removesuffix("_kernel_time").split("/")[0]
+    return _node(event).split("/")[0]

@@ -21,6 +21,8 @@ from ..lowering import COMBINES, LAYOUTS, STRATEGIES, TABLES, TARGETS
 from ..model_io import recorded_options
 from ..onnx_conventions import IMPORT_KEY
 from ..passes.bf16_convs import PRECISIONS
+from ..tuning import FORMS as TUNED_FORMS
+from ..tuning import tune
 from ..passes.lower import run_hint
 from ..quantization.gpu import quantize
 from ..report import render
@@ -104,6 +106,11 @@ class ConvertCommand:
     status is 1 when an output differs by more than --tolerance (relative to the output's largest
     magnitude; by default 1e-4, 1e-2 with --precision bf16).
 
+    With --tune FRAMES (gpu target) each conv's compute form is chosen by timing the fused, rulebook and
+    unfold forms on those frames on this machine: a form that ran a conv's kernels 20 % faster is kept
+    where the whole model, timed against the model without it, gets faster (sparse_lower.tune); the
+    choice is recorded in the model, and `inspect` prints it.
+
     With --int8 --calibrate FRAMES (gpu target), the convs whose input rows stay >= 0 on the frames run
     in 8 bits (IndexedConvInt8, calibrated on those frames), and the check measures the 8-bit model
     against the float one on each frame instead: max relative error and SNR, with no pass or fail.
@@ -145,6 +152,9 @@ class ConvertCommand:
         parser.add_argument("--tables", choices=list(TABLES),
                             help="nna/hybrid: the index tables from the library's custom ops (default), or in "
                                  "standard ops, for runtimes without the library")
+        parser.add_argument("--tune", nargs="+", metavar="FRAME",
+                            help="gpu: time each conv's compute forms on these frames (.npz or folders) and keep "
+                                 "the fastest where the whole model gets faster (instead of --strategy)")
         parser.add_argument("--precision", choices=list(PRECISIONS),
                             help="gpu: the fused convs' products in float32 (default) or bf16 (rows and weights "
                                  "rounded to bfloat16, summed in float32; AMX tiles where the CPU has them)")
@@ -188,10 +198,14 @@ class ConvertCommand:
                                    f"--strategy {args.strategy}",
                                    fix="use --target gpu with the default strategy; for the nna target's int8 see "
                                        "`sparse-lower partition --for ... --calibrate`")
+        if args.tune and (args.target != "gpu" or args.strategy is not None):
+            raise SparseLowerError("--tune chooses the gpu target's compute form per conv, in place of --strategy",
+                                   fix="use --tune with --target gpu and without --strategy")
         _check_options(args)
         max_pairs = read_max_pairs(args.max_pairs) if args.max_pairs else None
         # the frames are read before any work: a wrong path or a damaged file is said now
         calibration = read_frames(args.calibrate) if args.int8 else []
+        tuning = read_frames(args.tune) if args.tune else []
         inputs = read_frames([args.inputs], folders=False) if args.inputs else []
         status = Status(out.quiet)
         source = load(args.input)
@@ -204,8 +218,14 @@ class ConvertCommand:
             raise SparseLowerError("--leaky-relu-alpha does nothing for a model in source ops (it is the slope an "
                                    "exporter's file does not record)", fix="leave --leaky-relu-alpha out")
         given = feeds_of(source, inputs)  # the model's inputs are known now
+        if tuning:
+            with status.step(f"timing each conv's compute forms on {len(tuning)} frame(s)"):
+                frames = feeds_of(source, tuning)
+                _, timing = tune(source, frames)
+            out.say(tuning_report(timing))
         with status.step(f"lowering for the {args.target} target"):
             lowered = lower(source, target=args.target, strategy=args.strategy or "auto",
+                            layer_strategies=timing.choices if tuning else None,
                             combine=args.combine or "gather", max_active=args.max_active, max_batch=args.max_batch,
                             fuse_taps=args.fuse_taps, layout=args.layout or "image", max_pairs=max_pairs,
                             max_members=args.max_members, tables=args.tables or "library",
@@ -321,6 +341,20 @@ def _check_options(args) -> None:
         if given:
             raise SparseLowerError(f"{given[0]} does nothing with --inputs (the verification runs on them)",
                                    fix=f"leave {given[0]} out")
+
+
+def tuning_report(found) -> str:
+    """The table of what `tune` measured: each conv's kernel ms per form, the form kept, and the whole
+    model's ms without and with each candidate tried."""
+    rows = [[conv, *(f"{times[form]:.1f}" for form in TUNED_FORMS), found.choices.get(conv, "fused")]
+            for conv, times in found.layer_ms.items()]
+    lines = [render(["conv", *(f"{form} ms" for form in TUNED_FORMS), "kept"], rows)]
+    lines += [f"tried {what}: {without:.1f} -> {with_it:.1f} ms over the frames" for what, (without, with_it)
+              in found.tried.items()]
+    kept = len(found.choices)
+    lines.append(f"tune: {kept} conv{'s' if kept != 1 else ''} in another form than fused" if kept else
+                 "tune: fused kept for every conv (no other form made the model faster)")
+    return "\n".join(lines)
 
 
 def int8_errors(float_model, quantized, paths, frames) -> list[list[str]]:

@@ -131,6 +131,10 @@ class InspectCommand:
         if model is None:
             return 0
         graph = model.graph
+        tuned = recorded_options(model).get("layer_strategies")
+        if tuned:
+            print("compute form chosen per conv (convert --tune): " +
+                  ", ".join(f"{conv} {form}" for conv, form in tuned.items()))
         layers = sparse_layers(model)
         if layers:
             print(render(["sparse layer", "op", "kernel", "strides", "pads", "dilations", "channels", "grid in",

@@ -33,20 +33,26 @@ def _gpu_compute(strategy: str) -> GpuCompute:
 
 
 def compute_policy(target: str, options: Options) -> Callable[[gs.Node, LoweringContext], Compute]:
-    """Which compute form each conv gets. hybrid: the patent's sequence — the first sparse layer of
+    """Which compute form each conv gets: on the gpu path `options.strategy`, or the form
+    `options.layer_strategies` names for the conv. hybrid: the patent's sequence — the first sparse layer of
     every branch on the gpu path (it may read the dense input directly), the following layers on the
     nna path."""
     if target == "portable":
         portable = PortableCompute()
         return lambda node, ctx: portable
-    gpu = _gpu_compute(options.strategy)
+    forms = {strategy: _gpu_compute(strategy) for strategy in STRATEGIES}
+    chosen = options.layer_strategies or {}
+
+    def gpu(node: gs.Node) -> GpuCompute:  # the conv's own form where one was chosen for it
+        return forms[chosen.get(node.name, options.strategy)]
+
     nna = NnaCompute(options.combine, options.max_active, options.fuse_taps, options.layout, options.max_pairs,
                      options.max_members)
     if target == "gpu":
-        return lambda node, ctx: gpu
+        return lambda node, ctx: gpu(node)
     if target == "nna":
         return lambda node, ctx: nna
-    return lambda node, ctx: nna if ctx.after_a_sparse_layer(node.inputs[0]) else gpu
+    return lambda node, ctx: nna if ctx.after_a_sparse_layer(node.inputs[0]) else gpu(node)
 
 
 def index_tables(target: str, graph: onnx.GraphProto, options: Options) -> IndexTables:

@@ -47,7 +47,7 @@ class Options:
     whether the nna runs one 1×1 conv per tap or one conv with K·Cout outputs, its layout (the
     `[1, C, 1, N]` image or `[N, C]` rows), the pairs combine's capacities and, with a capacity, the most
     rows a Coalesce merges into one site; the portable static form's batches; whether the nna and hybrid
-    tables come from the library or are standard ops."""
+    tables come from the library or are standard ops; the gpu compute form chosen per conv (tuning.py)."""
 
     strategy: str = "auto"
     combine: str = "gather"
@@ -58,6 +58,7 @@ class Options:
     max_pairs: dict[str, tuple[int, ...]] | None = None  # the pairs combine's pairs per tap, by source conv name
     max_members: int | None = None  # the most rows one site of a Coalesce holds, with a capacity (the static form)
     tables: str = "library"  # "standard": the nna and hybrid tables in standard ops (lowering.index_tables)
+    layer_strategies: dict[str, str] | None = None  # the gpu compute form of some convs, by source conv name
 
 
 class LoweringContext:
