@@ -8,10 +8,11 @@ frames' density and the CPU. So:
    model on the frames (a conv's kernels are the nodes named after it: its compute and the tables only
    it builds);
 2. a conv whose kernels ran at least `GAIN` faster in another form is a candidate. A conv's own kernels
-   do not tell the whole cost (measured on the sparse UNet: taking each conv's fastest form at once made
-   the model 1.7× slower, through the tables and buffers the forms share), so each candidate, the
-   largest saving first, is switched on its own and kept only where the whole model, timed against
-   the model without it with the two taking turns, got faster by more than `MARGIN`.
+   do not settle it (on the sparse UNet, on the 2-core development machine under load, taking each
+   conv's fastest form at once made the whole model 1.7× slower: the small layers' times are within
+   the profile's noise), so each candidate, the largest saving first, is switched on its own and kept
+   only where the whole model, timed against the model without it with the two taking turns, got
+   faster by more than `MARGIN`.
 
 So tuning never makes a model slower on the frames it was tuned on. The choice travels in the model's
 recorded options (`layer_strategies`), which `sparse-lower inspect` prints.
