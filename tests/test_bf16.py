@@ -47,9 +47,9 @@ def test_bf16_convs_are_within_1e_2_of_the_float32_reference():
 
 
 def test_the_tiles_and_the_rounded_float32_kernel_agree_within_1e_2(tmp_path):
-    """This process takes the tiles where the CPU has AMX-BF16; a fresh one with SPARSE_LOWER_NO_AMX the
-    float32 kernel on the rounded values. Both sum the same exact products, in another order: close, and
-    not the same bits where a row has more than one chunk's channels (32) or more than one tap."""
+    """This process takes the tiles for 16 input channels or more where the CPU has AMX-BF16; a fresh one
+    with SPARSE_LOWER_NO_AMX the float32 kernel on the rounded values. Both sum the same exact products,
+    in another order: close, and not the same bits where the tiles ran."""
     if not _has_amx_bf16():
         pytest.skip("the tiles' path needs AMX-TILE and AMX-BF16 (with AVX-512 VNNI), which this CPU does not have")
     script = ("import numpy as np, test_bf16 as t\n"
@@ -64,7 +64,7 @@ def test_the_tiles_and_the_rounded_float32_kernel_agree_within_1e_2(tmp_path):
         other = rounded[f"arr_{i}"]
         if got.size:
             assert np.abs(got - other).max() <= 1e-2 * np.abs(other).max(), f"case {i}"
-        differ += not np.array_equal(got, other)
+        differ += inputs["X"].shape[1] >= 16 and not np.array_equal(got, other)
     assert differ > 0, "the tiles did not run"
 
 

@@ -12,7 +12,8 @@ namespace sparse_lower {
 // optional coords [N, 1+D] (the features/coords pairing check, as in IndexedUnfold), optional residual
 // R [M, Cout] added after every tap; attribute activation "none" (default) or "relu", attribute precision
 // "float32" (default) or "bfloat16": X and W rounded to bfloat16, the products summed in float32
-// (conv/row_gemm_bf16.h; AMX tiles on the CPU where it has them, tensor cores on CUDA). Y [M, Cout].
+// (conv/row_gemm_bf16.h; AMX tiles on the CPU where it has them, for 16 input channels or more; tensor
+// cores on CUDA). Y [M, Cout].
 //
 // IndexedUnfold → MatMul → IndexedFold with the gather, the products and the fold fused: output rows
 // are taken in blocks that stay in cache, and within a block, tap by tap, the rows that have an input
