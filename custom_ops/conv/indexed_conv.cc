@@ -1,13 +1,12 @@
 #include "conv/indexed_conv.h"
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "common/attributes.h"
 #include "common/parallel.h"
 #include "common/tensor.h"
-#include <memory>
-#include <vector>
-
 #include "common/vector_units.h"
 #include "conv/amx_rows.h"
 #include "conv/conv_rows.h"
@@ -21,8 +20,8 @@ namespace {
 // The tiles take layers of at least this many input channels at precision "bfloat16"; narrower ones run
 // the float32 kernel on the rounded values. On the CenterPoint backbone (Xeon, 2 threads, quiet: `bench
 // --suite layers`), against float32: its 5-channel layer 0.67x as fast on the tiles, 0.86x on rounded
-// values; its 16-channel ones 0.90-0.97x on the tiles, 0.80x on rounded values (the rounding of X and W
-// is a pass of its own); its 32-, 64- and 128-channel ones 1.1x, 1.7-1.8x and 2.4-2.6x on the tiles.
+// values; its 16-channel ones 0.81-0.97x on the tiles, 0.80x on rounded values (the rounding of X and W
+// is a pass of its own); its 32-, 64- and 128-channel ones 1.1x, 1.9x and 2.7-2.8x on the tiles.
 constexpr int64_t kLeastTileChannels = 16;
 
 // `values` rounded to bfloat16, as float32 (the products of two are then exact in float32).
