@@ -6,8 +6,8 @@ conv's kernel time in onnxruntime's profile (`IndexedConv`, at precision "bfloat
 and `IndexedConvInt8` in the int8 form, on the widest vector units: runtime.vector_units()), the float
 rate as a share of the two-thread GEMM peak (onnxruntime's MatMul 2048³, the best of its runs before and
 after the profiles, so that a machine's drift does not flatter the layers), and the speed-ups of bf16
-and int8 over float. That is the table the CPU kernels'
-work is chosen from: which layers fall short of the peak, and where int8 gains.
+and int8 over float. That is the table the CPU kernels' work is chosen from: which layers fall short of
+the peak, and where the narrower precisions gain.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def add_arguments(parser) -> None:
                              "float and int8 forms on each vector path of this CPU, and int8's error; portable: the "
                              "portable target against the gpu target, time and peak memory; nna-tables: the nna "
                              "target's tables from the library against in standard ops (plain onnxruntime); layers: "
-                             "each conv of the backbone, float and int8, against the same run's GEMM peak")
+                             "each conv of the backbone, float, bf16 and int8, against the same run's GEMM peak")
     parser.add_argument("--scaling", action="store_const", dest="suite", const="scaling",
                         help="the same as --suite scaling")
 

@@ -24,8 +24,8 @@ class BenchCommand:
     threads, the backbone on 1 thread to every core beside spconv; vector-paths, its float and int8 forms
     on each vector path of this CPU and int8's error; portable, the portable target against the gpu
     target; nna-tables, the nna target's tables from the library against in standard ops (--tables
-    standard, run in plain onnxruntime); layers, each conv of the backbone, float and int8, against the
-    GEMM peak measured in the same run. Each writes results.json and results.md, the table docs/ shows.
+    standard, run in plain onnxruntime); layers, each conv of the backbone, float, bf16 and int8, against
+    the GEMM peak measured in the same run. Each writes results.json and results.md, the table docs/ shows.
 
     example: sparse-lower bench --quick --out /tmp/bench
     """
