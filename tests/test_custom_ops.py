@@ -368,6 +368,28 @@ def test_indexed_conv_int8_sums_1024_channels_of_full_codes_exactly():
     np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("op, attributes", [("IndexedConvInt8", {}), ("IndexedConv", {"precision": "bfloat16"})])
+def test_weights_packed_once_from_an_initializer_give_the_bits_of_weights_fed_at_each_call(op, attributes):
+    """The convs that pack their weights (AMX's tiles, 8-bit quads) keep an initializer's packing from the
+    first call: later calls, on other rows, give the bits of the same weights fed as an input. Weights fed
+    as an input are packed at each call: a second call with other weights gives their bits, not the first's."""
+    rng = np.random.default_rng(64)
+    inputs = int8_conv_inputs(rng, 120, 300, 27, 96, 80)  # 96 channels: the tiles where the CPU has AMX
+    if op == "IndexedConv":
+        inputs = {"X": inputs["X"], "idx": inputs["idx"],
+                  "W": rng.standard_normal(inputs["W"].shape).astype(np.float32)}
+    other_w = inputs["W"][::-1].copy()
+    model = op_model(op, inputs, 1, **attributes)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(inputs["W"], "W"))
+    model.graph.input.remove(next(i for i in model.graph.input if i.name == "W"))
+    kept = create_session(model)
+    fed = session(op, inputs, 1, **attributes)
+    for rows in (inputs["X"], inputs["X"][::-1].copy()):
+        feeds = {**inputs, "X": rows}
+        assert_same(kept.run(None, {k: v for k, v in feeds.items() if k != "W"})[0], fed.run(None, feeds)[0])
+    assert_same(fed.run(None, {**inputs, "W": other_w})[0], run(op, {**inputs, "W": other_w}, 1, **attributes)[0])
+
+
 def _conv_outputs() -> dict:
     """IndexedConvInt8 and IndexedConv on conv_cases' random shapes: {op: [Y, ...]}."""
     outputs = {"IndexedConvInt8": [], "IndexedConv": []}

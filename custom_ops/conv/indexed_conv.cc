@@ -37,7 +37,8 @@ std::vector<float> Bf16Rounded(const Ort::KernelContext& ctx, const float* value
 
 IndexedConv::IndexedConv(const Ort::ConstKernelInfo& info)
     : relu_(Choice(info, "activation", {"none", "relu"}) == 1),
-      bf16_(Choice(info, "precision", {"float32", "bfloat16"}) == 1) {}
+      bf16_(Choice(info, "precision", {"float32", "bfloat16"}) == 1),
+      tiles_(info, 2) {}
 
 IndexedConv::Inputs IndexedConv::Read(const Ort::KernelContext& ctx) {
   Inputs in{ReadInput<float>(ctx, 0), ReadInput<float>(ctx, 2), ReadInput<int64_t>(ctx, 1)};
@@ -84,9 +85,8 @@ void IndexedConv::ComputeOnTiles(const Ort::KernelContext& ctx, const Inputs& in
   ParallelFor(ctx, s.inputs * s.cin, Grain(1), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) x[static_cast<size_t>(i)] = ToBf16(in.x.data[i]);
   });
-  std::vector<Bf16Weights> packed;
-  packed.reserve(static_cast<size_t>(s.taps));
-  for (int64_t k = 0; k < s.taps; ++k) packed.emplace_back(in.w.data + k * s.cin * s.cout, s.cin, s.cout);
+  std::vector<Bf16Weights> per_call;
+  const std::vector<Bf16Weights>& packed = tiles_.Get(in.w.data, s.taps, s.cin, s.cout, per_call);
   ParallelFor(ctx, s.rows, kConvBlockRows, [&](int64_t begin, int64_t end) {
     StartRows(y, in.bias, begin, end, s.cout);
     TapLists<uint16_t> lists(s.taps, end - begin);

@@ -3,8 +3,10 @@
 #pragma once
 
 #include "common/op.h"
+#include "common/packed_once.h"
 #include "common/tensor.h"
 #include "conv/conv_rows.h"
+#include "conv/row_gemm_bf16.h"
 
 namespace sparse_lower {
 
@@ -49,6 +51,8 @@ class IndexedConv {
  private:
   // Compute at precision "bfloat16" on AMX tiles: X converted to bfloat16 rows once, W per tap.
   void ComputeOnTiles(const Ort::KernelContext& ctx, const Inputs& in, float* y) const;
+
+  PackedOnce<Bf16Weights> tiles_;  // W per tap at precision "bfloat16" on the tiles
 };
 
 }  // namespace sparse_lower

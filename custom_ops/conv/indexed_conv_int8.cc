@@ -102,7 +102,7 @@ std::unique_ptr<uint8_t[]> QuantizeRows(const Ort::KernelContext& ctx, const Inp
 }  // namespace
 
 IndexedConvInt8::IndexedConvInt8(const Ort::ConstKernelInfo& info)
-    : relu_(Choice(info, "activation", {"none", "relu"}) == 1) {}
+    : relu_(Choice(info, "activation", {"none", "relu"}) == 1), packed_(info, 2) {}
 
 IndexedConvInt8::Inputs IndexedConvInt8::Read(const Ort::KernelContext& ctx) {
   Inputs in{ReadInput<float>(ctx, 0), ReadInput<float>(ctx, 3), ReadInput<float>(ctx, 4), ReadInput<int64_t>(ctx, 1),
@@ -134,9 +134,8 @@ void IndexedConvInt8::Compute(const Ort::KernelContext& ctx) const {
 
   const int64_t stride = PackedWeights::RowBytes(s.cin);
   const std::unique_ptr<uint8_t[]> q = QuantizeRows(ctx, x, in.x_scale.data, stride);
-  std::vector<PackedWeights> packed;
-  packed.reserve(static_cast<size_t>(s.taps));
-  for (int64_t k = 0; k < s.taps; ++k) packed.emplace_back(w.data + k * s.cin * s.cout, s.cin, s.cout);
+  std::vector<PackedWeights> per_call;
+  const std::vector<PackedWeights>& packed = packed_.Get(w.data, s.taps, s.cin, s.cout, per_call);
 
   ParallelFor(ctx, s.rows, kConvBlockRows, [&](int64_t begin, int64_t end) {
     StartRows(y, bias, begin, end, s.cout);

@@ -2,8 +2,10 @@
 #pragma once
 
 #include "common/op.h"
+#include "common/packed_once.h"
 #include "common/tensor.h"
 #include "conv/conv_rows.h"
+#include "conv/row_gemm_int8.h"
 
 namespace sparse_lower {
 
@@ -42,6 +44,9 @@ class IndexedConvInt8 {
   static Inputs Read(const Ort::KernelContext& ctx);
 
   bool relu_;
+
+ private:
+  PackedOnce<PackedWeights> packed_;  // W per tap
 };
 
 }  // namespace sparse_lower
