@@ -1,6 +1,6 @@
 """The gpu compute form per conv: lower(layer_strategies=...), sparse_lower.tune (each conv timed in every
-form on the frames, a faster form kept only where the whole model gets faster), convert --tune and what
-inspect prints of it. Timings are the machine's: the tests check what tune does with them, not their size."""
+form on the frames, a faster form kept only where the whole model gets faster; with calibration frames
+8 bits too, within an error limit), convert --tune and what inspect prints of it. Timings are the machine's: the tests check what tune does with them, not their size."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from sparse_lower.cli.main import main
 from sparse_lower.errors import SparseLowerError
 from sparse_lower.models import CanonicalEmitter, sparse_unet
 from sparse_lower.model_io import recorded_options
-from sparse_lower.tuning import FORMS, MARGIN
-from sparse_lower.verify import example_inputs
+from sparse_lower import tuning
+from sparse_lower.tuning import FORMS, GAIN, INT8, MARGIN
+from sparse_lower.verify import example_inputs, relative_error
 
 UNET = sparse_unet(CanonicalEmitter(), np.random.default_rng(0), spatial_shape=(16, 48, 48))
 
@@ -84,3 +85,91 @@ def test_convert_tune_says_what_it_measured_and_inspect_what_it_chose(tmp_path, 
     assert main(["convert", str(tmp_path / "unet.onnx"), "-o", str(out), "--tune", str(tmp_path / "f0.npz"),
                  "--strategy", "unfold"]) == 2
     assert "--tune chooses the gpu target's compute form per conv" in capsys.readouterr().err
+
+
+def int8_frames():
+    """UNET's frames with non-negative features: every conv's input rows then take u8 codes."""
+    return [{**feeds, "features": np.abs(feeds["features"])} for feeds in frames()]
+
+
+def quantized_convs(model) -> set[str]:
+    return {n.name for n in model.graph.node if n.op_type == "IndexedConvInt8"}
+
+
+def test_tune_with_calibration_frames_times_8_bits_and_keeps_them_only_where_faster_and_within_the_limit():
+    """What tune did with this machine's timings: the convs put at 8 bits ran their kernels GAIN faster
+    that way, keep the calibration frames within the limit, and made the whole model MARGIN faster;
+    every other fused conv says why it stayed float."""
+    tune_on, calibrate_on = int8_frames()
+    tuned, found = sparse_lower.tune(UNET, [tune_on], repeat=1, calibration_frames=[calibrate_on], int8_limit=0.05)
+    fused = {n.name for n in sparse_lower.lower(UNET, layer_strategies=found.choices).graph.node
+             if n.op_type == "IndexedConv"}  # the convs whose form stayed fused: 8 bits is theirs
+    assert quantized_convs(tuned) == set(found.int8_convs)
+    assert set(found.int8_convs) | set(found.float_convs) == fused and not set(found.int8_convs) & set(found.float_convs)
+    assert all(INT8 in found.layer_ms[name.split("/")[0]] for name in fused)
+    for name in found.int8_convs:
+        times = found.layer_ms[name.split("/")[0]]
+        assert times[INT8] <= (1 - GAIN) * times["fused"]
+    if found.int8_convs:
+        without, with_it = found.tried[f"{len(found.int8_convs)} convs: {INT8}"]
+        assert with_it < (1 - MARGIN) * without
+        want = sparse_lower.create_session(sparse_lower.lower(UNET)).run(None, calibrate_on)
+        got = sparse_lower.create_session(tuned).run(None, calibrate_on)
+        assert max(relative_error(g, w) for g, w in zip(got, want) if w.dtype.kind == "f") <= 0.05
+
+
+@pytest.fixture
+def timings(monkeypatch):
+    """tune's timings made up: every conv's kernels `ms` ms in float, the convs in `fast` at 8 bits a third
+    of that; the whole model `whole` ms without and with the trial. So the choice tune makes of them is
+    known whatever this machine's speed."""
+    fast: set[str] = set()
+    whole = [10.0, 10.0]
+
+    def kernel_ms(lowered, frames, threads, repeat):
+        quantized = {name.split("/")[0] for name in quantized_convs(lowered)}
+        return {n.name: (1.0 if n.name in quantized & fast else 3.0) for n in UNET.graph.node}
+
+    monkeypatch.setattr(tuning, "kernel_ms", kernel_ms)
+    monkeypatch.setattr(tuning, "alternating_runs", lambda runs, repeat: dict(zip(runs, whole)))
+    return fast, whole
+
+
+def test_tune_puts_at_8_bits_the_faster_convs_that_made_the_model_faster(timings):
+    fast, whole = timings
+    fast |= {"enc2", "dec1", "stem"}  # stem reads the raw features: below zero in these frames
+    whole[:] = [10.0, 5.0]
+    tuned, found = sparse_lower.tune(UNET, frames(1), repeat=1, calibration_frames=frames(1), int8_limit=None)
+    assert found.int8_convs == ["enc2/IndexedConv", "dec1/IndexedConv"] and quantized_convs(tuned) == set(found.int8_convs)
+    assert found.tried == {"2 convs: int8": [10.0, 5.0]}
+    assert "below zero" in found.float_convs["stem/IndexedConv"]
+    assert found.float_convs["enc3/IndexedConv"] == "its kernels were not 20% faster at 8 bits on the frames"
+    whole[:] = [10.0, 9.9]  # within MARGIN: noise
+    tuned, found = sparse_lower.tune(UNET, frames(1), repeat=1, calibration_frames=frames(1))
+    assert found.int8_convs == [] and not quantized_convs(tuned)
+    assert found.float_convs["enc2/IndexedConv"] == "the whole model was not faster with them at 8 bits"
+
+
+def test_tune_leaves_float_the_faster_convs_past_the_limit(timings):
+    fast, whole = timings
+    fast |= {n.name for n in UNET.graph.node}
+    whole[:] = [10.0, 5.0]
+    calibration = int8_frames()[:1]
+    _, alone = sparse_lower.quantize(UNET, calibration, limit=0.0)  # no conv at 8 bits keeps the error 0
+    tuned, found = sparse_lower.tune(UNET, frames(1), repeat=1, calibration_frames=calibration, int8_limit=0.0)
+    assert found.int8_convs == [] and not quantized_convs(tuned) and not found.tried
+    assert all("past 0" in why for why in found.float_convs.values()) and set(found.float_convs) == set(alone.float_convs)
+
+
+def test_convert_tune_with_int8_says_which_convs_took_8_bits(tmp_path, capsys):
+    onnx.save(UNET, tmp_path / "unet.onnx")
+    for i, feeds in enumerate(int8_frames()):
+        np.savez(tmp_path / f"f{i}.npz", **feeds)
+    out = tmp_path / "unet.tuned.onnx"
+    assert main(["convert", str(tmp_path / "unet.onnx"), "-o", str(out), "--tune", str(tmp_path / "f0.npz"),
+                 "--int8", "--calibrate", str(tmp_path / "f1.npz"), "--int8-limit", "0.05", "-v"]) == 0
+    printed = capsys.readouterr().out
+    at_8_bits = quantized_convs(onnx.load(out))
+    assert "int8 ms" in printed and f"tune: {len(at_8_bits)} conv" in printed
+    assert f"int8: {len(at_8_bits)} of 14 convs in 8 bits" in printed
+    assert "max rel error" in printed  # the 8-bit model against the float one on the calibration frame

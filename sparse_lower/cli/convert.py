@@ -21,7 +21,7 @@ from ..lowering import COMBINES, LAYOUTS, STRATEGIES, TABLES, TARGETS
 from ..model_io import recorded_options
 from ..onnx_conventions import IMPORT_KEY
 from ..passes.bf16_convs import PRECISIONS
-from ..tuning import FORMS as TUNED_FORMS
+from ..tuning import FORMS as TUNED_FORMS, INT8
 from ..tuning import tune
 from ..passes.lower import run_hint
 from ..quantization.gpu import quantize
@@ -109,7 +109,9 @@ class ConvertCommand:
     With --tune FRAMES (gpu target) each conv's compute form is chosen by timing the fused, rulebook and
     unfold forms on those frames on this machine: a form that ran a conv's kernels 20 % faster is kept
     where the whole model, timed against the model without it, gets faster (sparse_lower.tune); the
-    choice is recorded in the model, and `inspect` prints it.
+    choice is recorded in the model, and `inspect` prints it. With --int8 too, 8 bits is one more form of
+    the fused convs: those whose kernels ran 20 % faster at 8 bits, and within --int8-limit, go to 8 bits
+    where the whole model gets faster with them; the others stay float, each with the reason.
 
     With --int8 --calibrate FRAMES (gpu target), the convs whose input rows stay >= 0 on the frames run
     in 8 bits (IndexedConvInt8, calibrated on those frames), and the check measures the 8-bit model
@@ -219,9 +221,11 @@ class ConvertCommand:
                                    "exporter's file does not record)", fix="leave --leaky-relu-alpha out")
         given = feeds_of(source, inputs)  # the model's inputs are known now
         if tuning:
-            with status.step(f"timing each conv's compute forms on {len(tuning)} frame(s)"):
-                frames = feeds_of(source, tuning)
-                _, timing = tune(source, frames)
+            with status.step(f"timing each conv's compute forms{' and 8 bits' if args.int8 else ''} "
+                             f"on {len(tuning)} frame(s)"):
+                timing = tune(source, feeds_of(source, tuning),
+                              calibration_frames=feeds_of(source, calibration) if args.int8 else None,
+                              int8_limit=args.int8_limit, int8_headroom=args.int8_headroom)[1]
             out.say(tuning_report(timing))
         with status.step(f"lowering for the {args.target} target"):
             lowered = lower(source, target=args.target, strategy=args.strategy or "auto",
@@ -235,7 +239,12 @@ class ConvertCommand:
             with status.step(f"calibrating on {len(calibration)} frame(s) and quantizing the convs{searched}"):
                 frames = feeds_of(lowered, calibration)
                 float_model = lowered
-                lowered, found = quantize(lowered, frames, limit=args.int8_limit, headroom=args.int8_headroom)
+                if tuning:  # the convs tune put at 8 bits, within the limit already
+                    lowered, found = quantize(lowered, frames, headroom=args.int8_headroom, convs=timing.int8_convs)
+                    found.float_convs.update({name: why for name, why in timing.float_convs.items()
+                                              if name in found.float_convs})
+                else:
+                    lowered, found = quantize(lowered, frames, limit=args.int8_limit, headroom=args.int8_headroom)
             out.say(f"int8: {len(found.tops)} of {len(found.tops) + len(found.float_convs)} convs in 8 bits"
                     + "".join(f"\n  left float: {name}: {why}" for name, why in found.float_convs.items()))
         onnx.save(lowered, args.output)
@@ -344,16 +353,21 @@ def _check_options(args) -> None:
 
 
 def tuning_report(found) -> str:
-    """The table of what `tune` measured: each conv's kernel ms per form, the form kept, and the whole
-    model's ms without and with each candidate tried."""
-    rows = [[conv, *(f"{times[form]:.1f}" for form in TUNED_FORMS), found.choices.get(conv, "fused")]
+    """The table of what `tune` measured: each conv's kernel ms per form (and at 8 bits where timed), the
+    form kept, and the whole model's ms without and with each candidate tried."""
+    forms = [*TUNED_FORMS, *([INT8] if any(INT8 in times for times in found.layer_ms.values()) else [])]
+    at_8_bits = {name.split("/")[0] for name in found.int8_convs}
+    rows = [[conv, *(f"{times[form]:.1f}" if form in times else "-" for form in forms),
+             INT8 if conv in at_8_bits else found.choices.get(conv, "fused")]
             for conv, times in found.layer_ms.items()]
-    lines = [render(["conv", *(f"{form} ms" for form in TUNED_FORMS), "kept"], rows)]
+    lines = [render(["conv", *(f"{form} ms" for form in forms), "kept"], rows)]
     lines += [f"tried {what}: {without:.1f} -> {with_it:.1f} ms over the frames" for what, (without, with_it)
               in found.tried.items()]
     kept = len(found.choices)
     lines.append(f"tune: {kept} conv{'s' if kept != 1 else ''} in another form than fused" if kept else
                  "tune: fused kept for every conv (no other form made the model faster)")
+    if INT8 in forms:
+        lines.append(f"tune: {len(found.int8_convs)} conv{'s' if len(found.int8_convs) != 1 else ''} at 8 bits")
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ calibrated tops is clipped at 255, which costs far more than the resolution head
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,15 +76,17 @@ def calibrate(lowered: onnx.ModelProto, frames: list[dict[str, np.ndarray]]) -> 
 
 
 def quantize(model: onnx.ModelProto | str | os.PathLike, calibration_frames: list[dict[str, np.ndarray]], *,
-             limit: float | None = None, headroom: float = 1.0, log=lambda line: None
-             ) -> tuple[onnx.ModelProto, Calibration]:
+             limit: float | None = None, headroom: float = 1.0, convs: Collection[str] | None = None,
+             log=lambda line: None) -> tuple[onnx.ModelProto, Calibration]:
     """`model` for the gpu target with its convs in 8 bits (IndexedConvInt8) where the calibration allows,
     and the calibration (which convs stayed float, and why). `model`: lowered for the gpu target with the
     default (fused) strategy, a model of source ops (lowered here first) or an exporter's file (NVIDIA,
     AIMET, Autoware: imported first). `calibration_frames`: feeds of the model's inputs, e.g. real
     frames like the ones it will run on. `limit`: the largest relative error of the outputs against float
     on those frames; the convs that would take them past it stay float (module docstring; `log` receives
-    the search's steps). `headroom` ≥ 1: each input channel's range, its calibrated top times this."""
+    the search's steps). `headroom` ≥ 1: each input channel's range, its calibrated top times this.
+    `convs`: the IndexedConv nodes (by name) that may take 8 bits, the others stay float (`tune` passes
+    those that ran faster at 8 bits); by default every one."""
     model = load(model)
     if detect_format(model) != SOURCE_FORMAT:
         model = import_model(model)
@@ -100,7 +103,15 @@ def quantize(model: onnx.ModelProto | str | os.PathLike, calibration_frames: lis
                                fix="give a headroom of 1 (the calibrated ranges) or more")
     found = calibrate(model, calibration_frames)
     found.tops = {name: headroom * top for name, top in found.tops.items()}
-    if limit is not None:
+    if convs is not None:
+        unknown = sorted(set(convs) - set(found.tops) - set(found.float_convs))
+        if unknown:
+            raise SparseLowerError(f"no IndexedConv named {unknown[0]!r} to quantize",
+                                   fix="name the model's IndexedConv nodes in convs")
+        for name in [name for name in found.tops if name not in set(convs)]:
+            found.float_convs[name] = "left float by the caller"
+            del found.tops[name]
+    if limit is not None and found.tops:
         for name in kept_float(model, found.tops, calibration_frames, limit, log):
             found.float_convs[name] = f"kept float: at 8 bits it takes the calibration frames past {limit:g}"
             del found.tops[name]
