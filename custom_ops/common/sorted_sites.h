@@ -2,6 +2,7 @@
 // finds a coordinate.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -23,8 +24,20 @@ class Cursor {
  public:
   explicit Cursor(const std::vector<int64_t>& sites) : sites_(&sites) {}
 
-  // The position of `site` in the list, or -1 when it is not there.
-  int64_t Find(int64_t site);
+  // The position of `site` in the list, or -1 when it is not there. Inline: the map builders call it once
+  // per (output, tap), and the call cost as much as the few steps it mostly takes.
+  int64_t Find(int64_t site) {
+    const std::vector<int64_t>& sites = *sites_;
+    const auto count = static_cast<int64_t>(sites.size());
+    constexpr int64_t kSteps = 4;  // a few single steps, then a binary search of the rest
+    if (at_ > 0 && sites[at_ - 1] >= site) {
+      at_ = std::lower_bound(sites.begin(), sites.begin() + at_, site) - sites.begin();
+    } else {
+      for (int64_t step = 0; step < kSteps && at_ < count && sites[at_] < site; ++step) ++at_;
+      if (at_ < count && sites[at_] < site) at_ = std::lower_bound(sites.begin() + at_, sites.end(), site) - sites.begin();
+    }
+    return at_ < count && sites[at_] == site ? at_ : -1;
+  }
 
  private:
   const std::vector<int64_t>* sites_;
