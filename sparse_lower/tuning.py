@@ -74,14 +74,14 @@ class Tuning:
 
 def tune(model: onnx.ModelProto | str | os.PathLike, frames: list[dict[str, np.ndarray]], *, threads: int = 2,
          repeat: int = 3, calibration_frames: list[dict[str, np.ndarray]] | None = None,
-         int8_limit: float | None = None, int8_headroom: float = 1.0,
+         int8_limit: float | None = None, int8_headroom: float = 1.0, int8_weight_bits: int = 7,
          log=lambda line: None) -> tuple[onnx.ModelProto, Tuning]:
     """(lowered, tuning): `model` (source ops, or an exporter's file: imported first) lowered for the gpu
     target with each conv in the form that made the whole model fastest on `frames` (feeds of the model's
     inputs), with `threads` threads; `repeat` profiled runs per frame and form, 2·repeat + 1 timed runs
     over the frames per candidate. With `calibration_frames` the fused convs may also take 8 bits,
-    calibrated on them, within `int8_limit` of float there and with `int8_headroom` (as `quantize`'s
-    `limit` and `headroom`), where that made the model faster on `frames` (module docstring)."""
+    calibrated on them, within `int8_limit` of float there, with `int8_headroom` and `int8_weight_bits`
+    (as `quantize`'s `limit`, `headroom` and `weight_bits`), where that made the model faster on `frames` (module docstring)."""
     source = load(model)
     if detect_format(source) != SOURCE_FORMAT:
         source = import_model(source)
@@ -117,7 +117,8 @@ def tune(model: onnx.ModelProto | str | os.PathLike, frames: list[dict[str, np.n
     if calibration_frames is None or not any(n.op_type == "IndexedConv" and n.domain == CUSTOM_DOMAIN
                                              for n in best_model.graph.node):
         return best_model, found  # no 8 bits asked for, or no fused conv to take them
-    quantized, calibration = quantize(best_model, calibration_frames, headroom=int8_headroom)
+    quantized, calibration = quantize(best_model, calibration_frames, headroom=int8_headroom,
+                                      weight_bits=int8_weight_bits)
     found.float_convs = calibration.float_convs
     int8_ms = kernel_ms(quantized, frames, threads, repeat)
     candidates = []
@@ -129,7 +130,7 @@ def tune(model: onnx.ModelProto | str | os.PathLike, frames: list[dict[str, np.n
         else:
             found.float_convs[name] = f"its kernels were not {GAIN:.0%} faster at 8 bits on the frames"
     quantized, calibration = quantize(best_model, calibration_frames, limit=int8_limit, headroom=int8_headroom,
-                                      convs=candidates, log=log)
+                                      convs=candidates, weight_bits=int8_weight_bits, log=log)
     found.float_convs.update({name: why for name, why in calibration.float_convs.items() if name in candidates})
     if calibration.tops and faster(quantized, f"{len(calibration.tops)} convs: {INT8}"):
         found.int8_convs, best_model = list(calibration.tops), quantized

@@ -371,7 +371,7 @@ def test_refused_int8_inputs_get_the_cpu_librarys_message(kernels, change):
     rng = np.random.default_rng(1)
     inputs = int8_conv_inputs(rng, 5, 4, 3, 1025 if change == "channels" else 6, 7)
     if change == "weight":
-        inputs["W"].flat[17] = -64
+        inputs["W"].flat[17] = -128
     elif change in ("x_scale", "w_scale"):
         inputs[change].flat[-1] = np.inf if change == "x_scale" else 0.0
     elif change == "index":
@@ -401,7 +401,7 @@ def bad_calls():
     x, w = np.ones((4, 2), np.float32), np.ones((2, 2, 3), np.float32)
     bad_idx = np.array([[0, 1], [3, 4], [5, -1]], np.int64)
     int8 = int8_conv_inputs(np.random.default_rng(2), 5, 4, 3, 6, 7)
-    int8["W"].flat[9] = 70
+    int8["W"].flat[9] = -128
     scaled = {**int8, "W": int8_conv_inputs(np.random.default_rng(2), 5, 4, 3, 6, 7)["W"]}
     scaled["x_scale"] = scaled["x_scale"].copy()
     scaled["x_scale"][2] = -0.5

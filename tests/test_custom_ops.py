@@ -332,12 +332,13 @@ def test_indexed_conv_with_the_last_of_64_taps(taps):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_indexed_conv_int8(seed):
     """The 8-bit conv against the reference: exact integer sums, so the same float32 result but for a
-    rare double rounding of the reference's float64 step. Channel counts off whole quads and blocks of 8."""
+    rare double rounding of the reference's float64 step. Channel counts off whole quads and blocks of 8;
+    7- and 8-bit weights."""
     rng = np.random.default_rng(seed)
     n = 0 if seed % 10 == 3 else int(rng.integers(1, 200))
     m = 0 if seed % 10 == 7 else int(rng.integers(1, 700))
     taps, cin, cout = int(rng.integers(1, 28)), int(rng.integers(0, 40)), int(rng.integers(0, 70))
-    inputs = int8_conv_inputs(rng, n, m, taps, cin, cout)
+    inputs = int8_conv_inputs(rng, n, m, taps, cin, cout, weight_limit=127 if seed % 4 == 2 else 63)
     if seed % 2:
         inputs["B"] = rng.standard_normal(cout).astype(np.float32)
         if seed % 4 == 1:
@@ -354,14 +355,16 @@ def test_indexed_conv_int8(seed):
     np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
 
 
-def test_indexed_conv_int8_sums_1024_channels_of_full_codes_exactly():
-    """The widest input the op takes, every code 255 and every weight ±63: the largest sums any path forms
-    (16.4 M, below float's 2^24), in AMX's chunks of 64 channels, VNNI's quads or NEON's octets alike."""
-    rng = np.random.default_rng(1024)
-    inputs = int8_conv_inputs(rng, 40, 37, 3, 1024, 48)
-    inputs["X"] = np.full((40, 1024), 5.0, np.float32)  # past every channel's top: code 255
-    inputs["W"] = (63 * rng.choice([-1, 1], (3, 1024, 48)).astype(np.int8)).astype(np.int8)
-    inputs["W"][:, :, 0] = 63  # one column whose sum reaches 255 · 63 · 1024 per tap
+@pytest.mark.parametrize("cin, most", [(1024, 63), (512, 127)])
+def test_indexed_conv_int8_sums_the_widest_rows_of_full_codes_exactly(cin, most):
+    """The widest input the op takes for 7- and 8-bit weights, every code 255 and every weight ±63 or
+    ±127: the largest sums any path forms (16.4 M and 16.6 M, below float's 2^24), in AMX's chunks of 64
+    channels, VNNI's quads, NEON's octets or (8 bits on AVX2) the portable loop alike."""
+    rng = np.random.default_rng(cin)
+    inputs = int8_conv_inputs(rng, 40, 37, 3, cin, 48)
+    inputs["X"] = np.full((40, cin), 5.0, np.float32)  # past every channel's top: code 255
+    inputs["W"] = (most * rng.choice([-1, 1], (3, cin, 48))).astype(np.int8)
+    inputs["W"][:, :, 0] = most  # one column whose sum reaches 255 · most · cin per tap
     (y,) = run("IndexedConvInt8", inputs, 1)
     expected = ref.indexed_conv_int8(inputs["X"], inputs["idx"], inputs["W"], inputs["x_scale"], inputs["w_scale"],
                                      None, None, "none")
@@ -446,12 +449,17 @@ def test_every_vector_path_gives_the_same_bits(narrower, units, same_bits, tmp_p
 def test_indexed_conv_int8_refusals():
     rng = np.random.default_rng(0)
     good = int8_conv_inputs(rng, 5, 4, 3, 6, 7)
-    cases = [({"W": np.full((3, 6, 7), 64, np.int8)}, r"W must be within \[-63, 63\].*got 64 at flat index 0"),
+    cases = [({"W": np.full((3, 6, 7), -128, np.int8)},
+              r"W must be within \[-127, 127\] with Cin = 6 .*got -128 at flat index 0"),
              ({"x_scale": np.ones(5, np.float32)}, r"x_scale must have shape \[6\], got \[5\]"),
              ({"w_scale": np.zeros((3, 7), np.float32)}, r"w_scale must be finite and positive, got 0")]
     for change, message in cases:
         with pytest.raises(Exception, match=message):
             run("IndexedConvInt8", {**good, **change}, 1)
+    wide = int8_conv_inputs(rng, 5, 4, 3, 513, 7)  # past 512 channels 8-bit weights could leave float's 2^24
+    wide["W"].flat[5] = 64
+    with pytest.raises(Exception, match=r"W must be within \[-63, 63\] with Cin = 513 .*got 64 at flat index 5"):
+        run("IndexedConvInt8", wide, 1)
 
 
 def test_indexed_conv_portable_kernels():

@@ -23,9 +23,13 @@ namespace sparse_lower {
 namespace {
 
 constexpr size_t kOptional = 5;  // B, coords, R
-constexpr int64_t kMaxWeight = 63;  // 2 · 255 · 63 < 32767: vpmaddubsw's int16 pair sums are exact
 constexpr float kCodes = 255.0f;
 constexpr int64_t kMaxChannels = 1024;  // Cin · 255 · 63 < 2^24: a tap's sum converts to float exactly
+constexpr int64_t kMaxWideChannels = 512;  // Cin · 255 · 127 < 2^24: the same with 8-bit weights
+
+// |W|'s bound for Cin input channels: 127 (8 bits) up to kMaxWideChannels, 63 (7 bits) above, so that
+// every tap's sum stays exact in float.
+int64_t MaxWeight(int64_t cin) { return cin <= kMaxWideChannels ? 127 : 63; }
 
 void CheckScaleShape(const Input<float>& scales, const std::vector<int64_t>& shape, const char* name) {
   if (scales.shape != shape) Fail(name, " must have shape ", List(shape), ", got ", List(scales.shape));
@@ -39,10 +43,11 @@ void CheckScales(const Input<float>& scales, const char* name) {
   }
 }
 
-void CheckWeights(const Input<int8_t>& w) {
+void CheckWeights(const Input<int8_t>& w, int64_t cin) {
+  const int64_t most = MaxWeight(cin);
   for (int64_t i = 0; i < w.Size(); ++i) {
-    if (w.data[i] < -kMaxWeight || w.data[i] > kMaxWeight) {
-      Fail("W must be within [-", kMaxWeight, ", ", kMaxWeight, "] (7-bit: see IndexedConvInt8), got ",
+    if (w.data[i] < -most || w.data[i] > most) {
+      Fail("W must be within [-", most, ", ", most, "] with Cin = ", cin, " (see IndexedConvInt8), got ",
            int{w.data[i]}, " at flat index ", i, "; quantize with sparse_lower.quantize");
     }
   }
@@ -129,7 +134,7 @@ void IndexedConvInt8::Compute(const Ort::KernelContext& ctx) const {
   const float* residual = in.residual;
   CheckScales(in.x_scale, "x_scale");
   CheckScales(w_scale, "w_scale");
-  CheckWeights(w);
+  CheckWeights(w, s.cin);
   float* y = AllocateOutput<float>(ctx, 0, {s.rows, s.cout});
 
   const int64_t stride = PackedWeights::RowBytes(s.cin);

@@ -9,15 +9,17 @@
 
 namespace sparse_lower {
 
-// X [N, Cin] float rows, idx [M, K] (-1: no input through tap k), W [K, Cin, Cout] int8 within ±63,
-// x_scale [Cin] and w_scale [K, Cout] float (> 0), optional B [Cout], coords [N, 1+D] and R [M, Cout]
+// X [N, Cin] float rows, idx [M, K] (-1: no input through tap k), W [K, Cin, Cout] int8 within ±127
+// (Cin ≤ 512) or ±63 (Cin ≤ 1024: every tap's sum below 2^24, exact in float), x_scale [Cin] and w_scale [K, Cout] float (> 0), optional B [Cout], coords [N, 1+D] and R [M, Cout]
 // as in IndexedConv; attribute activation "none" (default) or "relu". Y [M, Cout] float:
 //   q[n, c] = round(clamp(X[n, c] · (1 / x_scale[c]), 0, 255))      (float32; half to even; NaN → 0)
 //   Y[m, o] = act(B[o] + Σ_k w_scale[k, o] · Σ_c q[idx[m, k], c] · W[k, c, o] + R[m, o])
 // The taps are added in ascending k, each with one rounding, after the bias; then R, then the ReLU.
 //
-// Why u8 rows and weights within ±63: AVX2 without VNNI multiplies 8-bit numbers only through vpmaddubsw
-// (u8 × s8, adjacent products summed to int16 with saturation); |W| ≤ 63 makes that sum exact. Rows are
+// Why u8 rows: the rows a ReLU made are ≥ 0, and u8 × s8 is what VNNI, AMX and AVX2 multiply. AVX2
+// without VNNI does so only through vpmaddubsw (adjacent products summed to int16 with saturation), exact
+// for |W| ≤ 63 (2 · 255 · 63 < 32767): there, weights past ±63 (sparse_lower.quantize's 8-bit weights)
+// take the portable loop, with the same int32 sums, so the same bits, but slower. Rows are
 // quantized once per call (each is read by up to K outputs), non-negative only: the rows a ReLU made.
 // A per-channel x_scale costs nothing in the sums (sparse_lower.quantize folds it into w_scale's W).
 class IndexedConvInt8 {

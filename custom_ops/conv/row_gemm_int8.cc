@@ -211,6 +211,7 @@ PackedWeights::PackedWeights(const int8_t* w, int64_t cin, int64_t cout)
                                                            (j % 2) * 8 + c % 8;
       bytes_[static_cast<size_t>(at)] = w[c * cout + o];
       offsets_[static_cast<size_t>(o)] += 128 * int32_t{w[c * cout + o]};
+      wide_ |= w[c * cout + o] > 63 || w[c * cout + o] < -63;
     }
   }
 }
@@ -226,7 +227,7 @@ void AccumulateRowsInt8(const uint8_t* const* a, float* const* y, int64_t n, con
     VectorRowsInt8<VnniTiles>(a, y, n, w, scale, cout);
     return;
   }
-  if (HasVectorUnits()) {
+  if (HasVectorUnits() && !w.Wide()) {
     VectorRowsInt8<Avx2Tiles>(a, y, n, w, scale, cout);
     return;
   }

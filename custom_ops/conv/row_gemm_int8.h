@@ -34,18 +34,22 @@ class PackedWeights {
   }
   // 128 · Σ_c w[c][o] per padded column: what SDOT's signed codes (a − 128) leave out of each sum.
   const int32_t* Offsets() const { return offsets_.data(); }
+  // Whether some |w| exceeds 63, past which AVX2's vpmaddubsw pair sums could saturate.
+  bool Wide() const { return wide_; }
 
  private:
   Layout layout_;
   int64_t quads_;
   std::vector<int8_t> bytes_;
   std::vector<int32_t> offsets_;
+  bool wide_ = false;
 };
 
 // y[i][o] += scale[o] · Σ_c a[i][c] · w[c][o] for i in [0, n), o in [0, cout): a[i] are u8 rows of
-// PackedWeights::RowBytes(Cin) bytes (zero past Cin). The sums are exact in int32 (|w| ≤ 63, so a pair of
-// products never exceeds vpmaddubsw's int16: 2·255·63 < 32767; and Cin ≤ 1024 keeps a row's sum below 2^24, where
-// float holds it exactly), then scaled and added with one rounding (an FMA). Uses AMX, AVX-512 VNNI or AVX2,
+// PackedWeights::RowBytes(Cin) bytes (zero past Cin). The sums are exact in int32 (on AVX2 without VNNI only
+// for |w| ≤ 63, where a pair of products never exceeds vpmaddubsw's int16, 2·255·63 < 32767: wider weights take
+// the portable loop there), and below 2^24, where float holds them exactly (the caller's bound: Cin · 255 · |w|),
+// then scaled and added with one rounding (an FMA). Uses AMX, AVX-512 VNNI or AVX2,
 // or on aarch64 I8MM or SDOT, where the CPU has them (common/vector_units.h); every path gives the same bits.
 void AccumulateRowsInt8(const uint8_t* const* a, float* const* y, int64_t n, const PackedWeights& w, const float* scale,
                         int64_t cout);

@@ -540,7 +540,8 @@ struct ValidScale {
   SL_HD bool operator()(float v) const { return bodies::ValidScale(v); }
 };
 struct ValidWeight {
-  SL_HD bool operator()(int8_t v) const { return bodies::ValidWeight(v); }
+  int most;  // bodies::MaxWeight(cin)
+  SL_HD bool operator()(int8_t v) const { return bodies::ValidWeight(v, most); }
 };
 
 template <typename B>
@@ -577,10 +578,12 @@ void ConvInt8(typename B::Stream s, const bodies::ConvArgs& args, const int8_t* 
   }
   CheckScales<B>(s, x_scale, args.cin, "x_scale");
   CheckScales<B>(s, w_scale, args.taps * args.cout, "w_scale");
-  CheckEntries<B>(s, w, args.taps * args.cin * args.cout, ValidWeight{}, [](const bodies::FaultRecord& f) {
-    Fail("W must be within [-", bodies::kMaxWeight, ", ", bodies::kMaxWeight, "] (7-bit: see IndexedConvInt8), got ",
-         f.values[0], " at flat index ", f.at, "; quantize with sparse_lower.quantize");
-  });
+  const int most = bodies::MaxWeight(args.cin);
+  CheckEntries<B>(s, w, args.taps * args.cin * args.cout, ValidWeight{most},
+                  [most, cin = args.cin](const bodies::FaultRecord& f) {
+                    Fail("W must be within [-", most, ", ", most, "] with Cin = ", cin, " (see IndexedConvInt8), got ",
+                         f.values[0], " at flat index ", f.at, "; quantize with sparse_lower.quantize");
+                  });
   CheckTapIndices<B>(s, args.idx, args.rows, args.taps, args.inputs, "rows");
   typename B::template Buffer<float> inverse(s, args.cin);
   typename B::template Buffer<uint8_t> q(s, args.inputs * args.cin);

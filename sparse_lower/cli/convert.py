@@ -119,7 +119,7 @@ class ConvertCommand:
     --int8-limit E keeps float the convs that would take the outputs more than E (relative) from float on
     the calibration frames, chosen by measurement (each conv alone, then the most sensitive kept float
     until within E); --int8-headroom H widens every calibrated range H times, for frames whose rows go
-    past the calibration frames'.
+    past the calibration frames'; --int8-weight-bits 8 rounds the weights to ±127 instead of ±63.
 
     example: sparse-lower convert model.onnx -o model.gpu.onnx --target gpu
     """
@@ -176,6 +176,9 @@ class ConvertCommand:
                                  "float on the calibration frames, e.g. 0.01")
         parser.add_argument("--int8-headroom", type=float, default=1.0, metavar="H",
                             help="--int8: each input range H times its calibrated top (default 1)")
+        parser.add_argument("--int8-weight-bits", type=int, choices=[7, 8], default=7,
+                            help="--int8: weights within ±63 (7, default) or ±127 (8: more accurate; as fast "
+                                 "where the CPU has VNNI, AMX or an ARM dot product, slow on AVX2 without VNNI)")
         parser.add_argument("--calibrate", nargs="+", metavar="FRAME",
                             help="--int8: frames to calibrate on (.npz with features/coords, or folders of them, "
                                  "as `sparse-lower run` reads them)")
@@ -192,8 +195,8 @@ class ConvertCommand:
         if args.int8 != bool(args.calibrate):
             raise SparseLowerError("--int8 and --calibrate go together",
                                    fix="give both: --int8 --calibrate FRAME [FRAME ...]")
-        if not args.int8 and (args.int8_limit is not None or args.int8_headroom != 1.0):
-            raise SparseLowerError("--int8-limit and --int8-headroom shape the 8-bit model",
+        if not args.int8 and (args.int8_limit is not None or args.int8_headroom != 1.0 or args.int8_weight_bits != 7):
+            raise SparseLowerError("--int8-limit, --int8-headroom and --int8-weight-bits shape the 8-bit model",
                                    fix="give --int8 --calibrate FRAME [FRAME ...] with them")
         if args.int8 and (args.target != "gpu" or args.strategy not in (None, "auto", "fused")):
             raise SparseLowerError(f"--int8 quantizes the gpu target's fused convs, not --target {args.target} "
@@ -225,7 +228,8 @@ class ConvertCommand:
                              f"on {len(tuning)} frame(s)"):
                 timing = tune(source, feeds_of(source, tuning),
                               calibration_frames=feeds_of(source, calibration) if args.int8 else None,
-                              int8_limit=args.int8_limit, int8_headroom=args.int8_headroom)[1]
+                              int8_limit=args.int8_limit, int8_headroom=args.int8_headroom,
+                              int8_weight_bits=args.int8_weight_bits)[1]
             out.say(tuning_report(timing))
         with status.step(f"lowering for the {args.target} target"):
             lowered = lower(source, target=args.target, strategy=args.strategy or "auto",
@@ -240,11 +244,13 @@ class ConvertCommand:
                 frames = feeds_of(lowered, calibration)
                 float_model = lowered
                 if tuning:  # the convs tune put at 8 bits, within the limit already
-                    lowered, found = quantize(lowered, frames, headroom=args.int8_headroom, convs=timing.int8_convs)
+                    lowered, found = quantize(lowered, frames, headroom=args.int8_headroom, convs=timing.int8_convs,
+                                              weight_bits=args.int8_weight_bits)
                     found.float_convs.update({name: why for name, why in timing.float_convs.items()
                                               if name in found.float_convs})
                 else:
-                    lowered, found = quantize(lowered, frames, limit=args.int8_limit, headroom=args.int8_headroom)
+                    lowered, found = quantize(lowered, frames, limit=args.int8_limit, headroom=args.int8_headroom,
+                                              weight_bits=args.int8_weight_bits)
             out.say(f"int8: {len(found.tops)} of {len(found.tops) + len(found.float_convs)} convs in 8 bits"
                     + "".join(f"\n  left float: {name}: {why}" for name, why in found.float_convs.items()))
         onnx.save(lowered, args.output)

@@ -33,7 +33,7 @@ from ..model_io import exposing, load
 from ..onnx_conventions import CUSTOM_DOMAIN, SOURCE_DOMAIN
 from ..passes.check import CheckModel
 from ..passes.manager import PassManager
-from ..passes.quantize_convs import QuantizeConvs
+from ..passes.quantize_convs import QuantizeConvs, check_weight_bits
 from ..runtime import create_session
 from ..verify import relative_error
 from .mixed_precision import widened
@@ -77,7 +77,7 @@ def calibrate(lowered: onnx.ModelProto, frames: list[dict[str, np.ndarray]]) -> 
 
 def quantize(model: onnx.ModelProto | str | os.PathLike, calibration_frames: list[dict[str, np.ndarray]], *,
              limit: float | None = None, headroom: float = 1.0, convs: Collection[str] | None = None,
-             log=lambda line: None) -> tuple[onnx.ModelProto, Calibration]:
+             weight_bits: int = 7, log=lambda line: None) -> tuple[onnx.ModelProto, Calibration]:
     """`model` for the gpu target with its convs in 8 bits (IndexedConvInt8) where the calibration allows,
     and the calibration (which convs stayed float, and why). `model`: lowered for the gpu target with the
     default (fused) strategy, a model of source ops (lowered here first) or an exporter's file (NVIDIA,
@@ -86,7 +86,9 @@ def quantize(model: onnx.ModelProto | str | os.PathLike, calibration_frames: lis
     on those frames; the convs that would take them past it stay float (module docstring; `log` receives
     the search's steps). `headroom` ≥ 1: each input channel's range, its calibrated top times this.
     `convs`: the IndexedConv nodes (by name) that may take 8 bits, the others stay float (`tune` passes
-    those that ran faster at 8 bits); by default every one."""
+    those that ran faster at 8 bits); by default every one. `weight_bits`: 7 (±63) or 8 (±127: more
+    accurate, and as fast on VNNI, AMX and ARM, but AVX2 without VNNI runs it on its portable loop;
+    passes/quantize_convs.py)."""
     model = load(model)
     if detect_format(model) != SOURCE_FORMAT:
         model = import_model(model)
@@ -101,6 +103,7 @@ def quantize(model: onnx.ModelProto | str | os.PathLike, calibration_frames: lis
     if not headroom >= 1.0:
         raise SparseLowerError(f"headroom {headroom} would clip the calibration frames' own rows",
                                fix="give a headroom of 1 (the calibrated ranges) or more")
+    check_weight_bits(weight_bits)
     found = calibrate(model, calibration_frames)
     found.tops = {name: headroom * top for name, top in found.tops.items()}
     if convs is not None:
@@ -112,15 +115,15 @@ def quantize(model: onnx.ModelProto | str | os.PathLike, calibration_frames: lis
             found.float_convs[name] = "left float by the caller"
             del found.tops[name]
     if limit is not None and found.tops:
-        for name in kept_float(model, found.tops, calibration_frames, limit, log):
+        for name in kept_float(model, found.tops, calibration_frames, limit, weight_bits, log):
             found.float_convs[name] = f"kept float: at 8 bits it takes the calibration frames past {limit:g}"
             del found.tops[name]
-    quantized = PassManager([QuantizeConvs(found.tops), CheckModel()]).run(model)
+    quantized = PassManager([QuantizeConvs(found.tops, weight_bits), CheckModel()]).run(model)
     return quantized, found
 
 
 def kept_float(model: onnx.ModelProto, tops: dict[str, np.ndarray], frames: list[dict[str, np.ndarray]],
-               limit: float, log=lambda line: None) -> list[str]:
+               limit: float, weight_bits: int = 7, log=lambda line: None) -> list[str]:
     """The convs of `tops` (conv: input ranges) to keep float for `model`'s outputs to stay within `limit`
     of float on `frames`, the most sensitive first (mixed_precision.widened); all of them where even that
     misses the limit."""
@@ -129,7 +132,7 @@ def kept_float(model: onnx.ModelProto, tops: dict[str, np.ndarray], frames: list
 
     def error(quantized, wide=()) -> float:
         chosen = {name: tops[name] for name in quantized if name not in wide}
-        session = create_session(PassManager([QuantizeConvs(chosen)]).run(model))
+        session = create_session(PassManager([QuantizeConvs(chosen, weight_bits)]).run(model))
         return max(relative_error(got, want) for feeds, wants in zip(frames, expected)
                    for got, want in zip(session.run(None, feeds), wants) if want.dtype.kind == "f")
 

@@ -28,13 +28,16 @@ constexpr int kInt8Threads = 32 * kHalfWarps;                        // the floa
 constexpr int kInt8PerThread = kTileRows * kTileCols / kInt8Threads;  // 32 accumulators
 constexpr int32_t kCodeCentre = 128;
 constexpr float kTopCode = 255.0f;
-constexpr int kMaxWeight = 63;             // 7 bits (the CPU's vpmaddubsw bound)
-constexpr int64_t kMaxInt8Channels = 1024;  // Cin · 255 · 63 < 2^24
+constexpr int64_t kMaxInt8Channels = 1024;     // Cin · 255 · 63 < 2^24
+constexpr int64_t kMaxWideInt8Channels = 512;  // Cin · 255 · 127 < 2^24
+
+// |W|'s bound for Cin input channels, as the CPU library's: 127 up to kMaxWideInt8Channels, 63 above.
+SL_HD inline int MaxWeight(int64_t cin) { return cin <= kMaxWideInt8Channels ? 127 : 63; }
 
 struct Int8ConvArgs {
   ConvArgs conv;            // idx, shapes, bias, residual, relu and y; conv.x and conv.w are unused
   const uint8_t* q;         // [inputs, cin]: X's codes
-  const int8_t* w;          // [taps, cin, cout], within ±kMaxWeight
+  const int8_t* w;          // [taps, cin, cout], within ±MaxWeight(cin)
   const int32_t* centre;    // [taps, cout]: 128 · Σ_c W[k, c, o]
   const float* w_scale;     // [taps, cout]
 };
@@ -55,7 +58,7 @@ SL_HD inline int32_t CentreOf(const int8_t* w, int64_t cin, int64_t cout, int64_
 }
 
 SL_HD inline bool ValidScale(float v) { return v > 0.0f && v <= 3.402823466e+38f; }  // finite and positive
-SL_HD inline bool ValidWeight(int8_t v) { return v >= -kMaxWeight && v <= kMaxWeight; }
+SL_HD inline bool ValidWeight(int8_t v, int most) { return v >= -most && v <= most; }
 
 // The accumulators of one thread: tile elements t, t + kInt8Threads, … (row e / kTileCols, column e % kTileCols).
 struct Int8Accumulators {
