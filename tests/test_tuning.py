@@ -67,13 +67,18 @@ def test_tune_times_every_conv_in_every_form_and_keeps_only_what_made_the_model_
         sparse_lower.tune(UNET, [])
 
 
-def test_convert_tune_says_what_it_measured_and_inspect_what_it_chose(tmp_path, capsys):
+def saved(tmp_path, feeds: list[dict]) -> list[str]:
+    """UNET as tmp_path/unet.onnx and `feeds` as .npz frames beside it: the frames' paths."""
     onnx.save(UNET, tmp_path / "unet.onnx")
-    for i, feeds in enumerate(frames()):
-        np.savez(tmp_path / f"f{i}.npz", **feeds)
+    for i, frame in enumerate(feeds):
+        np.savez(tmp_path / f"f{i}.npz", **frame)
+    return [str(tmp_path / f"f{i}.npz") for i in range(len(feeds))]
+
+
+def test_convert_tune_says_what_it_measured_and_inspect_what_it_chose(tmp_path, capsys):
+    paths = saved(tmp_path, frames())
     out = tmp_path / "unet.tuned.onnx"
-    assert main(["convert", str(tmp_path / "unet.onnx"), "-o", str(out), "--tune", str(tmp_path / "f0.npz"),
-                 str(tmp_path / "f1.npz"), "-v"]) == 0
+    assert main(["convert", str(tmp_path / "unet.onnx"), "-o", str(out), "--tune", *paths, "-v"]) == 0
     printed = capsys.readouterr().out
     assert "fused ms" in printed and "rulebook ms" in printed and "tune: " in printed and "verify: ok" in printed
     chosen = recorded_options(onnx.load(out)).get("layer_strategies")
@@ -82,8 +87,7 @@ def test_convert_tune_says_what_it_measured_and_inspect_what_it_chose(tmp_path, 
     assert ("compute form chosen per conv (convert --tune)" in said) == bool(chosen)
     if chosen:
         assert all(f"{conv} {form}" in said for conv, form in chosen.items()), said
-    assert main(["convert", str(tmp_path / "unet.onnx"), "-o", str(out), "--tune", str(tmp_path / "f0.npz"),
-                 "--strategy", "unfold"]) == 2
+    assert main(["convert", str(tmp_path / "unet.onnx"), "-o", str(out), "--tune", paths[0], "--strategy", "unfold"]) == 2
     assert "--tune chooses the gpu target's compute form per conv" in capsys.readouterr().err
 
 
@@ -162,12 +166,10 @@ def test_tune_leaves_float_the_faster_convs_past_the_limit(timings):
 
 
 def test_convert_tune_with_int8_says_which_convs_took_8_bits(tmp_path, capsys):
-    onnx.save(UNET, tmp_path / "unet.onnx")
-    for i, feeds in enumerate(int8_frames()):
-        np.savez(tmp_path / f"f{i}.npz", **feeds)
+    tune_on, calibrate_on = saved(tmp_path, int8_frames())
     out = tmp_path / "unet.tuned.onnx"
-    assert main(["convert", str(tmp_path / "unet.onnx"), "-o", str(out), "--tune", str(tmp_path / "f0.npz"),
-                 "--int8", "--calibrate", str(tmp_path / "f1.npz"), "--int8-limit", "0.05", "-v"]) == 0
+    assert main(["convert", str(tmp_path / "unet.onnx"), "-o", str(out), "--tune", tune_on,
+                 "--int8", "--calibrate", calibrate_on, "--int8-limit", "0.05", "-v"]) == 0
     printed = capsys.readouterr().out
     at_8_bits = quantized_convs(onnx.load(out))
     assert "int8 ms" in printed and f"tune: {len(at_8_bits)} conv" in printed
