@@ -132,7 +132,8 @@ def tune(model: onnx.ModelProto | str | os.PathLike, frames: list[dict[str, np.n
     quantized, calibration = quantize(best_model, calibration_frames, limit=int8_limit, headroom=int8_headroom,
                                       convs=candidates, weight_bits=int8_weight_bits, log=log)
     found.float_convs.update({name: why for name, why in calibration.float_convs.items() if name in candidates})
-    if calibration.tops and faster(quantized, f"{len(calibration.tops)} convs: {INT8}"):
+    count = len(calibration.tops)
+    if count and faster(quantized, f"{count} conv{'s' if count != 1 else ''}: {INT8}"):
         found.int8_convs, best_model = list(calibration.tops), quantized
     else:
         found.float_convs.update({name: "the whole model was not faster with them at 8 bits"

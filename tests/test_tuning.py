@@ -115,7 +115,7 @@ def test_tune_with_calibration_frames_times_8_bits_and_keeps_them_only_where_fas
         times = found.layer_ms[name.split("/")[0]]
         assert times[INT8] <= (1 - GAIN) * times["fused"]
     if found.int8_convs:
-        without, with_it = found.tried[f"{len(found.int8_convs)} convs: {INT8}"]
+        (without, with_it), = [ms for what, ms in found.tried.items() if what.endswith(f": {INT8}")]
         assert with_it < (1 - MARGIN) * without
         want = sparse_lower.create_session(sparse_lower.lower(UNET)).run(None, calibrate_on)
         got = sparse_lower.create_session(tuned).run(None, calibrate_on)
