@@ -68,6 +68,36 @@ def test_the_tiles_and_the_rounded_float32_kernel_agree_within_1e_2(tmp_path):
     assert differ > 0, "the tiles did not run"
 
 
+def _rounded_rows() -> tuple[np.ndarray, np.ndarray]:
+    """(X, Y): one-channel rows through a one-tap conv of weight 1 at precision "bfloat16" on the rounded
+    float32 path (fewer channels than the tiles take), so Y = 0 + bf16(X) exactly: ties either way,
+    NaN, ±inf, a value that rounds up to inf, denormals, and a count that is not a multiple of 16."""
+    rng = np.random.default_rng(16)
+    special = np.array([np.nan, np.inf, -np.inf, 3.4e38, -3.4e38, 1e-40, -1e-40, 0.0, -0.0], np.float32)
+    ties = (rng.integers(0, 2**15, 40, dtype=np.uint32) << 16 | 0x8000).view(np.float32)
+    x = np.concatenate([special, ties, rng.standard_normal(300).astype(np.float32)])[:, None]
+    idx = np.arange(len(x), dtype=np.int64)[:, None]
+    (y,) = run("IndexedConv", {"X": x, "idx": idx, "W": np.ones((1, 1, 1), np.float32)}, 1, precision="bfloat16")
+    return x, y
+
+
+def test_rows_are_rounded_to_bfloat16_to_nearest_even_on_every_path(tmp_path):
+    """The rounding of this process (sixteen at a time where the CPU has AVX-512) and of a fresh one
+    without AVX-512 (one at a time) against NumPy's, bit for bit."""
+    x, y = _rounded_rows()
+    bits = x.view(np.uint32).astype(np.uint64)
+    nearest = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
+    want = np.float32(0) + nearest
+    nan = np.isnan(x)
+    np.testing.assert_array_equal(y[~nan], want[~nan])
+    assert np.isnan(y[nan]).all()
+    script = ("import numpy as np, test_bf16 as t\n"
+              f"np.save({str(tmp_path / 'y.npy')!r}, t._rounded_rows()[1])\n")
+    subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent,
+                   env={**os.environ, "SPARSE_LOWER_NO_AVX512": "1"}, check=True)
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), y)
+
+
 @pytest.mark.skipif(len(REAL) < 2, reason="the nuScenes frames of ../shared/data are not here")
 def test_the_backbone_in_bf16_is_within_1e_2_of_float32_on_the_real_frames():
     source = sp_middle_resnet_fhd(CanonicalEmitter(), np.random.default_rng(0))

@@ -18,17 +18,17 @@ namespace sparse_lower {
 namespace {
 
 // The tiles take layers of at least this many input channels at precision "bfloat16"; narrower ones run
-// the float32 kernel on the rounded values. On the CenterPoint backbone (Xeon, 2 threads, quiet: `bench
-// --suite layers`), against float32: its 5-channel layer 0.67x as fast on the tiles, 0.86x on rounded
-// values; its 16-channel ones 0.81-0.97x on the tiles, 0.80x on rounded values (the rounding of X and W
-// is a pass of its own); its 32-, 64- and 128-channel ones 1.1x, 1.9x and 2.7-2.8x on the tiles.
+// the float32 kernel on the rounded values. On the CenterPoint backbone (Xeon, 2 threads: `bench --suite
+// layers`), against float32: its 5-channel layer 0.67x as fast on the tiles, 0.91-0.95x on rounded
+// values; its 16-channel ones 0.96-1.06x on the tiles, 0.87-1.00x on rounded values (the rounding of X
+// is a pass of its own); its 32-, 64- and 128-channel ones 1.1x, 2.1x and 3.5x on the tiles.
 constexpr int64_t kLeastTileChannels = 16;
 
 // `values` rounded to bfloat16, as float32 (the products of two are then exact in float32).
 std::vector<float> Bf16Rounded(const Ort::KernelContext& ctx, const float* values, int64_t count) {
   std::vector<float> rounded(static_cast<size_t>(count));
   ParallelFor(ctx, count, Grain(1), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) rounded[static_cast<size_t>(i)] = FromBf16(ToBf16(values[i]));
+    RoundToBf16(values + begin, end - begin, rounded.data() + begin);
   });
   return rounded;
 }
@@ -83,7 +83,7 @@ void IndexedConv::ComputeOnTiles(const Ort::KernelContext& ctx, const Inputs& in
   const ConvShapes& s = in.shapes;
   std::unique_ptr<uint16_t[]> x(new uint16_t[static_cast<size_t>(s.inputs * s.cin)]);
   ParallelFor(ctx, s.inputs * s.cin, Grain(1), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) x[static_cast<size_t>(i)] = ToBf16(in.x.data[i]);
+    ToBf16(in.x.data + begin, end - begin, x.get() + begin);
   });
   std::vector<Bf16Weights> per_call;
   const std::vector<Bf16Weights>& packed = tiles_.Get(in.w.data, s.taps, s.cin, s.cout, per_call);
