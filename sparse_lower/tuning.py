@@ -81,7 +81,8 @@ def tune(model: onnx.ModelProto | str | os.PathLike, frames: list[dict[str, np.n
     inputs), with `threads` threads; `repeat` profiled runs per frame and form, 2·repeat + 1 timed runs
     over the frames per candidate. With `calibration_frames` the fused convs may also take 8 bits,
     calibrated on them, within `int8_limit` of float there, with `int8_headroom` and `int8_weight_bits`
-    (as `quantize`'s `limit`, `headroom` and `weight_bits`), where that made the model faster on `frames` (module docstring)."""
+    (as `quantize`'s `limit`, `headroom` and `weight_bits`), where that made the model faster on `frames`
+    (module docstring)."""
     source = load(model)
     if detect_format(source) != SOURCE_FORMAT:
         source = import_model(source)

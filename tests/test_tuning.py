@@ -1,6 +1,7 @@
 """The gpu compute form per conv: lower(layer_strategies=...), sparse_lower.tune (each conv timed in every
 form on the frames, a faster form kept only where the whole model gets faster; with calibration frames
-8 bits too, within an error limit), convert --tune and what inspect prints of it. Timings are the machine's: the tests check what tune does with them, not their size."""
+8 bits too, within an error limit), convert --tune and what inspect prints of it. Timings are the
+machine's: the tests check what tune does with them, not their size."""
 
 from __future__ import annotations
 

@@ -10,8 +10,9 @@
 namespace sparse_lower {
 
 // X [N, Cin] float rows, idx [M, K] (-1: no input through tap k), W [K, Cin, Cout] int8 within ±127
-// (Cin ≤ 512) or ±63 (Cin ≤ 1024: every tap's sum below 2^24, exact in float), x_scale [Cin] and w_scale [K, Cout] float (> 0), optional B [Cout], coords [N, 1+D] and R [M, Cout]
-// as in IndexedConv; attribute activation "none" (default) or "relu". Y [M, Cout] float:
+// (Cin ≤ 512) or ±63 (Cin ≤ 1024: every tap's sum below 2^24, exact in float), x_scale [Cin] and
+// w_scale [K, Cout] float (> 0), optional B [Cout], coords [N, 1+D] and R [M, Cout] as in IndexedConv;
+// attribute activation "none" (default) or "relu". Y [M, Cout] float:
 //   q[n, c] = round(clamp(X[n, c] · (1 / x_scale[c]), 0, 255))      (float32; half to even; NaN → 0)
 //   Y[m, o] = act(B[o] + Σ_k w_scale[k, o] · Σ_c q[idx[m, k], c] · W[k, c, o] + R[m, o])
 // The taps are added in ascending k, each with one rounding, after the bias; then R, then the ReLU.

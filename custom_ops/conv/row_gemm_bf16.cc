@@ -18,7 +18,8 @@ namespace {
 __attribute__((target("avx512f"))) inline __m512i Bf16Halves(__m512 v) {
   const __m512i bits = _mm512_castps_si512(v);
   const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i nearest = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
+  const __m512i up = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF));  // to nearest, ties to even
+  const __m512i nearest = _mm512_srli_epi32(_mm512_add_epi32(bits, up), 16);
   const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
   return _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nearest, quiet);
 }
@@ -26,7 +27,8 @@ __attribute__((target("avx512f"))) inline __m512i Bf16Halves(__m512 v) {
 __attribute__((target("avx512f"))) int64_t ToBf16Wide(const float* values, int64_t count, uint16_t* bits) {
   int64_t i = 0;
   for (; i + 16 <= count; i += 16) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + i), _mm512_cvtepi32_epi16(Bf16Halves(_mm512_loadu_ps(values + i))));
+    const __m256i halves = _mm512_cvtepi32_epi16(Bf16Halves(_mm512_loadu_ps(values + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + i), halves);
   }
   return i;
 }

@@ -88,7 +88,8 @@ SL_EXPORT int sl_indexed_conv(void* stream, const float* x, int64_t inputs, int6
                               char* error, int64_t error_size);
 
 /* IndexedConvInt8: y [rows, cout] = act(bias + Σ_k w_scale[k] · Σ_c q(x[idx[m, k]], x_scale) · w[k] + residual),
- * w int8 [taps, cin, cout] within ±127 (cin ≤ 512) or ±63 (cin ≤ 1024), x_scale [cin], w_scale [taps, cout]; the CPU library's bits. */
+ * w int8 [taps, cin, cout] within ±127 (cin ≤ 512) or ±63 (cin ≤ 1024), x_scale [cin], w_scale [taps, cout];
+ * the CPU library's bits. */
 SL_EXPORT int sl_indexed_conv_int8(void* stream, const float* x, int64_t inputs, int64_t cin, const int64_t* idx,
                                    int64_t rows, int64_t taps, const int8_t* w, int64_t cout, const float* x_scale,
                                    const float* w_scale, const float* bias, const float* residual, int32_t relu,

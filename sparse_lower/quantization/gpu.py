@@ -107,11 +107,12 @@ def quantize(model: onnx.ModelProto | str | os.PathLike, calibration_frames: lis
     found = calibrate(model, calibration_frames)
     found.tops = {name: headroom * top for name, top in found.tops.items()}
     if convs is not None:
-        unknown = sorted(set(convs) - set(found.tops) - set(found.float_convs))
+        allowed = set(convs)
+        unknown = sorted(allowed - set(found.tops) - set(found.float_convs))
         if unknown:
             raise SparseLowerError(f"no IndexedConv named {unknown[0]!r} to quantize",
                                    fix="name the model's IndexedConv nodes in convs")
-        for name in [name for name in found.tops if name not in set(convs)]:
+        for name in [name for name in found.tops if name not in allowed]:
             found.float_convs[name] = "left float by the caller"
             del found.tops[name]
     if limit is not None and found.tops:
