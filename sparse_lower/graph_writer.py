@@ -1,10 +1,8 @@
 """`GraphWriter`: the one builder of new ONNX graphs in the package.
 
-Everything that writes a model node by node uses it: the spconv tracer (`sparse_lower.export`,
-importers/spconv_tracer.py), the emitters of the reference networks in their source-op and wild forms
-and `SparseModelBuilder` (sparse_lower/models/). It keeps the nodes and the initializers in the
-order they are added, and the names taken, so that every value is defined once; a constant may still
-be changed or dropped before the model is made (the tracer folds a batch norm into a convolution).
+Everything that writes a model node by node uses it: the emitters of the reference networks in their
+source-op and wild forms and `SparseModelBuilder` (sparse_lower/models/). It keeps the nodes and the initializers in the
+order they are added, and the names taken, so that every value is defined once.
 The ONNX conventions (IR version, opset) are onnx_conventions.py's; a writer that imitates another
 exporter's file (models/formats.py) makes its model from `graph` with that exporter's conventions.
 
@@ -53,28 +51,12 @@ class GraphWriter:
         self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
         return name
 
-    def _constant_index(self, name: str) -> int:
-        return next(i for i, tensor in enumerate(self.initializers) if tensor.name == name)
-
-    def array(self, name: str) -> np.ndarray:
-        return numpy_helper.to_array(self.initializers[self._constant_index(name)])
-
-    def set_constant(self, name: str, value: np.ndarray) -> None:
-        """A new value for the initializer `name`, in its place."""
-        self.initializers[self._constant_index(name)] = numpy_helper.from_array(np.ascontiguousarray(value), name)
-
-    def remove_constant(self, name: str) -> None:
-        del self.initializers[self._constant_index(name)]
-
     def node(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], name: str, domain: str = "",
              **attrs) -> list[str]:
         """Append a node; `outputs` are made unique (returned); attributes whose value is None are left out."""
         outputs = [self.unique(o) for o in outputs]
         self.nodes.append(helper.make_node(op_type, list(inputs), outputs, name=name, domain=domain, **attrs))
         return outputs
-
-    def consumers(self, value: str) -> list[onnx.NodeProto]:
-        return [node for node in self.nodes if value in node.input]
 
     def replace(self, old: str, new: str) -> None:
         """Every input and output named `old` named `new` instead."""

@@ -34,7 +34,8 @@ from torch import nn  # noqa: E402
 import sparse_lower  # noqa: E402
 from sparse_lower.errors import SparseLowerError  # noqa: E402
 from sparse_lower.frames.sample import load_voxels  # noqa: E402
-from sparse_lower.importers.spconv_tracer import export, spconv_inference  # noqa: E402
+from sparse_lower.importers.spconv_calls import spconv_inference  # noqa: E402
+from sparse_lower import export  # noqa: E402
 from sparse_lower.models.emitter import per_dim  # noqa: E402
 
 from conftest import DATA  # noqa: E402
@@ -399,7 +400,7 @@ class UNet(spconv.SparseModule):
 
 
 class SharedConvOutput(spconv.SparseModule):
-    """A batch norm whose input is also read elsewhere: it stays a Mul + Add."""
+    """A batch norm whose input is also read elsewhere: it stays a BatchNormalization."""
 
     def __init__(self, cin: int):
         super().__init__()
@@ -439,6 +440,28 @@ class Dense2d(spconv.SparseModule):
         return y, y.dense(channels_first=False).permute(0, 3, 1, 2).contiguous().flatten(2)
 
 
+class GatedRows(spconv.SparseModule):
+    """Arithmetic on rows that a translator per torch call would have to know (mmdetection3d's Cylinder3D
+    gates one branch by another): products of branches, scalars, tanh, where, LayerNorm, Linear, GELU,
+    softmax over channels; torch.onnx writes it all."""
+
+    def __init__(self, cin: int):
+        super().__init__()
+        self.a = spconv.SubMConv3d(cin, 8, 3, indice_key="g")
+        self.b = spconv.SubMConv3d(cin, 8, (3, 1, 1), indice_key="g")
+        self.down = spconv.SparseConv3d(8, 8, 3, 2, 1)
+        self.norm = nn.LayerNorm(8)
+        self.linear = nn.Linear(8, 6)
+
+    def forward(self, x):
+        a, b = self.a(x), self.b(x)
+        gated = a.replace_feature(torch.tanh(a.features) * torch.sigmoid(b.features) * 2.0 - 0.5 / 3)
+        gated = gated.replace_feature(torch.where(gated.features > 0, gated.features, gated.features * 0.1))
+        y = self.down(gated)
+        rows = nn.functional.gelu(self.linear(self.norm(y.features)))
+        return y.replace_feature(torch.softmax(rows, dim=1) + rows.mean(dim=0, keepdim=True))
+
+
 MODULES = {
     "conv_bn_relu": (lambda cin: spconv.SparseSequential(
         spconv.SubMConv3d(cin, 16, 3, bias=False, indice_key="subm1"), nn.BatchNorm1d(16), nn.ReLU(),
@@ -450,6 +473,7 @@ MODULES = {
     "transposed": (transposed_stack, 3),
     "one_by_one": (one_by_one_stack, 3),
     "dense_2d_permute": (Dense2d, 2),
+    "gated_rows": (GatedRows, 3),
 }
 
 
@@ -476,24 +500,31 @@ def test_export_folds_batch_norm_and_saves(tmp_path):
     assert onnx.load(tmp_path / "net.onnx").graph == model.graph
 
 
-def test_export_refuses_what_it_cannot_translate():
+class Lgamma(spconv.SparseModule):
+    """A torch call torch.onnx has no ONNX form for."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = spconv.SubMConv3d(4, 4, 3)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return y.replace_feature(torch.lgamma(y.features.abs() + 1))
+
+
+def test_export_refusals_name_the_module_the_call_and_the_line():
     features, coords = random_sparse(np.random.default_rng(0), 1, 4, (8, 8, 8), density=0.25)
     x = sparse_tensor(features, coords, (8, 8, 8), 1)
-    tanh = spconv.SparseSequential(spconv.SubMConv3d(4, 4, 3), nn.Tanh())
-    with pytest.raises(SparseLowerError, match="tanh"):
-        export(tanh, x)
-    class InPlace(spconv.SparseModule):
-        def forward(self, x):
-            x.features[0] = 0.0
-            return x
-
-    with pytest.raises(SparseLowerError, match="__setitem__"):
-        export(InPlace(), x)
-    pool = spconv.SparseSequential(spconv.SparseAvgPool3d(2, 2))
-    with pytest.raises(SparseLowerError, match="SparseAvgPool3d"):
+    with pytest.raises(SparseLowerError, match=r"node 'Lgamma': torch.onnx cannot export aten::lgamma, called as "
+                                               r"lgamma at .*test_spconv_oracle.py:\d+") as refusal:
+        export(Lgamma(), x)
+    assert "register_custom_op_symbolic" in refusal.value.fix
+    pool = spconv.SparseSequential(spconv.SubMConv3d(4, 4, 3), spconv.SparseAvgPool3d(2, 2))
+    with pytest.raises(SparseLowerError, match=r"node '1': SparseAvgPool3d cannot be exported yet \(called at "
+                                               r".*test_spconv_oracle.py:\d+\)"):
         export(pool, x)
-    with pytest.raises(SparseLowerError, match="SparseConvTensor"):
-        export(tanh, features)
+    with pytest.raises(SparseLowerError, match="SparseConvTensor or a tuple"):
+        export(pool, features)
 
 
 def test_export_without_spconv_says_what_to_install(monkeypatch):

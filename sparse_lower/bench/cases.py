@@ -198,7 +198,7 @@ def _spconv_layer(spec: LayerSpec, ndim: int):
         import spconv.pytorch as spconv
         import torch
 
-        from ..importers.spconv_tracer import spconv_inference
+        from ..importers.spconv_calls import spconv_inference
 
         d = f"{ndim}d"
         if spec.kind == "subm":

@@ -2,7 +2,7 @@
 `table` run timing the index tables alone) or raises `Skip` / ImportError with the reason.
 
 Every system runs on one core (one intra-op thread), as spconv's CPU kernels must (see
-`sparse_lower.importers.spconv_tracer.spconv_inference`), except `ours-gpu-auto-2threads`: the same
+`sparse_lower.importers.spconv_calls.spconv_inference`), except `ours-gpu-auto-2threads`: the same
 model on the machine's two cores, which is how a user runs it, and MinkowskiEngine, which the
 performance issue runs on 2 threads (see `bench.minkowski`).
 """

@@ -23,7 +23,7 @@ What an imported model looks like:
 An importer never lowers: the result is the input of `sparse_lower.lower`. Every refusal is a
 SparseLowerError naming the source node and the fix.
 
-`sparse_lower.export` (spconv_tracer.py) is the importer of a PyTorch spconv module, for users who
+`sparse_lower.export` (torch_export.py) is the importer of a PyTorch spconv module, for users who
 have the module rather than a file: it traces the module and writes the same source-op form. It
 needs torch and spconv, imported only when it runs.
 """

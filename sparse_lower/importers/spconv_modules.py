@@ -1,7 +1,6 @@
-"""One spconv convolution module as one source-op node: the layer translation of the spconv tracer.
+"""One spconv convolution module as one source-op node, as `sparse_lower.export` writes it.
 
-The tracer (spconv_tracer.py) records that a module ran, on which traced values, and writes the
-node; this module says which node it is, from the module and the tensors it read and returned: the
+spconv_calls.py runs the module during the trace and writes the node; this module says which node it is, from the module and the tensors it read and returned: the
 op type, the weight in source layout, the attributes, and where the output's coords come from.
 What spconv computes is reproduced (docs/formats.md), with the conventions spconv_rules.py defines
 once for every reader and writer of spconv modules:
@@ -30,7 +29,7 @@ from ..spconv_rules import inverse_output_padding, source_weight, weight_from_ma
 
 @dataclass
 class ConvNode:
-    """What the tracer writes for one conv module run."""
+    """What the export writes for one conv module run."""
 
     op_type: str
     weight: np.ndarray  # source layout

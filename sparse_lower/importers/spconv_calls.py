@@ -1,0 +1,401 @@
+"""spconv's calls as source ops while torch.onnx traces a module (importers/torch_export.py).
+
+torch's own exporter writes everything a module computes with torch; what it cannot see into are the
+sparse engine's calls. For the duration of an export (`engine_calls`), those are replaced:
+
+* `SparseConvolution.forward` (every SubMConv, SparseConv, SparseConvTranspose and SparseInverseConv,
+  1-D to 4-D): spconv computes the convolution, untraced, without its fused add and activation; an
+  `autograd.Function` hands spconv's result to the trace, and its `symbolic` writes the source op
+  (`SubmanifoldConv`, `SparseConv` or `SparseDeconv`, spconv_modules.py says which, with spconv's
+  weights in the source layout as constants). The add of `forward(x, add_input)` and the fused
+  activation are then applied with torch, so torch.onnx writes them (Add, Relu, LeakyRelu, Sigmoid);
+* `SparseMaxPool.forward`: the `SparseMaxPool` source op, then `Relu` (spconv's pooling kernels
+  start their maximum from 0, which is the Relu of the true maximum);
+* `SparseConvTensor.dense()`: `ToDense` (then a Transpose where `channels_first=False`);
+* `SparseConvTensor(...)` given a grid computed from the frame (a `spatial_shape` tensor, as
+  mmdetection3d's MinkUNet writes `coors.max(0)[0][1:] + 1`): the grid stays a traced tensor; every
+  layer's extent is computed from it in the graph (spconv's formulas, in torch), the source ops are
+  written on a bound of it (`max_spatial_shape`, or the example's grid) and each strided layer's rows
+  outside the frame's own extent are dropped in the graph, as spconv drops them (docs/formats.md);
+* `SparseConvTensor(features, indices, spatial_shape, …)` on indices that no spconv call wrote (the
+  merged sites of a `torch.unique`) marks them with their declared grid (`Grid` in the export's own
+  domain), which export_cleanup.py uses as the `Coalesce` bound and then removes.
+
+Coordinates enter the source ops as int64 (a Cast the trace records) and leave them as spconv's int32;
+export_cleanup.py removes each Cast pair that cancels. Average and global pooling are refused, naming
+the module and its call.
+
+`spconv_inference` runs an spconv module for inference, with the workarounds its CPU kernels need.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import spconv
+import torch
+from cumm import tensorview as tv
+from spconv.pytorch import SparseConvTensor
+from spconv.pytorch import conv as spconv_conv
+from spconv.pytorch import pool as spconv_pool
+
+from ..errors import SparseLowerError
+from ..onnx_conventions import SOURCE_DOMAIN
+from .spconv_modules import conv_node, fused_activation
+
+EXPORT_DOMAIN = "sparse_lower_export"  # the marks export_cleanup.py removes; never in an exported model
+NAME_ATTRIBUTE = "export_name"  # a source op's module path, made its node name by export_cleanup.py
+INT64, INT32 = 7, 6  # ONNX's element types, for the Casts around the source ops
+
+
+@contextlib.contextmanager
+def spconv_inference(module):
+    """Run an spconv `module` for inference inside the block: eval mode, no gradients, one thread.
+
+    Two workarounds for spconv 2.3.8's CPU kernels: they return wrong sums with more than one torch
+    thread, and they refuse a bias at inference ("cpu don't support act and bias"); convolutions with
+    a bias therefore run in training mode, where spconv adds the bias after the kernel, which under
+    no_grad gives the inference result. Modes and the thread count are restored afterwards.
+    """
+    modes = [(m, m.training) for m in module.modules()]
+    threads = torch.get_num_threads()
+    module.eval()
+    for m in module.modules():
+        if isinstance(m, spconv_conv.SparseConvolution) and m.bias is not None and not m.weight.is_cuda:
+            m.train()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        torch.set_num_threads(threads)
+        for m, training in modes:
+            m.training = training
+
+
+@contextlib.contextmanager
+def untraced():
+    """torch's tracing paused inside: what spconv computes is not recorded."""
+    state = torch._C._get_tracing_state()
+    torch._C._set_tracing_state(None)
+    try:
+        yield
+    finally:
+        torch._C._set_tracing_state(state)
+
+
+def call_site() -> str:
+    """`file:line` of the innermost caller outside torch, spconv and sparse_lower: the user's line."""
+    skip = (Path(torch.__file__).parent, Path(spconv.__file__).parent, Path(__file__).parents[1])
+    for frame in reversed(traceback.extract_stack()):
+        if not any(Path(frame.filename).is_relative_to(folder) for folder in skip):
+            return f"{frame.filename}:{frame.lineno}"
+    return "an unknown line"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The trace's view of one engine call
+
+
+@dataclass
+class _Call:
+    """One source op as the symbolic writes it: its type, attributes, which inputs and outputs are
+    coordinates (int32 in torch, int64 in the graph), and spconv's results with their declared sizes
+    (None: the dynamic row count)."""
+
+    op_type: str
+    attrs: dict
+    results: tuple
+    sizes: tuple
+    coords_inputs: tuple = (1,)
+    coords_outputs: tuple = (1,)
+    domain: str = SOURCE_DOMAIN
+
+
+def _onnx_attributes(attrs: dict) -> dict:
+    """The keyword arguments of torch's `g.op` for ONNX attributes (suffix _i, _f, _s by type)."""
+    spelled = {}
+    for key, value in attrs.items():
+        items = value if isinstance(value, (list, tuple)) else [value]
+        kind = "s" if isinstance(items[0], str) else "f" if isinstance(items[0], float) else "i"
+        spelled[f"{key}_{kind}"] = value
+    return spelled
+
+
+class _SourceOp(torch.autograd.Function):
+    """spconv's results in the trace; the source op in the ONNX graph."""
+
+    @staticmethod
+    def forward(ctx, call: _Call, *inputs):
+        with untraced():
+            results = tuple(result.clone() for result in call.results)
+        return results if len(results) > 1 else results[0]
+
+    @staticmethod
+    def symbolic(g, call: _Call, *inputs):
+        inputs = [g.op("Cast", value, to_i=INT64) if index in call.coords_inputs else value
+                  for index, value in enumerate(inputs)]
+        outputs = g.op(f"{call.domain}::{call.op_type}", *inputs, outputs=len(call.results),
+                       **_onnx_attributes(call.attrs))
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        written = []
+        for index, (value, result, sizes) in enumerate(zip(outputs, call.results, call.sizes)):
+            coords = index in call.coords_outputs
+            value.setType(inputs[0].type().with_dtype(torch.int64 if coords else result.dtype).with_sizes(list(sizes)))
+            written.append(g.op("Cast", value, to_i=INT32) if coords else value)
+        return tuple(written) if len(written) > 1 else written[0]
+
+
+def _constant(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The replaced calls
+
+
+@dataclass
+class EngineCalls:
+    """The state of one export: module names, the coordinate tensors engine calls wrote or marked (kept
+    alive, so that ids stay unique) and, for a grid computed from the frame, each coordinate tensor's
+    traced extent with the static bound its source ops are written on."""
+
+    names: dict
+    max_spatial_shape: list | None = None
+    known: dict = field(default_factory=dict)  # id -> a coordinate tensor written by an engine call or marked
+    grids: dict = field(default_factory=dict)  # id(indices) -> (traced extent, bound) of a frame-computed grid
+    # The first result of every engine call, returned by the traced module after its own outputs: torch's
+    # dead-code elimination fails on a call none of whose results is read; export_cleanup.py drops them.
+    results: list = field(default_factory=list)
+
+    def apply(self, call: "_Call", *inputs):
+        results = _SourceOp.apply(call, *inputs)
+        self.results.append(results[0] if isinstance(results, tuple) else results)
+        return results
+
+    def name(self, module) -> str:
+        return self.names.get(id(module), type(module).__name__)
+
+    def remember(self, indices, grid=None):
+        self.known[id(indices)] = indices
+        if grid is not None:
+            self.grids[id(indices)] = grid
+        return indices
+
+    def _output(self, real, features, coords, grid):
+        """spconv's output `real` with the traced features and coords (built untraced: its indices are the
+        engine's until replaced)."""
+        with untraced():
+            out = real.replace_feature(features)
+        out.indices = self.remember(coords, grid)
+        return out
+
+    # ----- convolutions
+
+    def conv(self, original, module, x, add_input=None):
+        name = self.name(module)
+        act = module.act_type
+        module.act_type = tv.gemm.Activation.None_  # the activation is applied with torch, below
+        try:
+            with untraced():
+                real = original(module, x)
+        finally:
+            module.act_type = act
+        activation = fused_activation(module, add_input, name)
+        node = conv_node(module, x, real, name)
+        attrs = dict(node.attrs, **{NAME_ATTRIBUTE: name})
+        grid = self.grids.get(id(x.indices))
+        if grid is not None:
+            attrs["spatial_shape"] = grid[1]
+        inputs = [x.features, x.indices, _constant(node.weight), _constant(node.bias)]
+        coords_inputs = (1,)
+        if node.coords == "target":
+            target = x.find_indice_pair(module.indice_key).indices
+            inputs.append(target)
+            coords_inputs = (1, 4)
+        call = _Call(node.op_type, attrs, (real.features, real.indices),
+                     ((None, int(real.features.shape[1])), (None, x.indices.shape[1])), coords_inputs)
+        features, coords = self.apply(call, *inputs)
+        if node.coords == "input":
+            coords = x.indices
+        elif node.coords == "target":
+            coords = target
+        out_grid = None if grid is None else self._out_grid(node, module, x, grid)
+        if node.coords == "new":
+            features, coords = _within(features, coords, out_grid)
+        out = self._output(real, features, coords, out_grid)
+        if add_input is not None:
+            out = out.replace_feature(out.features + add_input.features)
+        if activation is not None:
+            op_type, options = activation
+            functions = {"Relu": torch.relu, "Sigmoid": torch.sigmoid,
+                         "LeakyRelu": lambda f: torch.nn.functional.leaky_relu(f, options.get("alpha", 0.01))}
+            out = out.replace_feature(functions[op_type](out.features))
+        return out
+
+    def max_pool(self, original, module, x):
+        name = self.name(module)
+        with untraced():
+            real = original(module, x)
+        attrs = {"kernel_shape": [int(k) for k in module.kernel_size], "strides": [int(s) for s in module.stride],
+                 "pads": [int(p) for p in module.padding] * 2, "dilations": [int(d) for d in module.dilation],
+                 "spatial_shape": [int(s) for s in x.spatial_shape], NAME_ATTRIBUTE: name}
+        if module.subm:
+            attrs["submanifold"] = 1
+        grid = self.grids.get(id(x.indices))
+        out_grid = None
+        if grid is not None:
+            attrs["spatial_shape"] = grid[1]
+            out_grid = grid if module.subm else _strided_grid(grid, module)
+        results = (_in_order_of(real, x.indices) if module.subm else real.features, real.indices)
+        call = _Call("SparseMaxPool", attrs, results, ((None, int(real.features.shape[1])), (None, x.indices.shape[1])))
+        features, coords = self.apply(call, x.features, x.indices)
+        if module.subm:
+            coords = x.indices
+        else:
+            features, coords = _within(features, coords, out_grid)
+        return self._output(real, torch.relu(features), coords, out_grid)
+
+    def refuse_pool(self, original, module, *args, **kwargs):
+        raise SparseLowerError(f"{type(module).__name__} cannot be exported yet (called at {call_site()})",
+                               self.name(module), fix="use SparseMaxPool or a strided SparseConv instead")
+
+    def _out_grid(self, node, module, x, grid):
+        """A conv's output (traced extent, bound) on the frame-computed input `grid`."""
+        if node.coords == "input":
+            return grid
+        if node.coords == "target":
+            forward = self.grids.get(id(x.find_indice_pair(module.indice_key).indices))
+            if forward is None:
+                raise SparseLowerError("an inverse conv returns to a grid the export does not know", self.name(module),
+                                       fix="give the forward conv's input the grid computed from the frame")
+            return forward
+        if node.op_type == "SparseDeconv":
+            kernel, stride, pads, dilation, extra = (node.attrs[k] for k in (
+                "kernel_shape", "strides", "pads", "dilations", "output_padding"))
+            ndim = len(kernel)
+
+            def extent(s, i):
+                return (s - 1) * stride[i] + extra[i] + dilation[i] * (kernel[i] - 1) + 1 - pads[i] - pads[ndim + i]
+
+            return (torch.stack([extent(grid[0][i], i) for i in range(ndim)]),
+                    [int(extent(b, i)) for i, b in enumerate(grid[1])])
+        return _strided_grid(grid, module)
+
+    # ----- tensors
+
+    def construct(self, original, tensor, features, indices, spatial_shape, batch_size, *args, **kwargs):
+        """A SparseConvTensor: its grid traced where the frame computes it, its indices marked with their
+        declared grid where no engine call wrote them."""
+        tracing = torch._C._get_tracing_state() is not None
+        grid = None
+        if tracing and isinstance(spatial_shape, torch.Tensor):
+            with untraced():
+                example = [int(v) for v in spatial_shape]
+            grid = (spatial_shape, self._bound(example))
+            spatial_shape = example
+        if tracing and isinstance(indices, torch.Tensor) and id(indices) not in self.known:
+            call = _Call("Grid", {"spatial_shape": [int(s) for s in spatial_shape]}, (indices,),
+                         ((None, indices.shape[1]),), coords_inputs=(), coords_outputs=(), domain=EXPORT_DOMAIN)
+            indices = self.apply(call, indices)
+        if tracing and isinstance(indices, torch.Tensor):
+            self.remember(indices, grid or self.grids.get(id(indices)))
+        original(tensor, features, indices, spatial_shape, batch_size, *args, **kwargs)
+
+    def _bound(self, example: list[int]) -> list[int]:
+        """The static grid the source ops on a frame-computed grid are written on."""
+        site = call_site()
+        bound = list(self.max_spatial_shape) if self.max_spatial_shape is not None else example
+        if len(bound) != len(example):
+            raise SparseLowerError(f"max_spatial_shape {bound} has {len(bound)} extents; the grid computed at {site} "
+                                   f"has {len(example)}", fix="give one extent per spatial dimension")
+        if any(e > b for e, b in zip(example, bound)):
+            raise SparseLowerError(f"the example's grid {example}, computed at {site}, exceeds max_spatial_shape "
+                                   f"{bound}", fix="give a max_spatial_shape that holds every frame's grid")
+        return bound
+
+    def dense(self, original, x, channels_first: bool = True):
+        if id(x.indices) in self.grids:
+            raise SparseLowerError(f".dense() (at {call_site()}) of a tensor whose grid is computed from the frame: "
+                                   "its shape would change from frame to frame",
+                                   fix="give the SparseConvTensor a fixed spatial_shape before .dense()")
+        with untraced():
+            real = original(x, True)
+        shape = [int(s) for s in x.spatial_shape]
+        call = _Call("ToDense", {"spatial_shape": shape, "batch_size": int(x.batch_size)}, (real,),
+                     (tuple(real.shape),), coords_outputs=())
+        result = self.apply(call, x.features, x.indices)
+        if not channels_first:
+            result = result.permute(0, *range(2, len(shape) + 2), 1)
+        return result
+
+
+def _in_order_of(real, indices) -> torch.Tensor:
+    """The features of spconv's output `real` in the row order of `indices` (the same sites): spconv's
+    submanifold pooling returns its sites in its own order, the source op in its input's."""
+    have, want = real.indices.numpy().astype(np.int64), indices.detach().numpy().astype(np.int64)
+    order_have, order_want = np.lexsort(have.T[::-1]), np.lexsort(want.T[::-1])
+    if not np.array_equal(have[order_have], want[order_want]):
+        raise SparseLowerError("spconv's submanifold pooling returned other sites than its input's",
+                               fix="report it, with the spconv version")
+    position = np.empty(len(want), np.int64)
+    position[order_want] = order_have
+    return real.features[torch.from_numpy(position)]
+
+
+def _within(features, coords, grid):
+    """The rows of a layer that makes new sites inside the frame's own extent (spconv drops those outside
+    it): both selected by one mask, traced; unchanged on a static grid (None)."""
+    if grid is None:
+        return features, coords
+    keep = (coords[:, 1:] < grid[0].to(coords.dtype)).all(dim=1)
+    return features[keep], coords[keep]
+
+
+def _strided_grid(grid, module):
+    """A strided layer's output (traced extent, bound) by spconv's formula, per dimension:
+    floor((S + 2p − d(K − 1) − 1) / s) + 1."""
+    k, s, p, d = (np.array(list(v)) for v in (module.kernel_size, module.stride, module.padding, module.dilation))
+    extent, bound = grid
+    constants = [torch.tensor(v, dtype=extent.dtype) for v in (k, s, p, d)]
+    traced = torch.div(extent + 2 * constants[2] - constants[3] * (constants[0] - 1) - 1, constants[1],
+                       rounding_mode="floor") + 1
+    return traced, [int(v) for v in (np.array(bound) + 2 * p - d * (k - 1) - 1) // s + 1]
+
+
+def index_add_symbolic(g, data, dim, index, source, alpha=None):
+    """torch.index_add as ScatterElements with reduction "add" (torch.onnx's own writes a plain
+    ScatterElements, which keeps one of the rows an index repeats instead of their sum)."""
+    from torch.onnx import symbolic_helper
+
+    axis = symbolic_helper._get_const(dim, "i", "dim")
+    if axis != 0:
+        raise SparseLowerError(f"index_add along dim {axis} cannot be exported", fix="add along the rows (dim 0)")
+    unsqueezed = g.op("Unsqueeze", index, g.op("Constant", value_t=torch.tensor([1], dtype=torch.int64)))
+    expanded = g.op("Expand", unsqueezed, g.op("Shape", source))
+    return g.op("ScatterElements", data, expanded, source, axis_i=0, reduction_s="add")
+
+
+@contextlib.contextmanager
+def engine_calls(module, max_spatial_shape=None):
+    """Inside: spconv's calls replaced as the module docstring says; yields the export's EngineCalls."""
+    calls = EngineCalls({id(m): name or type(module).__name__ for name, m in module.named_modules()}, max_spatial_shape)
+    replaced = [(spconv_conv.SparseConvolution, "forward", calls.conv),
+                (spconv_pool.SparseMaxPool, "forward", calls.max_pool),
+                (spconv_pool.SparseAvgPool, "forward", calls.refuse_pool),
+                (spconv_pool.SparseGlobalMaxOrAvgPool, "forward", calls.refuse_pool),
+                (SparseConvTensor, "__init__", calls.construct),
+                (SparseConvTensor, "dense", calls.dense)]
+    originals = [(cls, attr, cls.__dict__[attr]) for cls, attr, _ in replaced]
+    for cls, attr, handler in replaced:
+        original = cls.__dict__[attr]
+        setattr(cls, attr, lambda self, *args, _h=handler, _o=original, **kwargs: _h(_o, self, *args, **kwargs))
+    try:
+        yield calls
+    finally:
+        for cls, attr, original in originals:
+            setattr(cls, attr, original)

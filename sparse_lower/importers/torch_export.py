@@ -1,0 +1,190 @@
+"""`sparse_lower.export`: a PyTorch module with spconv layers as a source-op ONNX model
+(docs/formats.md#sparse_lowerexport), for users who have the module rather than a file.
+
+    import sparse_lower
+    x = spconv.SparseConvTensor(features, coords_int32, spatial_shape, batch_size)
+    model = sparse_lower.export(net, x, "net.onnx")            # an onnx.ModelProto, also saved
+    model = sparse_lower.export(minkunet, (features, coors))   # a module that takes tensors
+    lowered = sparse_lower.lower(model, target="gpu")
+
+torch's own exporter (`torch.onnx.export`, TorchScript-based) writes the whole module: whatever it
+computes with torch (batch norms, activations, products of branches, reshapes, a dense neck and heads,
+coordinate arithmetic) is torch.onnx's job. Only the sparse engine's calls become source ops
+(spconv_calls.py); export_cleanup.py then folds what the trace left around them (Cast pairs, batch
+norms after convs, VoxelNeXt's `torch.unique` + `index_add_` into `Coalesce`). torch and spconv are
+imported when it runs, never when sparse_lower is imported.
+
+Graph inputs: for a SparseConvTensor example, `features` float32 [N, Cin] and `coords` int64
+[N, 1 + D]; for a tuple of arguments, one input per tensor, named `features` and `coords` where they
+are one float and one integer tensor of N rows, else after the forward's parameters (integer tensors
+become int64 inputs, cast back to the module's own type); other arguments are fixed at their example
+value. Outputs: `out_features` / `out_coords` for a sparse result, `output` for a tensor, numbered
+(`output0_features`, `output1`, ...) when the module returns several. Every row count stays dynamic.
+
+The model computes the module up to the order of rows: a strided layer's rows come sorted (spconv's
+come in its own order), so a torch call that reads a row by its position reads another row.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import warnings
+from dataclasses import dataclass
+
+import onnx
+
+from ..errors import SparseLowerError
+from ..onnx_conventions import IR_VERSION, OPSET, SOURCE_DOMAIN
+
+INSTALL_HINT = 'pip install "sparse-lower[spconv]" (torch 2.13.0 and spconv 2.3.8)'
+
+
+def _torch_and_spconv():
+    try:
+        import spconv.pytorch as spconv
+        import torch
+    except ImportError as error:
+        raise SparseLowerError(f"export needs torch and spconv, which are not installed ({error})",
+                               fix=INSTALL_HINT) from error
+    return torch, spconv
+
+
+@dataclass
+class Traced:
+    """An exported model, the example as its feeds, and what the module returned on it (by output name)."""
+
+    model: onnx.ModelProto
+    feeds: dict
+    outputs: dict
+
+
+def trace(module, example, max_spatial_shape=None) -> Traced:
+    """The source-op ONNX model of `module`, traced on `example`: an spconv `SparseConvTensor`, or the
+    tuple of the module's positional arguments. `max_spatial_shape`: where the module computes its grid
+    from the frame (`coors.max(0)[0][1:] + 1`), the largest grid a frame may have (default: the
+    example's); a frame past it is refused at run time."""
+    torch, spconv = _torch_and_spconv()
+    from . import export_cleanup, export_refusals
+    from .spconv_calls import engine_calls, index_add_symbolic, spconv_inference
+
+    wrapper = _wrapper(torch, spconv, module, example)
+    buffer = io.BytesIO()
+    torch.onnx.register_custom_op_symbolic("aten::index_add", index_add_symbolic, OPSET)
+    try:
+        with spconv_inference(module), engine_calls(module, max_spatial_shape) as calls, \
+                warnings.catch_warnings(record=True) as caught:
+            wrapper.kept = calls.results
+            warnings.simplefilter("always")  # kept: the tracer's word on values it fixed; shown: none
+            torch.onnx.export(wrapper, wrapper.tensors, buffer, dynamo=False, opset_version=OPSET,
+                              input_names=wrapper.input_names, custom_opsets={SOURCE_DOMAIN: 1},
+                              dynamic_axes={name: {0: "N"} for name in wrapper.input_names},
+                              training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=True)
+    except SparseLowerError:
+        raise
+    except Exception as error:  # torch.onnx's refusal of a torch call: say where the module made it
+        raise export_refusals.explained(error, wrapper) from error
+    finally:
+        torch.onnx.unregister_custom_op_symbolic("aten::index_add", OPSET)
+    model = export_cleanup.cleaned(onnx.load_from_string(buffer.getvalue()), wrapper.output_names)
+    model.ir_version = IR_VERSION
+    model.producer_name = "sparse_lower.export"
+    export_refusals.note_frozen(model, caught)
+    onnx.checker.check_model(model)
+    feeds = {name: tensor.detach().numpy() for name, tensor in zip(wrapper.input_names, wrapper.tensors)}
+    return Traced(model, feeds, dict(zip(wrapper.output_names, wrapper.results)))
+
+
+def _wrapper(torch, spconv, module, example):
+    """The module as torch.onnx traces it: a torch module taking the graph inputs (`tensors`, named
+    `input_names`; coordinates int64) and returning tensors only, which names them (`output_names`)
+    when it runs."""
+
+    class Exported(torch.nn.Module):
+        def __init__(self, arguments, tensors, input_names):
+            super().__init__()
+            self.module = module
+            self.arguments, self.tensors, self.input_names = arguments, tensors, input_names
+            self.output_names: list[str] = []
+            self.results: list = []
+            self.kept: list = []
+
+        def forward(self, *tensors):
+            result = self.module(*self.arguments(*tensors))
+            self.output_names = _output_names(torch, spconv, result)
+            outputs = tuple(_graph_tensors(torch, spconv, result))
+            self.results = [output.detach().numpy().copy() for output in outputs]
+            return outputs + tuple(self.kept)  # every engine call's result read, see spconv_calls.EngineCalls
+
+    if isinstance(example, spconv.SparseConvTensor):
+        spatial_shape, batch_size = list(example.spatial_shape), int(example.batch_size)
+        return Exported(lambda features, coords: (spconv.SparseConvTensor(features, coords.int(), spatial_shape,
+                                                                           batch_size),),
+                        (example.features.float(), example.indices.long()), ["features", "coords"])
+    if isinstance(example, torch.Tensor):
+        example = (example,)
+    if not isinstance(example, (tuple, list)):
+        raise SparseLowerError(f"the example must be a spconv SparseConvTensor or a tuple of the module's "
+                               f"arguments, got {type(example).__name__}",
+                               fix="give spconv.pytorch.SparseConvTensor(features, coords, spatial_shape, batch) "
+                                   "or (features, coords, ...)")
+    example = list(example)
+    positions = [i for i, item in enumerate(example) if isinstance(item, torch.Tensor)]
+    if not positions:
+        raise SparseLowerError("the example holds no tensor", fix="give the module's tensor arguments")
+    dtypes = {i: example[i].dtype for i in positions}
+
+    def arguments(*tensors):
+        given = list(example)
+        for i, tensor in zip(positions, tensors):
+            given[i] = tensor.to(dtypes[i])
+        return given
+
+    tensors = tuple(example[i] if example[i].is_floating_point() else example[i].long() for i in positions)
+    return Exported(arguments, tensors, _argument_names(module, example, positions))
+
+
+def _argument_names(module, example, positions) -> list[str]:
+    tensors = [example[i] for i in positions]
+    floats = [t for t in tensors if t.is_floating_point()]
+    if (len(tensors) == 2 and len(floats) == 1 and all(t.dim() == 2 for t in tensors)
+            and tensors[0].shape[0] == tensors[1].shape[0]):
+        return ["features" if t.is_floating_point() else "coords" for t in tensors]
+    try:
+        parameters = list(inspect.signature(module.forward).parameters)
+    except (TypeError, ValueError):
+        parameters = []
+    return [parameters[i] if i < len(parameters) else f"input{i}" for i in positions]
+
+
+def _output_names(torch, spconv, result) -> list[str]:
+    """The graph outputs' names for what the module returned (see the module docstring)."""
+    items = _flatten(result)
+    names = []
+    for index, item in enumerate(items):
+        prefix = f"output{index}" if len(items) > 1 else None
+        if isinstance(item, spconv.SparseConvTensor):
+            names += [f"{prefix or 'out'}_features", f"{prefix or 'out'}_coords"]
+        elif isinstance(item, torch.Tensor):
+            names.append(prefix or "output")
+        else:
+            raise SparseLowerError(f"the model returns a {type(item).__name__}, which is not a tensor",
+                                   fix="return SparseConvTensors and tensors (or lists, tuples, dicts of them)")
+    return names
+
+
+def _graph_tensors(torch, spconv, result) -> list:
+    """What the module returned as the graph's tensors: a sparse tensor's features, then its int64 coords."""
+    tensors = []
+    for item in _flatten(result):
+        tensors += [item.features, item.indices.long()] if isinstance(item, spconv.SparseConvTensor) else [item]
+    return tensors
+
+
+def _flatten(result) -> list:
+    """The values a module returns, in order, through lists, tuples and dicts."""
+    if isinstance(result, (list, tuple)):
+        return [item for element in result for item in _flatten(element)]
+    if isinstance(result, dict):
+        return [item for element in result.values() for item in _flatten(element)]
+    return [result]
