@@ -163,3 +163,64 @@ def test_average_pooling_is_refused_naming_the_module_and_the_line():
     with pytest.raises(SparseLowerError, match=r"node 'body': SparseAvgPool3d cannot be exported yet \(called at "
                                                r".*test_export_merges.py:\d+\)"):
         sparse_lower.export(net, example)
+
+
+class FrameGrid(torch.nn.Module):
+    """mmdetection3d's MinkUNet pattern at small scale: the grid computed from the frame
+    (`coors.max(0)[0][1:] + 1`), strided convs of kernel 2 whose extent, floor(S / 2), drops a frame's
+    last plane where S is odd, an inverse conv back, and the features returned alone."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = spconv.SubMConv3d(2, 6, 3, indice_key="s0")
+        self.down = spconv.SparseConv3d(6, 6, 2, 2, indice_key="d1")
+        self.down2 = spconv.SparseConv3d(6, 6, (3, 2, 2), (2, 2, 2), padding=(1, 0, 0), indice_key="d2")
+        self.up2 = spconv.SparseInverseConv3d(6, 6, (3, 2, 2), indice_key="d2")
+        self.up = spconv.SparseInverseConv3d(6, 4, 2, indice_key="d1")
+
+    def forward(self, features, coors):
+        grid = coors.max(0)[0][1:] + 1
+        x = spconv.SparseConvTensor(features, coors, grid, int(coors[-1, 0]) + 1)
+        x = self.stem(x)
+        y = self.up2(self.down2(self.down(x)))
+        return self.up(y.replace_feature(y.features + 1)).features
+
+
+def _frame_grid_frame(seed, extent):
+    rng = np.random.default_rng(seed)
+    _, features, coords = _frame(rng, 3, 1, 80)
+    coords[:, 1:] = coords[:, 1:] % np.array(extent)
+    coords = np.unique(coords, axis=0)
+    coords[-1, 1:] = np.array(extent) - 1  # the largest site, so that the grid is `extent`
+    coords = np.unique(coords, axis=0)
+    return rng.standard_normal((len(coords), 2)).astype(np.float32), coords.astype(np.int64)
+
+
+def test_a_grid_computed_from_the_frame_follows_each_frame_on_every_target():
+    torch.manual_seed(3)
+    net = FrameGrid().eval()
+    features, coords = _frame_grid_frame(0, (7, 10, 12))
+    model = sparse_lower.export(net, (torch.from_numpy(features), torch.from_numpy(coords.astype(np.int32))),
+                                max_spatial_shape=[9, 13, 12])
+    grids = [list(next(a.ints for a in n.attribute if a.name == "spatial_shape")) for n in model.graph.node
+             if n.domain == "sparse"]
+    assert grids[:3] == [[9, 13, 12], [9, 13, 12], [4, 6, 6]]  # written on the bound, scaled by each layer
+    for seed, extent in [(1, (7, 10, 12)), (2, (5, 13, 9)), (3, (9, 8, 11)), (4, (6, 6, 6))]:
+        features, coords = _frame_grid_frame(seed, extent)
+        with spconv_inference(net):
+            want = net(torch.from_numpy(features), torch.from_numpy(coords.astype(np.int32))).numpy()
+        for target, options in [*TARGETS, ("nna", {"max_active": 200})]:
+            got = run_lowered(model, {"features": features, "coords": coords}, target=target, **options)["output"]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{target} {options} {extent}")
+
+
+def test_a_frame_past_the_bound_is_refused_at_run_time():
+    torch.manual_seed(3)
+    net = FrameGrid().eval()
+    features, coords = _frame_grid_frame(0, (7, 10, 12))
+    model = sparse_lower.export(net, (torch.from_numpy(features), torch.from_numpy(coords.astype(np.int32))))
+    features, coords = _frame_grid_frame(1, (7, 10, 13))
+    with pytest.raises(Exception, match=r"outside the grid \[7, 10, 12\]"):
+        run_lowered(model, {"features": features, "coords": coords}, target="gpu")
+    portable = run_lowered(model, {"features": features, "coords": coords}, target="portable")["output"]
+    assert np.isnan(portable).all()

@@ -128,7 +128,8 @@ def _is_zeros(tensor) -> bool:
 
 def _coalesce(graph: gs.Graph, bounds: dict) -> None:
     for scatter in [n for n in graph.nodes if n.op == "ScatterElements"]:
-        if scatter.attrs.get("reduction") != "add" or scatter.attrs.get("axis", 0) != 0 or not _is_zeros(scatter.inputs[0]):
+        if (scatter.attrs.get("reduction") != "add" or scatter.attrs.get("axis", 0) != 0
+                or not _is_zeros(scatter.inputs[0])):
             continue
         unique, index = _upstream(scatter.inputs[1], ("Expand", "Unsqueeze", "Cast"))
         if unique is None or unique.op != "Unique" or index != 2 or unique.attrs.get("axis") != 0:

@@ -4,6 +4,7 @@
 * A torch call that torch.onnx refuses (an operator without an ONNX form): the module is run once more,
   eagerly, with every torch function it calls recorded with the module it runs in and the line of the
   user's code that calls it; the first call of the refused operator is named, with what would work.
+* An error of the module's own code while it is traced (an spconv assertion, a shape error): its line.
 * A value the tracer fixes into the model (`int(coors[-1, 0])`, a tensor turned into a Python number or
   list): torch's TracerWarning, with the user's line, becomes a SparseLowerWarning and a note in the
   model's import report: frames on which that value differs get the example's.
@@ -13,41 +14,23 @@ from __future__ import annotations
 
 import json
 import re
+import traceback
 import warnings
 from pathlib import Path
 
 import onnx
+import torch
+from torch.overrides import TorchFunctionMode
 
 from ..errors import SparseLowerError, SparseLowerWarning
 from ..onnx_conventions import IMPORT_KEY
+from .spconv_calls import LIBRARY_FOLDERS, engine_calls, spconv_inference, user_line
 
 _OPERATOR = re.compile(r"'?(aten|prim|onnx)::([A-Za-z0-9_]+)'?")
 
 
-def _library_folders():
-    import spconv
-    import torch
-
-    return Path(torch.__file__).parent, Path(spconv.__file__).parent, Path(__file__).parents[1]
-
-
-def _user_line(frames) -> str | None:
-    folders = _library_folders()
-    for frame in reversed(frames):
-        if not any(Path(frame.filename).is_relative_to(folder) for folder in folders):
-            return f"{frame.filename}:{frame.lineno}"
-    return None
-
-
 def _calls(wrapper):
     """(function name, module path, user line) of every torch call the wrapped module makes, in order."""
-    import traceback
-
-    import torch
-    from torch.overrides import TorchFunctionMode
-
-    from .spconv_calls import engine_calls, spconv_inference
-
     module = wrapper.module
     names = {id(m): name or type(module).__name__ for name, m in module.named_modules()}
     stack, calls = [], []
@@ -63,7 +46,7 @@ def _calls(wrapper):
     class Recorder(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             name = getattr(func, "__name__", repr(func))
-            calls.append((name, stack[-1] if stack else names[id(module)], _user_line(traceback.extract_stack())))
+            calls.append((name, stack[-1] if stack else names[id(module)], user_line(traceback.extract_stack())))
             return func(*args, **(kwargs or {}))
 
     try:
@@ -78,16 +61,22 @@ def _calls(wrapper):
 
 
 def explained(error: Exception, wrapper) -> SparseLowerError:
-    """torch.onnx's `error` as a SparseLowerError naming the module, the call and its line."""
+    """`error`, raised while torch.onnx traced the module, as a SparseLowerError: torch.onnx's refusal of
+    a call naming the module, the call and its line; an error of the module's own code naming its line."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     found = _OPERATOR.search(str(error))
     fix = ("write it with torch calls that torch.onnx exports (its operator table), or register an ONNX form "
            "for it with torch.onnx.register_custom_op_symbolic before exporting")
     if found is None:
+        line = user_line(traceback.extract_tb(error.__traceback__))
+        if line is not None:
+            return SparseLowerError(f"the module failed while it was traced for export, at {line}: "
+                                    f"{type(error).__name__}: {text}",
+                                    fix="make the module run on the example as it is (the export runs it once)")
         return SparseLowerError(f"torch.onnx cannot export the module: {text}", fix=fix)
     operator = found.group(2).rstrip("_")
     for name, module, line in _calls(wrapper):
-        if name.strip("_").rstrip("_") in (operator, f"i{operator}") or name.strip("_") == operator:
+        if name.strip("_") in (operator, f"i{operator}"):  # mul, mul_, __mul__, __imul__
             return SparseLowerError(f"torch.onnx cannot export {found.group(1)}::{operator}, called as {name} at "
                                     f"{line or 'an unknown line'}: {text}", module, fix=fix)
     return SparseLowerError(f"torch.onnx cannot export {found.group(1)}::{operator}: {text}", fix=fix)
@@ -95,21 +84,18 @@ def explained(error: Exception, wrapper) -> SparseLowerError:
 
 def note_frozen(model: onnx.ModelProto, caught) -> None:
     """The tracer's warnings of values it fixed, as SparseLowerWarnings and notes in the import report."""
-    import torch
-
-    folders = _library_folders()
     notes = []
     for warning in caught:
         if not issubclass(warning.category, torch.jit.TracerWarning):
             continue
-        if any(Path(warning.filename).is_relative_to(folder) for folder in folders):
+        if any(Path(warning.filename).is_relative_to(folder) for folder in LIBRARY_FOLDERS):
             continue  # torch's, spconv's and the export's own reading of constants
         message = str(warning.message).split(" might cause")[0]
-        note = (f"{warning.filename}:{warning.lineno}: {message} fixes a value of the example into the model. Where it "
-                f"changes from frame to frame and the outputs depend on it, compute it with torch operations")
+        note = (f"{warning.filename}:{warning.lineno}: {message} fixes a value of the example into the model. "
+                f"Where it changes from frame to frame and the outputs depend on it, compute it with torch operations")
         if note not in notes:
             notes.append(note)
     for note in notes:
-        warnings.warn(note, SparseLowerWarning, stacklevel=3)
+        warnings.warn(note, SparseLowerWarning, stacklevel=4)  # the caller of export
     report = {"format": "torch", "notes": notes}
     model.metadata_props.append(onnx.StringStringEntryProto(key=IMPORT_KEY, value=json.dumps(report)))

@@ -45,6 +45,7 @@ from spconv.pytorch import pool as spconv_pool
 
 from ..errors import SparseLowerError
 from ..onnx_conventions import SOURCE_DOMAIN
+from ..spconv_rules import inverse_output_padding
 from .spconv_modules import conv_node, fused_activation
 
 EXPORT_DOMAIN = "sparse_lower_export"  # the marks export_cleanup.py removes; never in an exported model
@@ -88,13 +89,21 @@ def untraced():
         torch._C._set_tracing_state(state)
 
 
-def call_site() -> str:
-    """`file:line` of the innermost caller outside torch, spconv and sparse_lower: the user's line."""
-    skip = (Path(torch.__file__).parent, Path(spconv.__file__).parent, Path(__file__).parents[1])
-    for frame in reversed(traceback.extract_stack()):
-        if not any(Path(frame.filename).is_relative_to(folder) for folder in skip):
+LIBRARY_FOLDERS = (Path(torch.__file__).parent, Path(spconv.__file__).parent, Path(__file__).parents[1])
+
+
+def user_line(frames) -> str | None:
+    """`file:line` of the innermost of `frames` (a traceback's or a stack's) outside torch, spconv and
+    sparse_lower: the line of the user's code, or None."""
+    for frame in reversed(frames):
+        if not any(Path(frame.filename).is_relative_to(folder) for folder in LIBRARY_FOLDERS):
             return f"{frame.filename}:{frame.lineno}"
-    return "an unknown line"
+    return None
+
+
+def call_site() -> str:
+    """The user's line that made the current call."""
+    return user_line(traceback.extract_stack()) or "an unknown line"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -209,14 +218,18 @@ class EngineCalls:
         node = conv_node(module, x, real, name)
         attrs = dict(node.attrs, **{NAME_ATTRIBUTE: name})
         grid = self.grids.get(id(x.indices))
-        if grid is not None:
-            attrs["spatial_shape"] = grid[1]
+        out_grid = None if grid is None else self._out_grid(node, module, x, grid)
         inputs = [x.features, x.indices, _constant(node.weight), _constant(node.bias)]
         coords_inputs = (1,)
         if node.coords == "target":
             target = x.find_indice_pair(module.indice_key).indices
             inputs.append(target)
             coords_inputs = (1, 4)
+        if grid is not None:
+            attrs["spatial_shape"] = grid[1]
+            if node.coords == "target":  # back to the bound of the forward conv's input
+                attrs["output_padding"] = inverse_output_padding(out_grid[1], *(node.attrs[k] for k in (
+                    "kernel_shape", "strides")), node.attrs["pads"][:len(out_grid[1])], node.attrs["dilations"])
         call = _Call(node.op_type, attrs, (real.features, real.indices),
                      ((None, int(real.features.shape[1])), (None, x.indices.shape[1])), coords_inputs)
         features, coords = self.apply(call, *inputs)
@@ -224,7 +237,6 @@ class EngineCalls:
             coords = x.indices
         elif node.coords == "target":
             coords = target
-        out_grid = None if grid is None else self._out_grid(node, module, x, grid)
         if node.coords == "new":
             features, coords = _within(features, coords, out_grid)
         out = self._output(real, features, coords, out_grid)

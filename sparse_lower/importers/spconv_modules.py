@@ -1,7 +1,8 @@
 """One spconv convolution module as one source-op node, as `sparse_lower.export` writes it.
 
-spconv_calls.py runs the module during the trace and writes the node; this module says which node it is, from the module and the tensors it read and returned: the
-op type, the weight in source layout, the attributes, and where the output's coords come from.
+spconv_calls.py runs the module during the trace and writes the node; this module says which node it
+is, from the module and the tensors it read and returned: the op type, the weight in source layout, the
+attributes, and where the output's coords come from.
 What spconv computes is reproduced (docs/formats.md), with the conventions spconv_rules.py defines
 once for every reader and writer of spconv modules:
 

@@ -182,9 +182,9 @@ def _graph_tensors(torch, spconv, result) -> list:
 
 
 def _flatten(result) -> list:
-    """The values a module returns, in order, through lists, tuples and dicts."""
+    """The values a module returns, in order, through lists, tuples and dicts; None is left out."""
     if isinstance(result, (list, tuple)):
         return [item for element in result for item in _flatten(element)]
     if isinstance(result, dict):
         return [item for element in result.values() for item in _flatten(element)]
-    return [result]
+    return [] if result is None else [result]

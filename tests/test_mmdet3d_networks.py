@@ -1,0 +1,31 @@
+"""mmdetection3d's own spconv networks (SECOND's and CenterPoint's SparseEncoder, PartA2's SparseUNet,
+SparseEncoderSASSD, Cylinder3D's Asymm3DSpconv, MinkUNetBackbone on spconv), read from a checkout by
+tools/mmdet3d_backbones.py, exported with sparse_lower.export and lowered for gpu, nna and portable, on both
+real frames against spconv. mmdetection3d's model files import mmcv's compiled ops, which do not install
+here: these run where $SPARSE_LOWER_MMDET3D names a checkout at v1.4.0 and mmengine, mmcv-lite and mmdet
+are installed (`pip install "sparse-lower[mmdet3d]"`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("spconv.pytorch", reason='needs torch and spconv: pip install ".[spconv]"')
+pytest.importorskip("mmdet", reason='needs mmengine, mmcv-lite and mmdet: pip install ".[mmdet3d]"')
+pytestmark = pytest.mark.skipif(not os.environ.get("SPARSE_LOWER_MMDET3D"),
+                                reason="mmdetection3d's networks are read from its source: set SPARSE_LOWER_MMDET3D "
+                                       "to a checkout of open-mmlab/mmdetection3d at v1.4.0")
+
+from conftest import DATA  # noqa: E402
+from helpers import load_tool  # noqa: E402
+
+TOOL = load_tool("mmdet3d_backbones")
+
+
+@pytest.mark.parametrize("name", list(TOOL.NETWORKS))
+def test_mmdet3ds_network_exports_and_matches_spconv_on_every_target(name):
+    worst = TOOL.check(Path(os.environ["SPARSE_LOWER_MMDET3D"]), name, DATA, list(TOOL.FRAMES),
+                       ["gpu", "nna", "portable"])
+    assert worst <= TOOL.TOLERANCE
