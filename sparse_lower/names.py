@@ -1,4 +1,4 @@
-"""Names: fresh ones for graph builders (the lowering, the importers, the tracer and the model writers
+"""Names: fresh ones for graph builders (the lowering, the importers, the export and the model writers
 all add tensors and nodes to graphs whose names must stay unique), and the label a message gives a
 node that may have none."""
 

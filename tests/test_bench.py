@@ -81,6 +81,8 @@ def test_minkowski_runs_or_says_why(quick):
 def test_missing_spconv_is_skipped_with_reason(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "spconv", None)  # import spconv… now raises ImportError
     monkeypatch.setitem(sys.modules, "spconv.pytorch", None)
+    for loaded in ("sparse_lower.importers.spconv_calls", "sparse_lower.models.spconv_emitter"):
+        monkeypatch.delitem(sys.modules, loaded, raising=False)  # imported earlier, they would hold spconv
     result = run(tmp_path, quick=True, cases="2d,unet", repeat=1, log=lambda *a: None)
     assert len(result["cases"]) == 2
     for case in result["cases"]:

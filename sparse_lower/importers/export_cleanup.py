@@ -29,6 +29,7 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper
 
+from ..names import UniqueNames
 from ..onnx_conventions import SOURCE_DOMAIN
 from .spconv_calls import EXPORT_DOMAIN, NAME_ATTRIBUTE
 
@@ -75,15 +76,10 @@ def _constants_to_initializers(graph: gs.Graph) -> None:
 
 
 def _name_source_ops(graph: gs.Graph) -> None:
-    taken = set()
+    names = UniqueNames()
     for node in graph.nodes:
         if node.domain == SOURCE_DOMAIN and NAME_ATTRIBUTE in node.attrs:
-            base = node.attrs.pop(NAME_ATTRIBUTE)
-            name, number = base, 1
-            while name in taken:
-                name, number = f"{base}_{number}", number + 1
-            taken.add(name)
-            node.name = name
+            node.name = names.fresh(node.attrs.pop(NAME_ATTRIBUTE))
 
 
 def _through_casts(tensor):
@@ -153,11 +149,7 @@ def _coalesce(graph: gs.Graph, bounds: dict) -> None:
 
 
 def _fresh(graph: gs.Graph, base: str) -> str:
-    taken = graph.tensors()
-    name, number = base, 1
-    while name in taken:
-        name, number = f"{base}_{number}", number + 1
-    return name
+    return UniqueNames(graph.tensors()).fresh(base)
 
 
 def _cast(graph: gs.Graph, tensor, to: int):
