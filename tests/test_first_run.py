@@ -417,3 +417,55 @@ def test_the_demos_pictures_are_in_metres_about_the_sensor_and_say_the_weights_a
     for title, xlabel, legend in seen:
         assert "deterministic random weights, not a trained network" in title and "heatmap score" not in title
         assert xlabel == "x (m, from the sensor)" and legend == ["the sensor"]
+
+
+# -- round 4 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [
+    ["convert", "MODEL", "-o", "out.onnx", "--active", "-3"], ["convert", "MODEL", "-o", "out.onnx", "--active", "0"],
+    ["inspect", "MODEL", "--active", "-1"], ["convert", "MODEL", "-o", "out.onnx", "--seed", "-1"],
+    ["convert", "MODEL", "-o", "out.onnx", "--max-members", "0", "--target", "nna"],
+    ["run", "MODEL", "FRAMES", "-o", "outputs", "--threads", "-2"],
+    ["run", "MODEL", "FRAMES", "-o", "outputs", "--ray", "--workers", "0"],
+    ["demo", "--repeat", "0"],
+])
+def test_a_count_out_of_range_is_refused_with_its_range_before_anything_is_written(command, head_model, tmp_path):
+    features, coords = _voxels()
+    frames = _frame(tmp_path, "frames", features=features, coords=coords)
+    argv = [{"MODEL": str(head_model), "FRAMES": str(frames)}.get(part, part) for part in command]
+    run = sparse_lower_cli(*argv, cwd=tmp_path)
+    option, value = next((argv[i], argv[i + 1]) for i in range(len(argv) - 1, 0, -1) if argv[i].startswith("--")
+                         and argv[i + 1].lstrip("-").isdigit())
+    assert run.returncode == 2 and f"argument {option}: '{value}' is not an integer >= " in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr and not (tmp_path / "outputs").exists() and not (tmp_path / "out.onnx").exists()
+
+
+def test_verify_on_a_frame_without_voxels_says_it_compared_no_value(head_model, tmp_path):
+    frame = _frame(tmp_path, "frames", features=np.zeros((0, 5), np.float32), coords=np.zeros((0, 4), np.int64))
+    run = sparse_lower_cli("convert", str(head_model), "-o", "out.onnx", "--inputs", str(next(frame.glob("*.npz"))),
+                           cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "has no voxels: on it only the outputs' shapes were compared (they match)" in run.stdout, run.stdout
+    assert "verify: ok (" in run.stdout and "on random inputs: largest" in run.stdout, run.stdout
+
+
+def test_run_refuses_a_target_a_lowered_model_cannot_take_before_writing(lowered_head, tmp_path):
+    features, coords = _voxels()
+    frames = _frame(tmp_path, "frames", features=features, coords=coords)
+    run = sparse_lower_cli("run", str(lowered_head), str(frames), "-o", "outputs", "--target", "portable", cwd=tmp_path)
+    assert run.returncode == 2 and "is already lowered for the gpu target: --target portable cannot change it" in \
+        run.stderr, run.stderr
+    assert not (tmp_path / "outputs").exists()
+    same = sparse_lower_cli("run", str(lowered_head), str(frames), "-o", "outputs", "--target", "gpu", cwd=tmp_path)
+    assert same.returncode == 0, same.stderr
+
+
+def test_run_names_a_frame_with_nan_or_infinite_features(lowered_head, tmp_path):
+    features, coords = _voxels()
+    features[3, 1], features[7] = np.nan, np.inf
+    frames = _frame(tmp_path, "frames", features=features, coords=coords)
+    run = sparse_lower_cli("run", str(lowered_head), str(frames), "-o", "outputs", cwd=tmp_path)
+    assert run.returncode == 0 and "none failed, 1 with a warning" in run.stdout, run.stdout
+    assert re.search(r"warning: .*\.npz: 'features' holds 1 NaN and 5 infinite values in 2 rows: the outputs they "
+                     r"reach are not finite either", run.stdout), run.stdout

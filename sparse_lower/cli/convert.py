@@ -16,6 +16,7 @@ from ..api import load, lower
 from ..assumed_active import assumed_active
 from ..errors import SparseLowerError
 from ..frames.files import feeds_of, read_frames
+from ..input_roles import input_roles
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model
 from ..lowering import COMBINES, LAYOUTS, STRATEGIES, TABLES, TARGETS
 from ..model_io import recorded_options
@@ -30,6 +31,7 @@ from ..runtime import create_session, needs_library
 from ..spconv_rules import LEAKY_RELU_ALPHA
 from ..verify import compare, example_inputs, relative_error, snr_db
 from .active import add_active_argument
+from .counts import count
 from .op_counts import before_after
 from .status import Status
 from .outputs import output_file, output_folder
@@ -142,10 +144,10 @@ class ConvertCommand:
         parser.add_argument("--max-pairs", metavar="FILE",
                             help="nna --combine pairs with --max-active: JSON {conv name: [pairs per tap]}, as "
                                  "`sparse-lower inspect --frames ... --max-pairs-out FILE` writes it")
-        parser.add_argument("--max-members", type=int, metavar="N",
+        parser.add_argument("--max-members", type=count(1), metavar="N",
                             help="nna/hybrid with --max-active: the most rows one site of a Coalesce merges; "
                                  "`sparse-lower inspect --frames ...` measures it")
-        parser.add_argument("--max-batch", type=int, metavar="B",
+        parser.add_argument("--max-batch", type=count(1), metavar="B",
                             help="portable with --max-active: the batches its grids hold (default: the model's "
                                  "ToDense batch_size, else 1)")
         parser.add_argument("--fuse-taps", action="store_true", help="nna: one Conv with K*Cout outputs")
@@ -165,7 +167,7 @@ class ConvertCommand:
                             help="compare the reference and the lowered model (default: on)")
         parser.add_argument("--inputs", help=".npz of inputs for the verification (default: random)")
         add_active_argument(parser)
-        parser.add_argument("--seed", type=int, help="seed of the random verification inputs (default 0)")
+        parser.add_argument("--seed", type=count(0), help="seed of the random verification inputs (default 0)")
         parser.add_argument("--tolerance", type=float,
                             help="largest error allowed, relative to the largest output value (default 1e-4)")
         parser.add_argument("--int8", action="store_true",
@@ -269,8 +271,12 @@ class ConvertCommand:
                   "(no pass/fail: its size is the quantization's)")
             return 0
         plain = "" if needs_library(lowered) else " (plain, no library)"
+        empty = bool(given) and no_voxels(source, given[0])
         with status.step("verifying (NumPy reference against onnxruntime)"):
             differences = self._differences(args, source, lowered, given[0] if given else None, out)
+            if empty:  # a frame without voxels compares no value: its shapes, then random inputs that have some
+                shapes = [d.output for d in differences if not d.shape_ok]
+                differences = self._differences(args, source, lowered, None, out)
         out.say(render(["output", "max abs error", "max rel error", "shape"],
                        [[d.output, f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", "ok" if d.shape_ok else "MISMATCH"]
                         for d in differences]))
@@ -280,8 +286,13 @@ class ConvertCommand:
         worst = max((d.max_rel for d in differences), default=0.0)
         compared = (f"the lowered model in onnxruntime{plain} against the NumPy reference of the "
                     f"{'imported' if found != SOURCE_FORMAT else 'source'} model, on "
-                    f"{'the --inputs frame' if given else 'random inputs'}: largest relative error {worst:.1e}, "
-                    f"tolerance {tolerance:g}")
+                    f"{'the --inputs frame' if given and not empty else 'random inputs'}: largest relative error "
+                    f"{worst:.1e}, tolerance {tolerance:g}")
+        if empty:
+            failed += [f"{name} (its shape on the --inputs frame)" for name in shapes]
+            print(f"verify: the --inputs frame {args.inputs} has no voxels: on it only the outputs' shapes were "
+                  f"compared ({'they differ for ' + ', '.join(shapes) if shapes else 'they match'}); the values "
+                  f"are compared on random inputs with {args.active or assumed_active(source)} sites instead")
         for value, nodes in assumed_values(source).items():
             print(f"verify: the import assumed {value} ({len(nodes)} node{'s' if len(nodes) > 1 else ''}, e.g. "
                   f"'{nodes[0]}'): the file does not record it, and this check cannot tell (--leaky-relu-alpha)")
@@ -327,6 +338,12 @@ _TARGET_OPTIONS = {"strategy": {"gpu", "hybrid"}, "combine": {"nna", "hybrid"}, 
                    "precision": {"gpu"}}
 DEFAULT_TOLERANCE = 1e-4
 BF16_TOLERANCE = 1e-2  # --precision bf16: 8 bits of mantissa in each product's operands
+
+
+def no_voxels(model: onnx.ModelProto, feeds: dict) -> bool:
+    """Whether `feeds` give every sparse input of `model` (features and coordinates) no rows."""
+    sparse = [name for name in feeds if input_roles(model).get(name, ("",))[0] in ("features", "coords")]
+    return bool(sparse) and all(len(feeds[name]) == 0 for name in sparse)
 
 
 def assumed_values(imported: onnx.ModelProto) -> dict[str, list[str]]:

@@ -18,6 +18,7 @@ from ..onnx_conventions import SOURCE_DOMAIN
 from ..schemas import CONV_OPS, conv_geometry
 from ..report import render
 from ..runtime import session_for
+from .counts import count
 from .outputs import output_file
 from .verbosity import Verbosity
 
@@ -130,7 +131,7 @@ class DemoCommand:
     @staticmethod
     def add_arguments(parser):
         parser.add_argument("--data", help="voxel .npz (features, coords, spatial_shape)")
-        parser.add_argument("--repeat", type=int, default=3, help="timed runs (median reported)")
+        parser.add_argument("--repeat", type=count(1), default=3, help="timed runs (median reported)")
         parser.add_argument("--model", default="centerpoint", choices=DEMO_MODELS,
                             help="centerpoint (NVIDIA-format export of its backbone, default) or voxelnext")
         parser.add_argument("--picture", help="where to draw the output (default: <model>_bev.png)")
@@ -145,8 +146,6 @@ class DemoCommand:
         # the reference networks are imported on demand: the other commands never load them
         from ..models import CanonicalEmitter, NvidiaEmitter, sp_middle_resnet_fhd, voxelnext
 
-        if args.repeat < 1:
-            raise SparseLowerError(f"--repeat {args.repeat}: the timed runs are at least 1", fix="give --repeat 1 or more")
         picture = output_file(args.picture or f"{args.model}_bev.png", "--picture", out, example="bev.png")
         saved = output_file(args.save_model, "--save-model", out, example=f"{args.model}.onnx") if args.save_model else None
         path = args.data or find_data()

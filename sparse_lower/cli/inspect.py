@@ -24,6 +24,7 @@ from ..onnx_conventions import CUSTOM_DOMAIN, DEFAULT_DOMAIN_ALIAS, SOURCE_DOMAI
 from ..schemas import CONV_OPS, conv_channels, conv_geometry
 from ..report import render
 from .active import add_active_argument
+from .counts import count
 from .op_counts import op_counts
 from .verbosity import Verbosity
 
@@ -101,7 +102,7 @@ class InspectCommand:
     def add_arguments(parser):
         parser.add_argument("input", help="ONNX model")
         add_active_argument(parser)
-        parser.add_argument("--batch", type=int, default=1, help="batch for the dense cost")
+        parser.add_argument("--batch", type=count(1), default=1, help="batch for the dense cost")
         parser.add_argument("--frames", nargs="+", metavar="FRAME",
                             help=".npz frames (features, coords) or folders of them: the active sites of every "
                                  "level on them, and the --max-active per level they need")

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import SparseLowerError
-from ..frames import find_frames, run_frames, runnable
+from ..frames import find_frames, is_lowered, run_frames, runnable
 from ..frames.files import output_paths
 from ..frames.on_ray import ray_module
 from ..lowering import TARGETS
+from ..model_io import load, recorded_options
+from .counts import count
 from .outputs import output_folder
 from .status import Status
 from .verbosity import Verbosity
@@ -43,13 +45,14 @@ class RunCommand:
         parser.add_argument("model", help="ONNX model: lowered, or to lower first")
         parser.add_argument("frames", nargs="+", help=".npz frames, or folders of them")
         parser.add_argument("-o", "--output-dir", required=True, help="folder for the outputs (created if missing)")
-        parser.add_argument("--target", default="gpu", choices=list(TARGETS),
-                            help="the target to lower for, when the model is not lowered (default gpu)")
-        parser.add_argument("--threads", type=int,
+        parser.add_argument("--target", choices=list(TARGETS),
+                            help="the target to lower for, when the model is not lowered (default gpu); a lowered "
+                                 "model runs in the form it was lowered to")
+        parser.add_argument("--threads", type=count(0),
                             help="onnxruntime threads per session (default: one per core locally, 1 on Ray)")
         parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
                             help="run on Ray Data: a local instance, or the cluster at ADDRESS ('auto', 'ray://…')")
-        parser.add_argument("--workers", type=int, help="with --ray: actors (default: the cluster's CPUs / threads)")
+        parser.add_argument("--workers", type=count(1), help="with --ray: actors (default: the cluster's CPUs / threads)")
         parser.add_argument("--compress", action="store_true", help="write compressed .npz (smaller, slower)")
         parser.add_argument("--skip-existing", action="store_true",
                             help="leave out frames whose output exists (resume a stopped job, retry the failed ones)")
@@ -63,12 +66,20 @@ class RunCommand:
         if args.ray is not None:
             ray_module()
         frames = find_frames(args.frames)  # refused now rather than after a lowering that can take a minute
+        if args.target is not None:  # a lowered model runs in its own form: another target is refused
+            given = load(args.model)
+            form = recorded_options(given).get("target")
+            if is_lowered(given) and form != args.target:
+                raise SparseLowerError(f"{args.model} is already lowered{f' for the {form} target' if form else ''}: "
+                                       f"--target {args.target} cannot change it",
+                                       fix=f"run the source model with --target {args.target} (it is lowered first), "
+                                           "or leave --target out to run this one as it is")
         output_folder(args.output_dir, "-o", out)
         with Status(out.quiet).step("preparing the model"):
-            model, done = runnable(args.model, args.target)
+            model, done = runnable(args.model, args.target or "gpu")
         out.say(f"model: {args.model}: {done}")
         try:
-            summary = run_frames(model, frames, args.output_dir, target=args.target, threads=args.threads,
+            summary = run_frames(model, frames, args.output_dir, target=args.target or "gpu", threads=args.threads,
                                  compress=args.compress, ray=args.ray is not None, ray_address=args.ray or None,
                                  workers=args.workers, skip_existing=args.skip_existing, progress=not out.quiet)
         except KeyboardInterrupt:
@@ -77,6 +88,8 @@ class RunCommand:
                                     "the same command with --skip-existing does the rest") from None
         print(f"run: {summary}")
         out.say(f"outputs: {Path(args.output_dir) / '<frame>.npz'}")
+        for warned in summary.warnings:
+            print(f"warning: {warned.frame}: {warned.warning}")
         for failure in summary.failures:
             print(f"failed: {failure.frame}: {failure.error}")
         return 1 if summary.failures else 0

@@ -57,4 +57,5 @@ def results_on_ray(model: bytes, jobs: list[tuple[Path, Path]], workers: int, th
         FrameWorker, batch_size=1, compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=threads,
         fn_constructor_kwargs={"model": model, "threads": threads, "compress": compress})
     for row in dataset.iter_rows():
-        yield FrameResult(str(row["frame"]), error=str(row["error"]), latency_ms=float(row["latency_ms"]))
+        yield FrameResult(str(row["frame"]), error=str(row["error"]), latency_ms=float(row["latency_ms"]),
+                          warning=str(row["warning"]))

@@ -42,8 +42,12 @@ def runnable(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu") ->
         done.append(f"lowered for the {target} target")
     if done:
         return model, ", ".join(done)
-    lowered = recorded_options(model) or any(node.domain == CUSTOM_DOMAIN for node in model.graph.node)
-    return model, "already lowered: run as it is" if lowered else "no sparse layers: run as it is"
+    return model, "already lowered: run as it is" if is_lowered(model) else "no sparse layers: run as it is"
+
+
+def is_lowered(model: onnx.ModelProto) -> bool:
+    """Whether `model` is a lowered one (its options recorded, or the library's custom ops in it)."""
+    return bool(recorded_options(model)) or any(node.domain == CUSTOM_DOMAIN for node in model.graph.node)
 
 
 @dataclass
@@ -66,6 +70,11 @@ class RunSummary:
         return [r for r in self.results if not r.ok]
 
     @property
+    def warnings(self) -> list[FrameResult]:
+        """The frames that ran with a warning (NaN or infinite inputs)."""
+        return [r for r in self.results if r.ok and r.warning]
+
+    @property
     def frames_per_s(self) -> float:
         return len(self.results) / self.wall_s if self.wall_s else 0.0
 
@@ -77,6 +86,8 @@ class RunSummary:
     def __str__(self) -> str:
         skipped = f", {self.skipped} skipped (outputs already written)" if self.skipped else ""
         failed = f"{len(self.failures)} failed" if self.failures else "none failed"
+        if self.warnings:
+            failed += f", {len(self.warnings)} with a warning"
         counts = (f"{len(self.results)} frame{'' if len(self.results) == 1 else 's'}, {failed}{skipped}" if self.results
                   else f"no frames run{skipped}")
         if len(self.failures) == len(self.results):

@@ -2,7 +2,9 @@
 actor, so that both produce the same bytes from the same code.
 
 A frame that cannot be read, does not fit the model or is refused by onnxruntime becomes a failed
-`FrameResult` naming the frame and the reason; the worker goes on with the next one.
+`FrameResult` naming the frame and the reason; the worker goes on with the next one. A frame whose
+float inputs hold NaN or infinite values runs (those values are its own) and its result carries a warning
+that says how many, since the outputs they reach are NaN or infinite too.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class FrameResult:
     frame: str  # the frame file
     error: str = ""  # why it failed; empty when it ran and its outputs are written
     latency_ms: float = 0.0  # onnxruntime's run of the frame, without reading and writing
+    warning: str = ""  # what the outputs hold that the user should know (NaN or infinite inputs)
 
     @property
     def ok(self) -> bool:
@@ -62,14 +65,30 @@ class FrameWorker:
                 raise BROKEN_FRAME
             results = dict(zip(self.outputs, values))
             write_outputs(output, drop_padding(results) if self.proto is not None else results, self.compress)
+            warning = non_finite(feeds)
         except Exception as error:  # one bad frame must not stop the job: it is reported by name
             reason = (str(error) if isinstance(error, SparseLowerError) else str(runtime_refusal(error))
                       if isinstance(error, RUNTIME_ERRORS) else f"{type(error).__name__}: {error}")
             return FrameResult(str(frame), error=reason)
-        return FrameResult(str(frame), latency_ms=latency)
+        return FrameResult(str(frame), latency_ms=latency, warning=warning)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Ray Data's batch interface: columns `frame` and `output` in, one result row per frame out."""
         results = [self.process(Path(frame), Path(output)) for frame, output in zip(batch["frame"], batch["output"])]
         return {"frame": np.array([r.frame for r in results]), "error": np.array([r.error for r in results]),
-                "latency_ms": np.array([r.latency_ms for r in results], np.float64)}
+                "latency_ms": np.array([r.latency_ms for r in results], np.float64),
+                "warning": np.array([r.warning for r in results])}
+
+
+def non_finite(feeds: dict[str, np.ndarray]) -> str:
+    """What of a frame's float inputs is NaN or infinite ("" where nothing is), e.g. "'features' holds 3
+    NaN values in 2 rows"."""
+    found = []
+    for name, value in feeds.items():
+        if value.dtype.kind != "f" or np.isfinite(value).all():
+            continue
+        nan, inf = int(np.isnan(value).sum()), int(np.isinf(value).sum())
+        rows = int((~np.isfinite(value)).reshape(len(value), -1).any(axis=1).sum()) if value.ndim else 1
+        kinds = " and ".join(part for part in (f"{nan} NaN" if nan else "", f"{inf} infinite" if inf else "") if part)
+        found.append(f"'{name}' holds {kinds} value{'s' if nan + inf > 1 else ''} in {rows} row{'s' if rows > 1 else ''}")
+    return "; ".join(found) + ": the outputs they reach are not finite either" if found else ""
