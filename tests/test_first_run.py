@@ -469,3 +469,24 @@ def test_run_names_a_frame_with_nan_or_infinite_features(lowered_head, tmp_path)
     assert run.returncode == 0 and "none failed, 1 with a warning" in run.stdout, run.stdout
     assert re.search(r"warning: .*\.npz: 'features' holds 1 NaN and 5 infinite values in 2 rows: the outputs they "
                      r"reach are not finite either", run.stdout), run.stdout
+
+
+@pytest.mark.parametrize("options, said", [
+    (["--tune", "FRAME"], "--tune: the frame FRAME has no voxels, so there is nothing to time on"),
+    (["--int8", "--calibrate", "FRAME"], "--calibrate: the frame FRAME has no voxels, so there is nothing to calibrate"),
+    (["--active", "99999999999"], "--active 99,999,999,999: the verification draws that many random sites"),
+])
+def test_convert_refuses_frames_and_counts_it_cannot_use_before_any_work(options, said, head_model, tmp_path):
+    frame = str(next(_frame(tmp_path, "frames", features=np.zeros((0, 5), np.float32),
+                            coords=np.zeros((0, 4), np.int64)).glob("*.npz")))
+    run = sparse_lower_cli("convert", str(head_model), "-o", "out.onnx", *[frame if o == "FRAME" else o for o in options],
+                           cwd=tmp_path)
+    assert run.returncode == 2 and said.replace("FRAME", frame) in run.stderr and "(fix: " in run.stderr, run.stderr
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_bench_refuses_cases_that_match_nothing_before_making_its_folder(tmp_path):
+    run = sparse_lower_cli("bench", "--cases", "nosuch", "--out", "results", cwd=tmp_path)
+    assert run.returncode == 2 and "--cases 'nosuch' matches none of the cases (fix: give names or globs of: " \
+        "subm16-16/centerpoint" in run.stderr, run.stderr
+    assert not (tmp_path / "results").exists()

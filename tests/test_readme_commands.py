@@ -204,7 +204,7 @@ def test_the_sample_models_commands_run_from_elsewhere(tmp_path):
 def test_the_speed_command_measures_the_numbers_it_shows():
     """The README's speed command (minutes long) as the command line parses it: the cases it selects are
     the table's two frames, and the table's numbers are those of the benchmark run kept in
-    docs/performance/results.md."""
+    docs/performance/speed/results.md."""
     from sparse_lower.bench.cases import all_cases, select
     from sparse_lower.cli.bench import BenchCommand
 
@@ -218,7 +218,7 @@ def test_the_speed_command_measures_the_numbers_it_shows():
     assert args.repeat == 5, command
     cases = [case.name for case in select(all_cases(), args.cases)]
     assert cases == ["centerpoint/centerpoint-frame", "centerpoint/bevfusion-frame"]
-    results = (ROOT / "docs" / "performance" / "results.md").read_text()
+    results = (ROOT / "docs" / "performance" / "speed" / "results.md").read_text()
     heads = [h.strip() for h in re.search(r"^\| case \|.*$", results, flags=re.M).group(0).strip("|").split("|")]
 
     def measured(case: str, system: str) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import SparseLowerError
 from ..report import markdown_table, render
 from ..runtime import vector_units
 from .cases import Skip, all_cases, scaling_cases, select
@@ -245,14 +246,25 @@ def scaling_plot(result: dict, out: Path) -> Path | None:
     return path
 
 
+def selected_cases(cases: str | None, quick: bool = False, scaling: bool = False) -> list:
+    """The cases `--cases` names (all where it is None); a pattern that names none is refused, with the
+    names there are."""
+    available = scaling_cases() if scaling else all_cases(quick)
+    selected = select(available, cases)
+    if not selected:
+        raise SparseLowerError(f"--cases {cases!r} matches none of the {'scaling ' if scaling else ''}cases",
+                               fix=f"give names or globs of: {', '.join(c.name for c in available)}")
+    return selected
+
+
 def run(out="bench_results", quick: bool = False, cases: str | None = None, repeat: int | None = None,
         nna_max_rows: int | None = 50_000, log=print, scaling: bool = False) -> dict:
     """Run the suite (with `scaling`: the scaling curves instead); returns the result dict (also written
     to `out`)."""
+    selected = selected_cases(cases, quick, scaling)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     repeat = repeat or (3 if quick else 5)
-    selected = select(scaling_cases() if scaling else all_cases(quick), cases)
     systems = [s for s in default_systems(nna_max_rows) if not scaling or s.name in SCALING_SYSTEMS]
     log("measuring the single-core GEMM peak…")
     peak = gemm_peak_gflops(512 if quick else 2048, 3 if quick else 9)

@@ -9,6 +9,7 @@ import os
 import platform
 from pathlib import Path
 
+from ..cli.counts import count
 from . import layers, nna_tables, portable, threads, vector_paths
 from .provenance import provenance_fields
 from .run import run
@@ -47,8 +48,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", default="bench_results", help="output folder (default bench_results)")
     parser.add_argument("--quick", action="store_true", help="tiny versions of a few cases (a smoke test)")
     parser.add_argument("--cases", default=None, help="comma-separated name globs / substrings, e.g. 'subm,unet/*'")
-    parser.add_argument("--repeat", type=int, default=None, help="timed runs per system (default 5, quick 3)")
-    parser.add_argument("--nna-max-rows", type=int, default=50_000,
+    parser.add_argument("--repeat", type=count(1), default=None, help="timed runs per system (default 5, quick 3)")
+    parser.add_argument("--nna-max-rows", type=count(0), default=50_000,
                         help="skip the nna systems above this many input rows (0: never skip)")
     parser.add_argument("--suite", choices=SUITES, default="cases",
                         help="cases: every case and system (default); scaling: the CenterPoint backbone on 10k to "

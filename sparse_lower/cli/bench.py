@@ -39,7 +39,10 @@ class BenchCommand:
         add_arguments(parser)
 
     def run(self, args, out) -> int:
-        from ..bench.suites import run_from_args
+        from ..bench.run import selected_cases
+        from ..bench.suites import MEASUREMENTS, run_from_args
 
+        if args.suite not in MEASUREMENTS:
+            selected_cases(args.cases, args.quick, args.suite == "scaling")  # refused before --out is made
         output_folder(args.out, "--out", out)
         return run_from_args(args, quiet=out.quiet)

@@ -225,6 +225,12 @@ class ConvertCommand:
             raise SparseLowerError("--leaky-relu-alpha does nothing for a model in source ops (it is the slope an "
                                    "exporter's file does not record)", fix="leave --leaky-relu-alpha out")
         given = feeds_of(source, inputs)  # the model's inputs are known now
+        for option, frames in (("--tune", tuning), ("--calibrate", calibration)):
+            for (path, _), feeds in zip(frames, feeds_of(source, frames)):
+                if no_voxels(source, feeds):
+                    raise SparseLowerError(f"{option}: the frame {path} has no voxels, so there is nothing to "
+                                           f"{'time' if option == '--tune' else 'calibrate'} on",
+                                           fix=f"give {option} frames that have voxels")
         if tuning:
             with status.step(f"timing each conv's compute forms{' and 8 bits' if args.int8 else ''} "
                              f"on {len(tuning)} frame(s)"):
@@ -337,6 +343,7 @@ _TARGET_OPTIONS = {"strategy": {"gpu", "hybrid"}, "combine": {"nna", "hybrid"}, 
                    "max_pairs": {"nna", "hybrid"}, "max_members": {"nna", "hybrid"}, "tables": {"nna", "hybrid"},
                    "precision": {"gpu"}}
 DEFAULT_TOLERANCE = 1e-4
+MAX_VERIFY_ACTIVE = 2_000_000  # random sites per input: 25 times the largest real frame; more runs out of memory
 BF16_TOLERANCE = 1e-2  # --precision bf16: 8 bits of mantissa in each product's operands
 
 
@@ -360,6 +367,10 @@ def _check_options(args) -> None:
             flag = "--" + option.replace("_", "-")
             raise SparseLowerError(f"{flag} does nothing for --target {args.target}",
                                    fix=f"leave {flag} out, or use it with --target {' or '.join(sorted(targets))}")
+    if args.active is not None and args.active > MAX_VERIFY_ACTIVE:
+        raise SparseLowerError(f"--active {args.active:,}: the verification draws that many random sites and runs the "
+                               f"NumPy reference on them; it takes at most {MAX_VERIFY_ACTIVE:,}",
+                               fix="give fewer sites, or --inputs a frame of your own")
     if args.tolerance is not None and not (math.isfinite(args.tolerance) and args.tolerance >= 0):
         raise SparseLowerError(f"--tolerance {args.tolerance} is not a number >= 0", fix="give e.g. --tolerance 1e-4")
     unused = {"--tolerance": args.tolerance is not None, "--inputs": bool(args.inputs), "--seed": args.seed is not None,
