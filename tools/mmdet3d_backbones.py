@@ -43,8 +43,6 @@ MinkUNet computes its grid from the frame (`coors.max(0)[0][1:] + 1`): it is exp
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import types
 from pathlib import Path
@@ -57,7 +55,7 @@ import sparse_lower
 from sparse_lower.capacity import level_rows
 from sparse_lower.frames.sample import load_voxels
 from sparse_lower.importers.spconv_calls import spconv_inference
-from openpcdet_backbones import compare
+from openpcdet_backbones import checkout_main, compare
 from voxelnext_openpcdet import FRAMES, trained_looking
 
 TOLERANCE = 1e-4
@@ -246,20 +244,8 @@ def check(checkout: Path, name: str, data: Path, frames: list[str], targets: lis
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mmdet3d", default=os.environ.get("SPARSE_LOWER_MMDET3D"),
-                        help="an mmdetection3d checkout at v1.4.0 (default: $SPARSE_LOWER_MMDET3D)")
-    parser.add_argument("--data", type=Path, default=Path("../shared/data"), help="folder of the nuScenes voxel sets")
-    parser.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
-    parser.add_argument("--frames", nargs="+", default=list(FRAMES), choices=list(FRAMES))
-    parser.add_argument("--targets", nargs="+", default=["gpu", "nna", "portable"])
-    args = parser.parse_args(argv)
-    if not args.mmdet3d:
-        parser.error("give --mmdet3d (an mmdetection3d checkout) or set SPARSE_LOWER_MMDET3D")
-    worst = max(check(Path(args.mmdet3d).expanduser(), name, args.data, args.frames, args.targets)
-                for name in args.networks)
-    print(f"\nworst relative error over every network, frame and target: {worst:.2e} (limit {TOLERANCE:g})")
-    return 0 if worst <= TOLERANCE else 1
+    return checkout_main(argv, __doc__.split("\n\n")[0], "mmdet3d", "an mmdetection3d checkout at v1.4.0",
+                         list(NETWORKS), check)
 
 
 if __name__ == "__main__":

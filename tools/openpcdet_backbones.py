@@ -243,22 +243,30 @@ def check(checkout: Path, name: str, data: Path, frames: list[str], targets: lis
     return worst
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--openpcdet", default=os.environ.get("SPARSE_LOWER_OPENPCDET"),
-                        help="an OpenPCDet checkout (default: $SPARSE_LOWER_OPENPCDET)")
+def checkout_main(argv, description: str, option: str, what: str, names: list[str], check) -> int:
+    """The command line of a tool that checks a framework's networks read from a checkout (this one and
+    mmdet3d_backbones.py): `--OPTION CHECKOUT` (or $SPARSE_LOWER_OPTION), `--networks`, `--frames`,
+    `--targets`; `check(checkout, name, data, frames, targets)` returns a network's worst error."""
+    env = f"SPARSE_LOWER_{option.upper()}"
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument(f"--{option}", dest="checkout", default=os.environ.get(env),
+                        help=f"{what} (default: ${env})")
     parser.add_argument("--data", type=Path, default=Path("../shared/data"), help="folder of the nuScenes voxel sets")
-    parser.add_argument("--backbones", nargs="+", default=[*BACKBONES, "CenterPoint"],
-                        choices=[*BACKBONES, "CenterPoint"])
+    parser.add_argument("--networks", "--backbones", nargs="+", default=names, choices=names)
     parser.add_argument("--frames", nargs="+", default=list(FRAMES), choices=list(FRAMES))
     parser.add_argument("--targets", nargs="+", default=["gpu", "nna", "portable"])
     args = parser.parse_args(argv)
-    if not args.openpcdet:
-        parser.error("give --openpcdet (an OpenPCDet checkout) or set SPARSE_LOWER_OPENPCDET")
-    worst = max(check(Path(args.openpcdet).expanduser(), name, args.data, args.frames, args.targets)
-                for name in args.backbones)
-    print(f"\nworst relative error over every backbone, frame and target: {worst:.2e} (limit {TOLERANCE:g})")
+    if not args.checkout:
+        parser.error(f"give --{option} ({what}) or set {env}")
+    worst = max(check(Path(args.checkout).expanduser(), name, args.data, args.frames, args.targets)
+                for name in args.networks)
+    print(f"\nworst relative error over every network, frame and target: {worst:.2e} (limit {TOLERANCE:g})")
     return 0 if worst <= TOLERANCE else 1
+
+
+def main(argv=None) -> int:
+    return checkout_main(argv, __doc__.split("\n\n")[0], "openpcdet", "an OpenPCDet checkout",
+                         [*BACKBONES, "CenterPoint"], check)
 
 
 if __name__ == "__main__":
