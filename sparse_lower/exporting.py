@@ -12,6 +12,7 @@ check costs one lowering and one run of the example.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -32,6 +33,12 @@ def export(module, example, path: str | os.PathLike | None = None, *, max_spatia
     of the module's positional arguments), checked against the module on it unless `check=False`, and
     saved to `path` when given. `max_spatial_shape`: the largest grid a frame may have, where the module
     computes its grid from the frame (default: the example's). docs/formats.md#sparse_lowerexport."""
+    if path is not None and Path(path).is_dir():
+        raise SparseLowerError(f"path {path} is a folder, where the model file goes",
+                               fix=f"give a file name, e.g. {Path(path) / 'model.onnx'}")
+    if path is not None and not Path(path).absolute().parent.is_dir():
+        raise SparseLowerError(f"path {path}: the folder {Path(path).absolute().parent} does not exist",
+                               fix="make the folder first, or give a path in an existing one")
     traced = trace(module, example, max_spatial_shape)
     if check:
         _check(traced)

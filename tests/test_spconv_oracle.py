@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -525,6 +526,14 @@ def test_export_refusals_name_the_module_the_call_and_the_line():
         export(pool, x)
     with pytest.raises(SparseLowerError, match="SparseConvTensor or a tuple"):
         export(pool, features)
+    with pytest.raises(SparseLowerError, match="the module must be a torch.nn.Module, got function"):
+        export(lambda t: t, x)
+    with pytest.raises(SparseLowerError, match=r"is a folder, where the model file goes"):
+        export(pool, x, Path(__file__).parent)
+    three = sparse_tensor(features[:, :3].copy(), coords, (8, 8, 8), 1)
+    with pytest.raises(SparseLowerError, match=r"the module failed while it was traced for export, at .*conv.py:\d+: "
+                                               r"AssertionError: channel size mismatch"):
+        export(spconv.SparseSequential(spconv.SubMConv3d(4, 4, 3)), three)
 
 
 def test_export_without_spconv_says_what_to_install(monkeypatch):

@@ -60,16 +60,18 @@ def _calls(wrapper):
     return calls
 
 
-def explained(error: Exception, wrapper) -> SparseLowerError:
+def explained(error: Exception, wrapper, wrapper_file: str) -> SparseLowerError:
     """`error`, raised while torch.onnx traced the module, as a SparseLowerError: torch.onnx's refusal of
-    a call naming the module, the call and its line; an error of the module's own code naming its line."""
+    a call naming the module, the call and its line; an error of the module's own run (raised under the
+    forward of the wrapper defined in `wrapper_file`) naming its line."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     found = _OPERATOR.search(str(error))
     fix = ("write it with torch calls that torch.onnx exports (its operator table), or register an ONNX form "
            "for it with torch.onnx.register_custom_op_symbolic before exporting")
     if found is None:
-        line = user_line(traceback.extract_tb(error.__traceback__))
-        if line is not None:
+        frames = traceback.extract_tb(error.__traceback__)
+        if any(frame.name == "forward" and frame.filename == wrapper_file for frame in frames):  # the module's run
+            line = user_line(frames) or f"{frames[-1].filename}:{frames[-1].lineno}"
             return SparseLowerError(f"the module failed while it was traced for export, at {line}: "
                                     f"{type(error).__name__}: {text}",
                                     fix="make the module run on the example as it is (the export runs it once)")

@@ -66,6 +66,10 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
     example's); a frame past it is refused at run time."""
     torch, spconv = _torch_and_spconv()
     from . import export_cleanup, export_refusals
+
+    if not isinstance(module, torch.nn.Module):
+        raise SparseLowerError(f"the module must be a torch.nn.Module, got {type(module).__name__}",
+                               fix="give the network (an nn.Module, e.g. spconv.SparseSequential(...))")
     from .spconv_calls import engine_calls, index_add_symbolic, spconv_inference
 
     wrapper = _wrapper(torch, spconv, module, example)
@@ -83,7 +87,7 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
     except SparseLowerError:
         raise
     except Exception as error:  # torch.onnx's refusal of a torch call: say where the module made it
-        raise export_refusals.explained(error, wrapper) from error
+        raise export_refusals.explained(error, wrapper, __file__) from error
     finally:
         torch.onnx.unregister_custom_op_symbolic("aten::index_add", OPSET)
     model = export_cleanup.cleaned(onnx.load_from_string(buffer.getvalue()), wrapper.output_names)
