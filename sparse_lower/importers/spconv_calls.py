@@ -245,7 +245,7 @@ class EngineCalls:
         if activation is not None:
             op_type, options = activation
             functions = {"Relu": torch.relu, "Sigmoid": torch.sigmoid,
-                         "LeakyRelu": lambda f: torch.nn.functional.leaky_relu(f, options.get("alpha", 0.01))}
+                         "LeakyRelu": lambda f: torch.nn.functional.leaky_relu(f, options["alpha"])}
             out = out.replace_feature(functions[op_type](out.features))
         return out
 

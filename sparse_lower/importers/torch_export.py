@@ -66,11 +66,11 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
     example's); a frame past it is refused at run time."""
     torch, spconv = _torch_and_spconv()
     from . import export_cleanup, export_refusals
+    from .spconv_calls import engine_calls, index_add_symbolic, spconv_inference
 
     if not isinstance(module, torch.nn.Module):
         raise SparseLowerError(f"the module must be a torch.nn.Module, got {type(module).__name__}",
                                fix="give the network (an nn.Module, e.g. spconv.SparseSequential(...))")
-    from .spconv_calls import engine_calls, index_add_symbolic, spconv_inference
 
     wrapper = _wrapper(torch, spconv, module, example)
     buffer = io.BytesIO()
