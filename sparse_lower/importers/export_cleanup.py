@@ -82,26 +82,14 @@ def _name_source_ops(graph: gs.Graph) -> None:
             node.name = names.fresh(node.attrs.pop(NAME_ATTRIBUTE))
 
 
-def _through_casts(tensor):
-    """The tensors `tensor` reaches through Casts and Grid marks, itself included."""
-    reached, pending = [], [tensor]
-    while pending:
-        current = pending.pop()
-        reached.append(current)
-        pending += [out for node in current.outputs if node.op == "Cast" or node.domain == EXPORT_DOMAIN
-                    for out in node.outputs]
-    return reached
-
-
 def _grid_bounds(graph: gs.Graph) -> dict[str, list[int]]:
     """Tensor name -> the grid declared for it by a Grid mark downstream (through Casts)."""
     bounds = {}
     for node in graph.nodes:
         if node.domain == EXPORT_DOMAIN and node.op == "Grid":
-            tensor = node.inputs[0]
-            while _producer(tensor) is not None and _producer(tensor).op == "Cast":
-                tensor = _producer(tensor).inputs[0]
-            bounds[tensor.name] = list(node.attrs["spatial_shape"])
+            producer, index = _upstream(node.inputs[0], ("Cast",))
+            if producer is not None:  # the tensor before the Casts: an output of its producer
+                bounds[producer.outputs[index].name] = list(node.attrs["spatial_shape"])
     return bounds
 
 
