@@ -24,24 +24,28 @@ BOUNDARY_OPS = ("ToSparse", "ToDense")
 MERGE_OPS = ("SparseMaxPool", "Coalesce")
 SOURCE_OPS = CONV_OPS + BOUNDARY_OPS + MERGE_OPS
 REDUCTIONS = ("sum", "max")
+# The output sites of a strided SparseConv or SparseMaxPool: every site some input reaches through some tap
+# (spconv's), or one per distinct `floor(i / s)` (MinkowskiEngine's, TorchSparse's and WarpConvNet's).
+OUTPUT_SITES = ("reached", "floor")
 
 _CONV_ATTRS = {"kernel_shape", "strides", "pads", "dilations", "spatial_shape", "group"}
 _KNOWN_ATTRS = {
     "SubmanifoldConv": _CONV_ATTRS,
-    "SparseConv": _CONV_ATTRS,
+    "SparseConv": _CONV_ATTRS | {"output_sites"},
     "SparseDeconv": _CONV_ATTRS | {"output_padding"},
     "ToSparse": set(),
     "ToDense": {"spatial_shape", "batch_size"},
-    "SparseMaxPool": (_CONV_ATTRS - {"group"}) | {"submanifold"},
+    "SparseMaxPool": (_CONV_ATTRS - {"group"}) | {"submanifold", "output_sites"},
     "Coalesce": {"spatial_shape", "reduction"},
 }
 
 
-# Every source-op attribute is an int or a list of ints, but Coalesce's `reduction` (a string). The ONNX
+# Every source-op attribute is an int or a list of ints, but Coalesce's `reduction` and the strided ops'
+# `output_sites` (strings). The ONNX
 # type is checked, not only the value: a FLOATS kernel_shape [3.5, 3.0] would otherwise be truncated to
 # [3, 3], a STRING "3,3" read as its bytes, and an empty list or a TENSOR would crash the graph editing later.
 _INT_ATTRS = {"group", "batch_size", "submanifold"}
-_STRING_ATTRS = {"reduction"}
+_STRING_ATTRS = {"reduction", "output_sites"}
 
 
 def attributes(node: onnx.NodeProto) -> dict:
@@ -102,6 +106,9 @@ class ConvGeometry:
     spatial_shape: tuple
     output_padding: tuple
     submanifold: bool = False  # a SparseMaxPool on its input sites, centred like a SubmanifoldConv
+    # The floor rule (output_sites="floor"): one output per distinct floor(i / s), read through the taps
+    # i = o·s − pb + k·d; `pads` then holds the ends d·(K − 1) − pb, which make S_out = ceil(S / s).
+    floor: bool = False
 
     @property
     def centred(self) -> bool:
@@ -154,8 +161,44 @@ def conv_geometry(node: onnx.NodeProto) -> ConvGeometry:
     if values.get("submanifold", 0) not in (0, 1):
         raise SparseLowerError(f"submanifold={values['submanifold']} is not 0 or 1", node.name,
                                "set submanifold=1 to pool on the input sites, or leave it out")
+    if _output_sites(node, values, geometry) == "floor":
+        geometry = _floor_geometry(node, geometry)
     _check_geometry(node, geometry, values.get("group", 1))
     return geometry
+
+
+def _output_sites(node, values: dict, geometry: ConvGeometry) -> str:
+    sites = values.get("output_sites", "reached")
+    if sites not in OUTPUT_SITES:
+        raise SparseLowerError(f"output_sites '{sites}' is not defined", node.name,
+                               f"use one of {', '.join(OUTPUT_SITES)}")
+    if sites == "floor" and geometry.submanifold:
+        raise SparseLowerError("output_sites='floor' is a rule of strided outputs, not of a submanifold pooling",
+                               node.name, "leave out output_sites or submanifold")
+    return sites
+
+
+def _floor_geometry(node, g: ConvGeometry) -> ConvGeometry:
+    """The floor rule's geometry: the given begin pads, the ends that make S_out = ceil(S / s) (what the
+    ends held is ignored, as a SubmanifoldConv ignores its pads). A begin pad past d·(K − 1) would leave
+    an output with no tap at its own input `o·s`, and is refused."""
+    n = g.ndim
+    reach = [d * (k - 1) for k, d in zip(g.kernel_shape, g.dilations)]
+    if any(pb > r for pb, r in zip(g.pads[:n], reach)):
+        raise SparseLowerError(
+            f"pads begins {list(g.pads[:n])} exceed d·(K − 1) = {reach} under output_sites='floor'", node.name,
+            "use the engine's offsets: pads (K − 1)/2·d for an odd kernel, 0 for an even one")
+    if g.op_type == "SparseMaxPool" and not all(
+            all((r + pb) % d == 0 and r + pb <= reach_d for r in range(s))
+            for s, pb, d, reach_d in zip(g.strides, g.pads[:n], g.dilations, reach)):
+        raise SparseLowerError(
+            "under output_sites='floor' a pooling window must hold the s sites of its own output, "
+            f"which kernel_shape={list(g.kernel_shape)}, strides={list(g.strides)}, pads begins {list(g.pads[:n])} "
+            f"and dilations={list(g.dilations)} do not", node.name,
+            "use a kernel at least as large as the stride, with dilation 1 (or a SparseConv)")
+    ends = tuple(r - pb for pb, r in zip(g.pads[:n], reach))
+    return ConvGeometry(g.op_type, g.kernel_shape, g.strides, g.pads[:n] + ends, g.dilations, g.spatial_shape,
+                        g.output_padding, g.submanifold, floor=True)
 
 
 MAX_ATTRIBUTE = 1 << 30  # the custom-op library's bound on every geometry value (index/geometry.cc)

@@ -174,8 +174,15 @@ def transposed_map(coords, kernel_shape, spatial_shape, strides=None, pads=None,
 
 
 def target_map(coords, target_coords, kernel_shape, spatial_shape, strides=None, pads=None, dilations=None,
-               output_padding=None, source="rows"):
-    _, input_of, _ = _transposed_rules(kernel_shape, spatial_shape, strides, pads, dilations, output_padding)
+               output_padding=None, source="rows", transposed=1):
+    """The table of given outputs: a transposed convolution's, or with transposed=0 a convolution's
+    (`i = o·s − pb + k·d`)."""
+    if transposed:
+        _, input_of, _ = _transposed_rules(kernel_shape, spatial_shape, strides, pads, dilations, output_padding)
+    else:
+        s, pads, d = _conv_rules(kernel_shape, strides, pads, dilations)
+        p = pads[: len(kernel_shape)]
+        input_of = lambda o, k: (o * s - p + k * d, np.ones(len(o), bool))  # noqa: E731
     return _neighbours(np.asarray(target_coords, np.int64), np.asarray(coords, np.int64), spatial_shape,
                        kernel_taps(kernel_shape), input_of, source)
 

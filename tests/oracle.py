@@ -108,6 +108,7 @@ def dense_oracle(op_type, attrs, x_dense, W, B):
         dilations = dense_attrs.get("dilations", [1] * n)
         half = [(k - 1) // 2 * d for k, d in zip(dense_attrs["kernel_shape"], dilations)]
         dense_attrs.update(strides=[1] * n, pads=half + half)
+    _floor_pads(attrs, dense_attrs)
     inputs = ["X", "W"] + (["B"] if B is not None else [])
     initializers = [numpy_helper.from_array(W, "W")] + ([numpy_helper.from_array(B, "B")] if B is not None else [])
     node = helper.make_node("ConvTranspose" if op_type == "SparseDeconv" else "Conv", inputs, ["Y"],
@@ -123,17 +124,39 @@ def dense_oracle(op_type, attrs, x_dense, W, B):
     return session.run(None, {"X": x_dense})[0]
 
 
+def _floor_pads(attrs, dense_attrs):
+    """Under output_sites="floor" the dense op's pads: the given begins, the ends d·(K − 1) − pb, so that
+    the dense output extent is ceil(S / s) and output o reads `o·s − pb + k·d`."""
+    if attrs.get("output_sites") != "floor":
+        return
+    n = len(attrs["kernel_shape"])
+    begins = list(attrs.get("pads", [0] * (2 * n)))[:n]
+    dilations = attrs.get("dilations", [1] * n)
+    dense_attrs["pads"] = begins + [d * (k - 1) - p for k, d, p in zip(attrs["kernel_shape"], dilations, begins)]
+
+
+def floor_sites(attrs, coords):
+    """The floor rule's output sites: the distinct (batch, floor(c / s)), in lexicographic order."""
+    n = len(attrs["spatial_shape"])
+    strides = np.asarray(attrs.get("strides", [1] * n))
+    floors = np.concatenate([coords[:, :1], coords[:, 1:] // strides], axis=1)
+    return np.unique(floors, axis=0).astype(np.int64).reshape(-1, 1 + n)
+
+
 def oracle_active_coords(op_type, attrs, coords, batch, target_coords=None):
     """The output coords §3 prescribes, in the prescribed order, found with the dense oracle.
 
-    SubmanifoldConv: the input coords. With target_coords: the targets. Otherwise: every site that some
-    input reaches, in lexicographic order — found by convolving the 0/1 occupancy grid with an all-ones
-    kernel, so the count of contributions is exact in float32.
+    SubmanifoldConv: the input coords. With target_coords: the targets. Under the floor rule: the distinct
+    floor(c / s). Otherwise: every site that some input reaches, in lexicographic order — found by
+    convolving the 0/1 occupancy grid with an all-ones kernel, so the count of contributions is exact in
+    float32.
     """
     if op_type == "SubmanifoldConv":
         return coords
     if target_coords is not None:
         return target_coords
+    if attrs.get("output_sites") == "floor":
+        return floor_sites(attrs, coords)
     occupancy = densify(np.ones((len(coords), 1), np.float32), coords, batch, attrs["spatial_shape"])
     ones = np.ones((1, 1, *attrs["kernel_shape"]), np.float32)
     reached = dense_oracle(op_type, attrs, occupancy, ones, None)[:, 0] > 0.5
@@ -266,10 +289,15 @@ def max_pool_oracle(attrs, features, coords, batch):
         dilations = pool.get("dilations", [1] * n)
         half = [(k - 1) // 2 * d for k, d in zip(pool["kernel_shape"], dilations)]
         pool.update(strides=[1] * n, pads=half + half)
+    _floor_pads(attrs, pool)
     out = _run_dense(helper.make_node("MaxPool", ["X"], ["Y"], **pool), {"X": dense})
     channels_last = np.moveaxis(out, 1, -1)
-    out_coords = coords if attrs.get("submanifold") else \
-        np.argwhere(channels_last[..., 0] > np.finfo(np.float32).min).astype(np.int64).reshape(-1, 1 + n)
+    if attrs.get("submanifold"):
+        out_coords = coords
+    elif attrs.get("output_sites") == "floor":
+        out_coords = floor_sites(attrs, coords)
+    else:
+        out_coords = np.argwhere(channels_last[..., 0] > np.finfo(np.float32).min).astype(np.int64).reshape(-1, 1 + n)
     return channels_last[tuple(out_coords.T)], out_coords
 
 

@@ -88,14 +88,17 @@ def test_maps_with_output_coords(kernels, seed, source, op_type, kind):
     assert_same(nbr, want_nbr)
 
 
+@pytest.mark.parametrize("kind", ["transposed", "strided"])  # strided: transposed=0, the floor rule's table
 @pytest.mark.parametrize("source", ["rows", "dense"])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_target_map(kernels, seed, source):
+def test_target_map(kernels, seed, source, kind):
     rng = np.random.default_rng(seed)
-    attributes = random_geometry(rng, "transposed")
+    attributes = random_geometry(rng, kind)
+    if kind == "strided":
+        attributes["transposed"] = 0
     batch = int(rng.integers(1, 4))
     coords = random_coords(rng, attributes["spatial_shape"], batch, 0 if seed % 10 == 0 else None)
-    targets = random_coords(rng, output_extent("transposed", attributes), batch, 0 if seed % 10 == 5 else None)
+    targets = random_coords(rng, output_extent(kind, attributes), batch, 0 if seed % 10 == 5 else None)
     (want,) = run("TargetMap", {"coords": coords, "target_coords": targets}, 1, source=source, **attributes)
     assert_same(kernels.target_map(coords, targets, source=source, **attributes), want)
 

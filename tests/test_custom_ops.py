@@ -54,14 +54,17 @@ def test_maps_with_output_coords(seed, source, op_type, kind, reference):
     assert_same(nbr, expected_nbr)
 
 
+@pytest.mark.parametrize("kind", ["transposed", "strided"])  # strided: transposed=0, the floor rule's table
 @pytest.mark.parametrize("source", ["rows", "dense"])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_target_map(seed, source):
+def test_target_map(seed, source, kind):
     rng = np.random.default_rng(seed)
-    attributes = random_geometry(rng, "transposed")
+    attributes = random_geometry(rng, kind)
+    if kind == "strided":
+        attributes["transposed"] = 0
     batch = int(rng.integers(1, 4))
     coords = random_coords(rng, attributes["spatial_shape"], batch, 0 if seed % 10 == 0 else None)
-    targets = random_coords(rng, output_extent("transposed", attributes), batch, 0 if seed % 10 == 5 else None)
+    targets = random_coords(rng, output_extent(kind, attributes), batch, 0 if seed % 10 == 5 else None)
     (nbr,) = run("TargetMap", {"coords": coords, "target_coords": targets}, 1, source=source, **attributes)
     assert_same(nbr, ref.target_map(coords, targets, source=source, **attributes))
 
@@ -642,6 +645,9 @@ ERRORS = {
         "TargetMap", {"coords": GOOD, "target_coords": np.array([[0, 0, 0], [0, 6, 0]], np.int64)}, 1,
         {**GRID, "strides": [1, 1], "pads": [1, 1, 1, 1]},
         r"TargetMap: coordinate \(0, 6, 0\) of row 1 of target_coords is outside the output grid \[4, 4\]"),
+    "target map neither transposed nor strided": (
+        "TargetMap", {"coords": GOOD, "target_coords": GOOD}, 1, {**GRID, "transposed": 2},
+        r"TargetMap: attribute 'transposed' = 2 must be 0 or 1"),
     "duplicated target coords": (
         "TargetMap", {"coords": GOOD, "target_coords": np.array([[0, 0, 0], [0, 0, 0]], np.int64)}, 1, GRID,
         r"TargetMap: rows 0 and 1 of target_coords are the same coordinate"),

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "common/attributes.h"
 #include "common/coords.h"
 #include "common/sorted_sites.h"
 #include "common/tensor.h"
@@ -10,6 +11,12 @@
 #include "index/neighbours.h"
 
 namespace sparse_lower {
+
+MapKind TargetMap::Kind(const Ort::ConstKernelInfo& info) {
+  const int64_t transposed = IntAttribute(info, "transposed").value_or(1);
+  if (transposed != 0 && transposed != 1) Fail("attribute 'transposed' = ", transposed, " must be 0 or 1");
+  return transposed ? MapKind::kTransposed : MapKind::kStrided;
+}
 
 void TargetMap::Compute(const Ort::KernelContext& ctx) const {
   const IndexedInput inputs = ReadIndexedInput(ctx, 0, geometry_);

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import numpy as np
 import onnx_graphsurgeon as gs
 
 from ..schemas import ConvGeometry, DenseBoundary
@@ -110,8 +111,20 @@ class CustomOpTables:
         return nbr
 
     def strided_map(self, ctx, base, geometry, coords, source):
+        if geometry.floor:
+            return self._floor_map(ctx, base, geometry, coords, source)
         out_coords, nbr = ctx.shared_node("StridedMap", base, [coords], [_coords(geometry), _nbr(geometry)],
                                           _attrs(geometry, source, "strides", "pads"))
+        return out_coords, nbr
+
+    def _floor_map(self, ctx, base, geometry, coords, source):
+        """The floor rule: the distinct `floor(i / s)` (a Div, then CoalesceMap's sorted distinct sites),
+        and their neighbour table as a TargetMap on the convolution's geometry (`transposed=0`)."""
+        divisor = ctx.shared_constant(f"floor divisor {list(geometry.strides)}", np.array([1, *geometry.strides], np.int64))
+        (floors,) = ctx.shared_node("Div", base, [coords, divisor], [("floors", INT64, coords.shape)], {}, domain="")
+        out_coords, _ = self.coalesce_map(ctx, base, geometry.output_shape, floors, None)
+        (nbr,) = ctx.shared_node("TargetMap", base, [coords, out_coords], [_nbr(geometry)],
+                                 {**_attrs(geometry, source, "strides", "pads"), "transposed": 0})
         return out_coords, nbr
 
     def transposed_map(self, ctx, base, geometry, coords, source):

@@ -44,15 +44,16 @@ def submanifold_conv(features, coords, weight, bias=None, *, kernel_shape, spati
 
 
 def sparse_conv(features, coords, weight, bias=None, *, kernel_shape, spatial_shape, strides=None,
-                pads=None, dilations=None, group=None, name=None):
-    """SparseConv: a strided convolution whose output is active wherever some input reaches it.
+                pads=None, dilations=None, group=None, output_sites=None, name=None):
+    """SparseConv: a strided convolution whose output is active wherever some input reaches it (or, with
+    `output_sites="floor"`, at each distinct `floor(i / s)` of an input i).
 
     Output site o receives input i through tap k when `i = o·s − pb + k·d` in every dimension and
     `0 <= o < S_out`. Returns `(out_features [M, Cout], out_coords [M, 1+D])`, rows sorted
     lexicographically by (batch, d0, d1, d2).
     """
     node = _node("SparseConv", name, kernel_shape=kernel_shape, spatial_shape=spatial_shape,
-                 strides=strides, pads=pads, dilations=dilations, group=group)
+                 strides=strides, pads=pads, dilations=dilations, group=group, output_sites=output_sites)
     geometry = conv_geometry(node)
     x, _ = _sparse_input(node, features, coords, geometry.spatial_shape)
     taps = _conv_taps(node, geometry, weight, x.shape[1])
@@ -79,17 +80,18 @@ def sparse_deconv(features, coords, weight, bias=None, target_coords=None, *, ke
 
 
 def sparse_max_pool(features, coords, *, kernel_shape, spatial_shape, strides=None, pads=None, dilations=None,
-                    submanifold=None, name=None):
+                    submanifold=None, output_sites=None, name=None):
     """SparseMaxPool: the largest value of each channel over the active inputs of a pooling window.
 
     The output sites are SparseConv's for the same geometry (o is active when some active input i and
-    tap k satisfy `i = o·s − pb + k·d`), sorted; with `submanifold=1` they are the input rows (same
+    tap k satisfy `i = o·s − pb + k·d`, or under `output_sites="floor"` the distinct `floor(i / s)`),
+    sorted; with `submanifold=1` they are the input rows (same
     order) and each window is centred on its row, as a SubmanifoldConv's. `out[o, c]` is the maximum of
     `x[i, c]` over the window's active inputs only (inactive sites are not zeros here). Returns
     `(out_features [M, C], out_coords [M, 1+D])`.
     """
     node = _node("SparseMaxPool", name, kernel_shape=kernel_shape, spatial_shape=spatial_shape, strides=strides,
-                 pads=pads, dilations=dilations, submanifold=submanifold)
+                 pads=pads, dilations=dilations, submanifold=submanifold, output_sites=output_sites)
     geometry = conv_geometry(node)
     x, keys = _sparse_input(node, features, coords, geometry.spatial_shape)
     if geometry.submanifold:
@@ -153,7 +155,8 @@ def _submanifold_pairs(node, geometry, coords, keys):
 
 def _strided_pairs(node, geometry, coords, target_coords):
     """The pairs and output coords of a SparseConv (`i = o·s − pb + k·d`) or a SparseDeconv
-    (`o = i·s − pb + k·d`): per tap, the input rows landing inside the output grid and their sites."""
+    (`o = i·s − pb + k·d`): per tap, the input rows landing inside the output grid and their sites. Under
+    the floor rule the output sites are the distinct `floor(i / s)`, sorted."""
     n = geometry.ndim
     strides_, pad_begin = np.asarray(geometry.strides), np.asarray(geometry.pads[:n])
     reached = []
@@ -166,6 +169,10 @@ def _strided_pairs(node, geometry, coords, target_coords):
             site = numerator // strides_
             hits = np.all((numerator % strides_ == 0) & (site >= 0) & (site < geometry.output_shape), axis=1)
         reached.append((np.flatnonzero(hits), site[hits]))
+    if geometry.floor:  # the outputs are given, the distinct floor(i / s); what lands elsewhere is dropped
+        floors = np.concatenate([coords[:, :1], coords[:, 1:] // strides_], axis=1)
+        target_coords = _coords_from_keys(np.unique(_linear_keys(node, floors, geometry.output_shape)),
+                                          geometry.output_shape)
     return _output_pairs(node, coords, geometry.output_shape, reached, target_coords)
 
 

@@ -7,8 +7,8 @@ row where the custom ops hold the row, 0 where they hold −1 (the compute puts 
   `grid.lookup` reads per tap.
 * SparseDeconv: the neighbour `(o + pb − k·d) / s` exists only where the division is exact; the
   quotients are computed per dimension and clamped into the halo.
-* Output sites of SparseConv (the candidates per dimension of taps.reached_by_strided) and SparseDeconv:
-  sites.reached_sites.
+* Output sites of SparseConv (the candidates per dimension of taps.reached_by_strided, or under the floor
+  rule the one of taps.floored) and SparseDeconv: sites.reached_sites.
 * With `max_active`, the static form: every size a constant, padding rows (coords −1) in
   every sparse tensor after the real ones (grid.Fixed).
 
@@ -35,7 +35,7 @@ from .boundary import dense_from_rows, rows_from_dense
 from .emit import BOOL, Emit
 from .grid import MAX_GRID_BYTES, Fixed, SiteGrid, build_grid, column_volume, grid_bytes, lookup, numbers_like
 from .sites import reached_sites
-from .taps import exact_quotients, per_dimension, reached_by_strided
+from .taps import exact_quotients, floored, per_dimension, reached_by_strided
 
 
 def _halo(geometry: ConvGeometry) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -155,9 +155,14 @@ class StandardOpTables:
         def build():
             e, grid = self._input(ctx, base, geometry, coords)
             dims = list(zip(geometry.kernel_shape, geometry.strides, geometry.dilations, geometry.pads))
-            candidates = [reached_by_strided(e, coords, dim, size, stride, dilation, pad, extent)
-                          for dim, ((size, stride, dilation, pad), extent) in enumerate(zip(dims, geometry.output_shape))]
-            counts = [(size - 1) * dilation // stride + 1 for size, stride, dilation, _ in dims]
+            if geometry.floor:  # one candidate per row and dimension, always inside the output grid
+                candidates = [(floored(e, coords, dim, stride), None) for dim, stride in enumerate(geometry.strides)]
+                counts = [1] * geometry.ndim
+            else:
+                candidates = [reached_by_strided(e, coords, dim, size, stride, dilation, pad, extent)
+                              for dim, ((size, stride, dilation, pad), extent) in
+                              enumerate(zip(dims, geometry.output_shape))]
+                counts = [(size - 1) * dilation // stride + 1 for size, stride, dilation, _ in dims]
             out_coords = self._output_sites(e, grid, geometry, coords, [p for p, _ in candidates],
                                             [r for _, r in candidates], counts, ctx.level(coords) + 1)
             neighbours = [per_dimension(e, out_coords, dim, stride, np.arange(size) * dilation - pad)

@@ -69,6 +69,13 @@ def reached_by_strided(e: Emit, coords: gs.Tensor, dim: int, size: int, stride: 
     return positions, reached
 
 
+def floored(e: Emit, coords: gs.Tensor, dim: int, stride: int) -> gs.Variable:
+    """[N, 1]: `coords[:, 1 + dim] // s`, the one output position of each input row under the floor rule
+    (coordinates are ≥ 0, so ONNX's truncating Div is the floor)."""
+    column = e("Unsqueeze", e.column(coords, 1 + dim), e.const([1]), shape=[None, 1])
+    return e("Div", column, e.const(stride), shape=[None, 1], name=f"dim{dim}")
+
+
 def exact_quotients(e: Emit, numerators: gs.Tensor, stride: int) -> tuple[gs.Tensor, gs.Tensor | None]:
     """(floor(n / s), whether n / s is exact) per element of `numerators`; quotients below −1 come out
     as −1 (a site outside the grid either way). None for exactness: a stride of 1."""
