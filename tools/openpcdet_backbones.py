@@ -185,13 +185,15 @@ def _tensor(features, coords, shape):
 
 
 def _comparable(item) -> list[tuple[np.ndarray, np.ndarray | None]]:
-    """(values, sites) of a returned item: a sparse tensor's rows with its sites, a dense map alone, a
-    head's branches in order."""
+    """(values, sites) of a returned item: a sparse tensor's rows with its sites (spconv's or
+    MinkowskiEngine's), a dense map alone, a head's branches in order."""
     if isinstance(item, dict):
         return [pair for value in item.values() for pair in _comparable(value)]
     if isinstance(item, torch.Tensor):
         return [(item.numpy(), None)]
-    return [(item.features.numpy(), item.indices.numpy().astype(np.int64))]
+    if hasattr(item, "indices"):  # spconv's SparseConvTensor
+        return [(item.features.numpy(), item.indices.numpy().astype(np.int64))]
+    return [(item.F.numpy(), item.C.numpy().astype(np.int64))]  # MinkowskiEngine's SparseTensor
 
 
 def _by_site(values: np.ndarray, sites: np.ndarray) -> np.ndarray:

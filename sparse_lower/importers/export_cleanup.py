@@ -31,7 +31,7 @@ from onnx import helper
 
 from ..names import UniqueNames
 from ..onnx_conventions import SOURCE_DOMAIN
-from .spconv_calls import EXPORT_DOMAIN, NAME_ATTRIBUTE
+from .traced_calls import EXPORT_DOMAIN, NAME_ATTRIBUTE
 
 _DECONV = "SparseDeconv"
 _CONVS = ("SubmanifoldConv", "SparseConv", _DECONV)

@@ -24,7 +24,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..errors import SparseLowerError, SparseLowerWarning
 from ..onnx_conventions import IMPORT_KEY
-from .spconv_calls import LIBRARY_FOLDERS, engine_calls, spconv_inference, user_line
+from .traced_calls import LIBRARY_FOLDERS, user_line
 
 _OPERATOR = re.compile(r"'?(aten|prim|onnx)::([A-Za-z0-9_]+)'?")
 
@@ -50,7 +50,7 @@ def _calls(wrapper):
             return func(*args, **(kwargs or {}))
 
     try:
-        with spconv_inference(module), engine_calls(module), Recorder(), torch.no_grad():
+        with wrapper.engine.inference(module), wrapper.engine.calls(module), Recorder(), torch.no_grad():
             wrapper(*wrapper.tensors)
     except Exception:  # noqa: BLE001 - the calls made up to a failure are what is looked for
         pass

@@ -31,12 +31,9 @@ the module and its call.
 from __future__ import annotations
 
 import contextlib
-import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-import spconv
 import torch
 from cumm import tensorview as tv
 from spconv.pytorch import SparseConvTensor
@@ -44,13 +41,9 @@ from spconv.pytorch import conv as spconv_conv
 from spconv.pytorch import pool as spconv_pool
 
 from ..errors import SparseLowerError
-from ..onnx_conventions import SOURCE_DOMAIN
 from ..spconv_rules import inverse_output_padding
 from .spconv_modules import conv_node, fused_activation
-
-EXPORT_DOMAIN = "sparse_lower_export"  # the marks export_cleanup.py removes; never in an exported model
-NAME_ATTRIBUTE = "export_name"  # a source op's module path, made its node name by export_cleanup.py
-INT64, INT32 = 7, 6  # ONNX's element types, for the Casts around the source ops
+from .traced_calls import EXPORT_DOMAIN, NAME_ATTRIBUTE, Call, TracedCalls, call_site, constant, untraced
 
 
 @contextlib.contextmanager
@@ -78,116 +71,19 @@ def spconv_inference(module):
             m.training = training
 
 
-@contextlib.contextmanager
-def untraced():
-    """torch's tracing paused inside: what spconv computes is not recorded."""
-    state = torch._C._get_tracing_state()
-    torch._C._set_tracing_state(None)
-    try:
-        yield
-    finally:
-        torch._C._set_tracing_state(state)
-
-
-LIBRARY_FOLDERS = (Path(torch.__file__).parent, Path(spconv.__file__).parent, Path(__file__).parents[1])
-
-
-def user_line(frames) -> str | None:
-    """`file:line` of the innermost of `frames` (a traceback's or a stack's) outside torch, spconv and
-    sparse_lower: the line of the user's code, or None."""
-    for frame in reversed(frames):
-        if not any(Path(frame.filename).is_relative_to(folder) for folder in LIBRARY_FOLDERS):
-            return f"{frame.filename}:{frame.lineno}"
-    return None
-
-
-def call_site() -> str:
-    """The user's line that made the current call."""
-    return user_line(traceback.extract_stack()) or "an unknown line"
-
-
-# ---------------------------------------------------------------------------------------------------
-# The trace's view of one engine call
-
-
-@dataclass
-class _Call:
-    """One source op as the symbolic writes it: its type, attributes, which inputs and outputs are
-    coordinates (int32 in torch, int64 in the graph), and spconv's results with their declared sizes
-    (None: the dynamic row count)."""
-
-    op_type: str
-    attrs: dict
-    results: tuple
-    sizes: tuple
-    coords_inputs: tuple = (1,)
-    coords_outputs: tuple = (1,)
-    domain: str = SOURCE_DOMAIN
-
-
-def _onnx_attributes(attrs: dict) -> dict:
-    """The keyword arguments of torch's `g.op` for ONNX attributes (suffix _i, _f, _s by type)."""
-    spelled = {}
-    for key, value in attrs.items():
-        items = value if isinstance(value, (list, tuple)) else [value]
-        kind = "s" if isinstance(items[0], str) else "f" if isinstance(items[0], float) else "i"
-        spelled[f"{key}_{kind}"] = value
-    return spelled
-
-
-class _SourceOp(torch.autograd.Function):
-    """spconv's results in the trace; the source op in the ONNX graph."""
-
-    @staticmethod
-    def forward(ctx, call: _Call, *inputs):
-        with untraced():
-            results = tuple(result.clone() for result in call.results)
-        return results if len(results) > 1 else results[0]
-
-    @staticmethod
-    def symbolic(g, call: _Call, *inputs):
-        inputs = [g.op("Cast", value, to_i=INT64) if index in call.coords_inputs else value
-                  for index, value in enumerate(inputs)]
-        outputs = g.op(f"{call.domain}::{call.op_type}", *inputs, outputs=len(call.results),
-                       **_onnx_attributes(call.attrs))
-        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-        written = []
-        for index, (value, result, sizes) in enumerate(zip(outputs, call.results, call.sizes)):
-            coords = index in call.coords_outputs
-            value.setType(inputs[0].type().with_dtype(torch.int64 if coords else result.dtype).with_sizes(list(sizes)))
-            written.append(g.op("Cast", value, to_i=INT32) if coords else value)
-        return tuple(written) if len(written) > 1 else written[0]
-
-
-def _constant(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(array))
-
-
 # ---------------------------------------------------------------------------------------------------
 # The replaced calls
 
 
 @dataclass
-class EngineCalls:
-    """The state of one export: module names, the coordinate tensors engine calls wrote or marked (kept
-    alive, so that ids stay unique) and, for a grid computed from the frame, each coordinate tensor's
-    traced extent with the static bound its source ops are written on."""
+class EngineCalls(TracedCalls):
+    """The state of one spconv export: besides TracedCalls', the coordinate tensors engine calls wrote or
+    marked (kept alive, so that ids stay unique) and, for a grid computed from the frame, each coordinate
+    tensor's traced extent with the static bound its source ops are written on."""
 
-    names: dict
     max_spatial_shape: list | None = None
     known: dict = field(default_factory=dict)  # id -> a coordinate tensor written by an engine call or marked
     grids: dict = field(default_factory=dict)  # id(indices) -> (traced extent, bound) of a frame-computed grid
-    # The first result of every engine call, returned by the traced module after its own outputs: torch's
-    # dead-code elimination fails on a call none of whose results is read; export_cleanup.py drops them.
-    results: list = field(default_factory=list)
-
-    def apply(self, call: "_Call", *inputs):
-        results = _SourceOp.apply(call, *inputs)
-        self.results.append(results[0] if isinstance(results, tuple) else results)
-        return results
-
-    def name(self, module) -> str:
-        return self.names.get(id(module), type(module).__name__)
 
     def remember(self, indices, grid=None):
         self.known[id(indices)] = indices
@@ -219,7 +115,7 @@ class EngineCalls:
         attrs = dict(node.attrs, **{NAME_ATTRIBUTE: name})
         grid = self.grids.get(id(x.indices))
         out_grid = None if grid is None else self._out_grid(node, module, x, grid)
-        inputs = [x.features, x.indices, _constant(node.weight), _constant(node.bias)]
+        inputs = [x.features, x.indices, constant(node.weight), constant(node.bias)]
         coords_inputs = (1,)
         if node.coords == "target":
             target = x.find_indice_pair(module.indice_key).indices
@@ -230,7 +126,7 @@ class EngineCalls:
             if node.coords == "target":  # back to the bound of the forward conv's input
                 attrs["output_padding"] = inverse_output_padding(out_grid[1], *(node.attrs[k] for k in (
                     "kernel_shape", "strides")), node.attrs["pads"][:len(out_grid[1])], node.attrs["dilations"])
-        call = _Call(node.op_type, attrs, (real.features, real.indices),
+        call = Call(node.op_type, attrs, (real.features, real.indices),
                      ((None, int(real.features.shape[1])), (None, x.indices.shape[1])), coords_inputs)
         features, coords = self.apply(call, *inputs)
         if node.coords == "input":
@@ -264,7 +160,7 @@ class EngineCalls:
             attrs["spatial_shape"] = grid[1]
             out_grid = grid if module.subm else _strided_grid(grid, module)
         results = (_in_order_of(real, x.indices) if module.subm else real.features, real.indices)
-        call = _Call("SparseMaxPool", attrs, results, ((None, int(real.features.shape[1])), (None, x.indices.shape[1])))
+        call = Call("SparseMaxPool", attrs, results, ((None, int(real.features.shape[1])), (None, x.indices.shape[1])))
         features, coords = self.apply(call, x.features, x.indices)
         if module.subm:
             coords = x.indices
@@ -311,7 +207,7 @@ class EngineCalls:
             grid = (spatial_shape, self._bound(example))
             spatial_shape = example
         if tracing and isinstance(indices, torch.Tensor) and id(indices) not in self.known:
-            call = _Call("Grid", {"spatial_shape": [int(s) for s in spatial_shape]}, (indices,),
+            call = Call("Grid", {"spatial_shape": [int(s) for s in spatial_shape]}, (indices,),
                          ((None, indices.shape[1]),), coords_inputs=(), coords_outputs=(), domain=EXPORT_DOMAIN)
             indices = self.apply(call, indices)
         if tracing and isinstance(indices, torch.Tensor):
@@ -338,7 +234,7 @@ class EngineCalls:
         with untraced():
             real = original(x, True)
         shape = [int(s) for s in x.spatial_shape]
-        call = _Call("ToDense", {"spatial_shape": shape, "batch_size": int(x.batch_size)}, (real,),
+        call = Call("ToDense", {"spatial_shape": shape, "batch_size": int(x.batch_size)}, (real,),
                      (tuple(real.shape),), coords_outputs=())
         result = self.apply(call, x.features, x.indices)
         if not channels_first:
@@ -379,23 +275,11 @@ def _strided_grid(grid, module):
     return traced, [int(v) for v in (np.array(bound) + 2 * p - d * (k - 1) - 1) // s + 1]
 
 
-def index_add_symbolic(g, data, dim, index, source, alpha=None):
-    """torch.index_add as ScatterElements with reduction "add" (torch.onnx's own writes a plain
-    ScatterElements, which keeps one of the rows an index repeats instead of their sum)."""
-    from torch.onnx import symbolic_helper
-
-    axis = symbolic_helper._get_const(dim, "i", "dim")
-    if axis != 0:
-        raise SparseLowerError(f"index_add along dim {axis} cannot be exported", fix="add along the rows (dim 0)")
-    unsqueezed = g.op("Unsqueeze", index, g.op("Constant", value_t=torch.tensor([1], dtype=torch.int64)))
-    expanded = g.op("Expand", unsqueezed, g.op("Shape", source))
-    return g.op("ScatterElements", data, expanded, source, axis_i=0, reduction_s="add")
-
-
 @contextlib.contextmanager
 def engine_calls(module, max_spatial_shape=None):
     """Inside: spconv's calls replaced as the module docstring says; yields the export's EngineCalls."""
-    calls = EngineCalls({id(m): name or type(module).__name__ for name, m in module.named_modules()}, max_spatial_shape)
+    calls = EngineCalls({id(m): name or type(module).__name__ for name, m in module.named_modules()},
+                        max_spatial_shape=max_spatial_shape)
     replaced = [(spconv_conv.SparseConvolution, "forward", calls.conv),
                 (spconv_pool.SparseMaxPool, "forward", calls.max_pool),
                 (spconv_pool.SparseAvgPool, "forward", calls.refuse_pool),

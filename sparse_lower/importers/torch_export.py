@@ -30,6 +30,7 @@ from __future__ import annotations
 import inspect
 import io
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import onnx
@@ -38,16 +39,62 @@ from ..errors import SparseLowerError
 from ..onnx_conventions import IR_VERSION, OPSET, SOURCE_DOMAIN
 
 INSTALL_HINT = 'pip install "sparse-lower[spconv]" (torch 2.13.0 and spconv 2.3.8)'
+MINKOWSKI_HINT = "bash tools/bench/install_minkowski.sh (MinkowskiEngine 0.5.4, built for the CPU)"
 
 
-def _torch_and_spconv():
+@dataclass(frozen=True)
+class Engine:
+    """The sparse engine a module runs on, as the export needs it: how to run the module for inference,
+    the replaced calls (`calls(module, max_spatial_shape)`, a context yielding the export's state), its
+    sparse tensor type, and how to build one from the graph's features and int64 coords."""
+
+    name: str
+    inference: Callable
+    calls: Callable
+    sparse_type: type
+    build: Callable  # (features, coords int64, like: the example) -> the engine's sparse tensor
+    parts: Callable  # (sparse tensor) -> (features, coords int64) as the graph outputs them
+
+
+def _spconv_engine() -> Engine:
+    import spconv.pytorch as spconv
+
+    from .spconv_calls import engine_calls, spconv_inference
+
+    def build(features, coords, like):
+        return spconv.SparseConvTensor(features, coords.int(), list(like.spatial_shape), int(like.batch_size))
+
+    return Engine("spconv", spconv_inference, engine_calls, spconv.SparseConvTensor, build,
+                  lambda x: (x.features, x.indices.long()))
+
+
+def _minkowski_engine() -> Engine:
+    import MinkowskiEngine as ME
+
+    from .minkowski_calls import engine_calls, minkowski_inference
+
+    def build(features, coords, like):
+        return ME.SparseTensor(features, coords.int(), tensor_stride=like.tensor_stride)
+
+    return Engine("MinkowskiEngine", minkowski_inference, engine_calls, ME.SparseTensor, build,
+                  lambda x: (x.F, x.C.long()))
+
+
+def engine_for(module, example) -> Engine:
+    """The engine of `example` (a sparse tensor of spconv or MinkowskiEngine), else of the module's layers."""
+    # MinkowskiEngine's classes live in modules named MinkowskiConvolution, MinkowskiSparseTensor, ...
+    kinds = {type(example).__module__} | {type(m).__module__ for m in module.modules()}
+    if any(kind.startswith("Minkowski") for kind in kinds):
+        try:
+            return _minkowski_engine()
+        except ImportError as error:
+            raise SparseLowerError(f"export of MinkowskiEngine modules needs MinkowskiEngine ({error})",
+                                   fix=MINKOWSKI_HINT) from error
     try:
-        import spconv.pytorch as spconv
-        import torch
+        return _spconv_engine()
     except ImportError as error:
         raise SparseLowerError(f"export needs torch and spconv, which are not installed ({error})",
                                fix=INSTALL_HINT) from error
-    return torch, spconv
 
 
 @dataclass
@@ -60,23 +107,27 @@ class Traced:
 
 
 def trace(module, example, max_spatial_shape=None) -> Traced:
-    """The source-op ONNX model of `module`, traced on `example`: an spconv `SparseConvTensor`, or the
-    tuple of the module's positional arguments. `max_spatial_shape`: where the module computes its grid
-    from the frame (`coors.max(0)[0][1:] + 1`), the largest grid a frame may have (default: the
-    example's); a frame past it is refused at run time."""
-    torch, spconv = _torch_and_spconv()
+    """The source-op ONNX model of `module`, traced on `example`: a sparse tensor of the module's engine
+    (spconv's `SparseConvTensor`, MinkowskiEngine's `SparseTensor`), or the tuple of the module's positional
+    arguments. `max_spatial_shape`: where the grid is not fixed (a grid computed from the frame, or
+    MinkowskiEngine, which has none), the largest grid a frame may have (default: the example's); a frame
+    past it is refused at run time."""
+    try:
+        import torch
+    except ImportError as error:
+        raise SparseLowerError(f"export needs torch, which is not installed ({error})", fix=INSTALL_HINT) from error
     from . import export_cleanup, export_refusals
-    from .spconv_calls import engine_calls, index_add_symbolic, spconv_inference
+    from .traced_calls import index_add_symbolic
 
     if not isinstance(module, torch.nn.Module):
         raise SparseLowerError(f"the module must be a torch.nn.Module, got {type(module).__name__}",
                                fix="give the network (an nn.Module, e.g. spconv.SparseSequential(...))")
-
-    wrapper = _wrapper(torch, spconv, module, example)
+    engine = engine_for(module, example)
+    wrapper = _wrapper(torch, engine, module, example)
     buffer = io.BytesIO()
     torch.onnx.register_custom_op_symbolic("aten::index_add", index_add_symbolic, OPSET)
     try:
-        with spconv_inference(module), engine_calls(module, max_spatial_shape) as calls, \
+        with engine.inference(module), engine.calls(module, max_spatial_shape) as calls, \
                 warnings.catch_warnings(record=True) as caught:
             wrapper.kept = calls.results
             warnings.simplefilter("always")  # kept: the tracer's word on values it fixed; shown: none
@@ -99,7 +150,7 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
     return Traced(model, feeds, dict(zip(wrapper.output_names, wrapper.results)))
 
 
-def _wrapper(torch, spconv, module, example):
+def _wrapper(torch, engine, module, example):
     """The module as torch.onnx traces it: a torch module taking the graph inputs (`tensors`, named
     `input_names`; coordinates int64) and returning tensors only, which names them (`output_names`)
     when it runs."""
@@ -107,7 +158,7 @@ def _wrapper(torch, spconv, module, example):
     class Exported(torch.nn.Module):
         def __init__(self, arguments, tensors, input_names):
             super().__init__()
-            self.module = module
+            self.module, self.engine = module, engine
             self.arguments, self.tensors, self.input_names = arguments, tensors, input_names
             self.output_names: list[str] = []
             self.results: list = []
@@ -115,23 +166,22 @@ def _wrapper(torch, spconv, module, example):
 
         def forward(self, *tensors):
             result = self.module(*self.arguments(*tensors))
-            self.output_names = _output_names(torch, spconv, result)
-            outputs = tuple(_graph_tensors(torch, spconv, result))
+            self.output_names = _output_names(torch, engine, result)
+            outputs = tuple(_graph_tensors(engine, result))
             self.results = [output.detach().numpy().copy() for output in outputs]
-            return outputs + tuple(self.kept)  # every engine call's result read, see spconv_calls.EngineCalls
+            return outputs + tuple(self.kept)  # every engine call's result read, see traced_calls.TracedCalls
 
-    if isinstance(example, spconv.SparseConvTensor):
-        spatial_shape, batch_size = list(example.spatial_shape), int(example.batch_size)
-        return Exported(lambda features, coords: (spconv.SparseConvTensor(features, coords.int(), spatial_shape,
-                                                                           batch_size),),
-                        (example.features.float(), example.indices.long()), ["features", "coords"])
+    if isinstance(example, engine.sparse_type):
+        features, coords = engine.parts(example)
+        return Exported(lambda f, c: (engine.build(f, c, example),), (features.float(), coords.long()),
+                        ["features", "coords"])
     if isinstance(example, torch.Tensor):
         example = (example,)
     if not isinstance(example, (tuple, list)):
-        raise SparseLowerError(f"the example must be a spconv SparseConvTensor or a tuple of the module's "
-                               f"arguments, got {type(example).__name__}",
-                               fix="give spconv.pytorch.SparseConvTensor(features, coords, spatial_shape, batch) "
-                                   "or (features, coords, ...)")
+        raise SparseLowerError(f"the example must be a sparse tensor of the module's engine ({engine.name}) or a "
+                               f"tuple of the module's arguments, got {type(example).__name__}",
+                               fix="give spconv.pytorch.SparseConvTensor(features, coords, spatial_shape, batch), "
+                                   "ME.SparseTensor(features, coords) or (features, coords, ...)")
     example = list(example)
     positions = [i for i, item in enumerate(example) if isinstance(item, torch.Tensor)]
     if not positions:
@@ -161,13 +211,13 @@ def _argument_names(module, example, positions) -> list[str]:
     return [parameters[i] if i < len(parameters) else f"input{i}" for i in positions]
 
 
-def _output_names(torch, spconv, result) -> list[str]:
+def _output_names(torch, engine, result) -> list[str]:
     """The graph outputs' names for what the module returned (see the module docstring)."""
     items = _flatten(result)
     names = []
     for index, item in enumerate(items):
         prefix = f"output{index}" if len(items) > 1 else None
-        if isinstance(item, spconv.SparseConvTensor):
+        if isinstance(item, engine.sparse_type):
             names += [f"{prefix or 'out'}_features", f"{prefix or 'out'}_coords"]
         elif isinstance(item, torch.Tensor):
             names.append(prefix or "output")
@@ -177,11 +227,11 @@ def _output_names(torch, spconv, result) -> list[str]:
     return names
 
 
-def _graph_tensors(torch, spconv, result) -> list:
+def _graph_tensors(engine, result) -> list:
     """What the module returned as the graph's tensors: a sparse tensor's features, then its int64 coords."""
     tensors = []
     for item in _flatten(result):
-        tensors += [item.features, item.indices.long()] if isinstance(item, spconv.SparseConvTensor) else [item]
+        tensors += list(engine.parts(item)) if isinstance(item, engine.sparse_type) else [item]
     return tensors
 
 

@@ -1,0 +1,295 @@
+"""MinkowskiEngine's calls as source ops while torch.onnx traces a module (importers/torch_export.py).
+
+MinkowskiEngine keeps a sparse tensor's coordinates in its coordinate manager, out of torch's sight, and
+computes every kernel map in C++. For the duration of an export (`engine_calls`) each coordinate map key
+the module meets is given a traced coordinates tensor in the graph, at its own level (MinkowskiEngine's
+coordinates divided by the key's tensor stride, so that a level-2 site at (4, 6) is (2, 3)), on a grid
+(`max_spatial_shape`, or the example's extent, divided by the stride, rounded up). Then:
+
+* `SparseTensor(features, coordinates)` gives the key of the input its traced coordinates and keeps the
+  features as given (MinkowskiEngine gathers the rows it keeps by an index that the trace would fix to
+  the example's); rows that repeat a site, which MinkowskiEngine merges, are refused;
+* `MinkowskiConvolution`: a stride-1 convolution of an odd kernel is a `SubmanifoldConv` (outputs on the
+  input rows, in their order, as MinkowskiEngine's share the input's key); a strided one is a
+  `SparseConv` under the floor rule (`output_sites="floor"`: outputs at the distinct floor(c / s),
+  offsets centred for odd kernels and [0, K) for even ones, docs/source_ops.md#the-floor-rule);
+* `MinkowskiConvolutionTranspose` returns to the key of the finer level, which the module made on its
+  way down: a `SparseDeconv` with that level's coordinates as `target_coords`;
+* `MinkowskiMaxPooling`: `SparseMaxPool` under the same rules;
+* `SparseTensor.C` (and `.coordinates`) is the traced coordinates times the tensor stride, as
+  MinkowskiEngine gives them, so the module's outputs and anything it computes from them are traced.
+
+Everything else MinkowskiEngine's modules do on features alone (batch norms, activations, `MinkowskiLinear`,
+`ME.cat` and `+` of tensors on one key) is torch, and torch.onnx writes it. Weights are MinkowskiEngine's
+`(K, Cin, Cout)` with the first dimension's offset varying fastest; the source ops take ONNX's layout, the
+last dimension fastest, so they are re-laid out. The modules whose calls have no source op yet are refused,
+naming the module, its call and what would work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import dataclass, field
+
+import MinkowskiEngine as ME
+import torch
+
+from ..errors import SparseLowerError
+from .traced_calls import NAME_ATTRIBUTE, Call, TracedCalls, call_site, constant, untraced
+
+# MinkowskiEngine puts its own folder on sys.path and imports its files as top-level modules
+# (MinkowskiConvolution, MinkowskiPooling, ...): its classes are those modules', not MinkowskiEngine.*'s.
+me_conv = sys.modules[ME.MinkowskiConvolution.__module__]
+me_pool = sys.modules[ME.MinkowskiMaxPooling.__module__]
+_TENSOR = next(c for c in ME.SparseTensor.__mro__ if "C" in c.__dict__)  # where .C and .coordinates live
+
+# Modules whose calls have no source op yet, with what would work instead.
+_REFUSED = {
+    "MinkowskiGenerativeConvolutionTranspose": "a MinkowskiConvolutionTranspose back onto a level the network "
+                                               "made on its way down",
+    "MinkowskiAvgPooling": "MinkowskiMaxPooling or a strided MinkowskiConvolution",
+    "MinkowskiSumPooling": "MinkowskiMaxPooling or a strided MinkowskiConvolution",
+    "MinkowskiPoolingTranspose": "a MinkowskiConvolutionTranspose",
+    "MinkowskiGlobalMaxPooling": "a reduction of the features with torch (index_add_ or scatter_reduce by the "
+                                 "batch column of x.C)",
+    "MinkowskiGlobalPooling": "a reduction of the features with torch (index_add_ or scatter_reduce by the batch "
+                              "column of x.C)",
+    "MinkowskiInstanceNorm": "MinkowskiBatchNorm",
+    "MinkowskiStableInstanceNorm": "MinkowskiBatchNorm",
+    "MinkowskiUnion": "ME.cat or + of tensors on one coordinate map key",
+    "MinkowskiPruning": "keeping every row (prune after the exported part)",
+    "MinkowskiBroadcastBase": "torch on the features",
+    "MinkowskiBroadcast": "torch on the features",
+    "MinkowskiBroadcastConcatenation": "torch on the features",
+    "MinkowskiInterpolation": "interpolating outside the exported part",
+    "MinkowskiChannelwiseConvolution": "a MinkowskiConvolution",
+}
+
+
+def minkowski_inference(module):
+    """Run a MinkowskiEngine module for inference inside the block: eval mode, no gradients. Modes are
+    restored afterwards."""
+    return _inference(module)
+
+
+@contextlib.contextmanager
+def _inference(module):
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+def _key(tensor) -> tuple:
+    """A coordinate map key as a dict key: MinkowskiEngine compares keys by stride and tag."""
+    stride, tag = tensor.coordinate_map_key.get_key()
+    return tuple(stride), tag
+
+
+@dataclass
+class Level:
+    """One coordinate map key in the graph: its traced coordinates (int32, divided by `stride`), the grid
+    its source ops are written on, and its tensor stride."""
+
+    coords: torch.Tensor
+    grid: list
+    stride: list
+
+
+@dataclass
+class EngineCalls(TracedCalls):
+    """The state of one MinkowskiEngine export: besides TracedCalls', the level of every key met."""
+
+    max_spatial_shape: list | None = None
+    levels: dict = field(default_factory=dict)  # _key -> Level
+
+    def level(self, tensor, module=None) -> Level:
+        level = self.levels.get(_key(tensor))
+        if level is None:
+            raise SparseLowerError(f"a SparseTensor (at {call_site()}) whose coordinates the export did not see made",
+                                   None if module is None else self.name(module),
+                                   fix="build the input SparseTensor from the example's coordinates, inside the "
+                                       "exported module or as its example")
+        return level
+
+    # ----- tensors
+
+    def construct(self, original, tensor, features, coordinates=None, *args, **kwargs):
+        original(tensor, features, coordinates, *args, **kwargs)
+        if coordinates is None or torch._C._get_tracing_state() is None:
+            return
+        with untraced():
+            repeated = len(tensor.inverse_mapping) != len(coordinates) or not torch.equal(
+                tensor.unique_index, torch.arange(len(coordinates)))
+        if repeated:
+            raise SparseLowerError(f"the coordinates of the SparseTensor made at {call_site()} repeat a site: "
+                                   "MinkowskiEngine keeps one row per site, chosen on the example",
+                                   fix="give each site once (ME.utils.sparse_quantize the points beforehand)")
+        tensor._F = features  # not MinkowskiEngine's gather of the rows it keeps: all of them, in order
+        stride = [int(s) for s in tensor.tensor_stride]
+        with untraced():
+            example = [int(v) // s + 1 for v, s in zip(coordinates[:, 1:].max(0).values, stride)] \
+                if len(coordinates) else [1] * len(stride)
+        grid = self._bound(example)
+        if any(s != 1 for s in stride):
+            coordinates = torch.div(coordinates, torch.tensor([1, *stride], dtype=coordinates.dtype), rounding_mode="floor")
+        self.levels[_key(tensor)] = Level(coordinates, grid, stride)
+
+    def _bound(self, example: list) -> list:
+        site = call_site()
+        bound = list(self.max_spatial_shape) if self.max_spatial_shape is not None else example
+        if len(bound) != len(example):
+            raise SparseLowerError(f"max_spatial_shape {bound} has {len(bound)} extents; the coordinates given at "
+                                   f"{site} have {len(example)}", fix="give one extent per spatial dimension")
+        if any(e > b for e, b in zip(example, bound)):
+            raise SparseLowerError(f"the example's coordinates, given at {site}, reach {example}, past "
+                                   f"max_spatial_shape {bound}", fix="give a max_spatial_shape that holds every frame")
+        return bound
+
+    def coordinates(self, original, tensor):
+        """MinkowskiEngine's coordinates of `tensor`: traced where the export knows its key."""
+        level = self.levels.get(_key(tensor)) if torch._C._get_tracing_state() is not None else None
+        if level is None:
+            return original.fget(tensor)
+        return level.coords * torch.tensor([1, *level.stride], dtype=level.coords.dtype)
+
+    # ----- convolutions and pooling
+
+    def conv(self, original, module, x, coordinates=None):
+        name = self.name(module)
+        if coordinates is not None:
+            raise SparseLowerError(f"{type(module).__name__} given output coordinates (at {call_site()}) cannot be "
+                                   "exported yet", name, fix="let the convolution make its own outputs")
+        kind = type(module).__name__
+        if kind in _REFUSED:
+            self.refuse(original, module, x)
+        with untraced():
+            real = original(module, x)
+        generator = module.kernel_generator
+        _check_region(generator, name)
+        kernel = [int(k) for k in generator.kernel_size]
+        weight = module.kernel.detach().numpy().reshape(*kernel[::-1], module.kernel.shape[-2], module.kernel.shape[-1])
+        channels = module.kernel.shape[-1]
+        bias = torch.zeros(channels) if module.bias is None else module.bias.detach().reshape(-1)
+        if module.is_transpose:
+            weight = weight.transpose(len(kernel), len(kernel) + 1, *range(len(kernel) - 1, -1, -1))  # [Cin, Cout, *K]
+        else:
+            weight = weight.transpose(len(kernel) + 1, len(kernel), *range(len(kernel) - 1, -1, -1))  # [Cout, Cin, *K]
+        return self._source_op(module, x, real, kernel, generator, [constant(weight), bias])
+
+    def pool(self, original, module, x, coordinates=None):
+        if not isinstance(module, me_pool.MinkowskiMaxPooling):
+            self.refuse(original, module, x)
+        if coordinates is not None:
+            raise SparseLowerError(f"{type(module).__name__} given output coordinates (at {call_site()}) cannot be "
+                                   "exported yet", self.name(module), fix="let the pooling make its own outputs")
+        with untraced():
+            real = original(module, x)
+        _check_region(module.kernel_generator, self.name(module))
+        return self._source_op(module, x, real, [int(k) for k in module.kernel_generator.kernel_size],
+                               module.kernel_generator, None)
+
+    def _source_op(self, module, x, real, kernel, generator, weights):
+        """The source op of a convolution (weights: [W, B]) or a max pooling (None) on `x`, MinkowskiEngine's
+        output `real` handed to the trace, and the output as a SparseTensor on real's key."""
+        name = self.name(module)
+        level = self.level(x, module)
+        stride = [int(s) for s in generator.kernel_stride]
+        dilation = [int(d) for d in generator.kernel_dilation]
+        begins = [(k - 1) // 2 * d if k % 2 else 0 for k, d in zip(kernel, dilation)]
+        attrs = {"kernel_shape": kernel, "strides": stride, "dilations": dilation, "spatial_shape": level.grid,
+                 NAME_ATTRIBUTE: name}
+        inputs = [x.F, level.coords, *(weights or [])]
+        coords_inputs, out = (1,), self.levels.get(_key(real))
+        transposed = weights is not None and module.is_transpose
+        if transposed:
+            if out is None:
+                raise SparseLowerError(f"{type(module).__name__} at {call_site()} returns to a level the network did "
+                                       "not make", name, fix="use it to return to a level made on the way down")
+            op_type = "SparseDeconv"
+            attrs.update(_onto(level.grid, out.grid, kernel, stride, dilation, begins))
+            inputs.append(out.coords)
+            coords_inputs = (1, 4)
+        elif all(s == 1 for s in stride):
+            if any(k % 2 == 0 for k in kernel):
+                raise SparseLowerError(f"{type(module).__name__} of stride 1 and an even kernel {kernel} (at "
+                                       f"{call_site()}) cannot be exported yet", name,
+                                       fix="use an odd kernel, or a stride equal to the kernel")
+            op_type = "SubmanifoldConv" if weights else "SparseMaxPool"
+            if not weights:
+                attrs["submanifold"] = 1
+            out = level
+        else:
+            op_type = "SparseConv" if weights else "SparseMaxPool"
+            attrs.update(pads=begins + [0] * len(kernel), output_sites="floor")
+        with untraced():
+            real_coords = torch.div(real.C, torch.tensor([1, *real.tensor_stride], dtype=real.C.dtype),
+                                    rounding_mode="floor")
+        call = Call(op_type, attrs, (real.F, real_coords), ((None, int(real.F.shape[1])), (None, real.C.shape[1])),
+                    coords_inputs)
+        features, coords = self.apply(call, *inputs)
+        if out is None:
+            out_stride = [int(s) for s in real.tensor_stride]
+            out = Level(coords, [-(-g // s) for g, s in zip(level.grid, stride)], out_stride)
+            self.levels[_key(real)] = out
+        return ME.SparseTensor(features, coordinate_map_key=real.coordinate_map_key,
+                               coordinate_manager=real.coordinate_manager)
+
+    def refuse(self, original, module, *args, **kwargs):
+        kind = next(c.__name__ for c in type(module).__mro__ if c.__name__ in _REFUSED)
+        raise SparseLowerError(f"{type(module).__name__} (called at {call_site()}) cannot be exported yet",
+                               self.name(module), fix=f"use {_REFUSED[kind]}")
+
+
+def _check_region(generator, name):
+    if generator.region_type != ME.RegionType.HYPER_CUBE:
+        raise SparseLowerError(f"kernel region {generator.region_type} cannot be exported yet", name,
+                               fix="use the default region (RegionType.HYPER_CUBE)")
+
+
+def _onto(grid, fine, kernel, stride, dilation, begins) -> dict:
+    """The pads and output padding of a transposed conv from `grid` whose output extent is the finer level's
+    `fine`: o = i·s − pb + k·d with S_out = s·(S − 1) + output_padding + d·(K − 1) + 1 − pb − pe."""
+    ends, extra = [], []
+    for S, F, K, s, d, pb in zip(grid, fine, kernel, stride, dilation, begins):
+        over = s * (S - 1) + d * (K - 1) + 1 - pb - F
+        ends.append(max(over, 0))
+        extra.append(max(-over, 0))
+    if any(e >= max(s, d) for e, s, d in zip(extra, stride, dilation)):
+        raise SparseLowerError(f"a transposed conv from grid {grid} cannot reach the finer grid {fine}",
+                               fix="report it, with the network")
+    return {"pads": begins + ends, "output_padding": extra}
+
+
+@contextlib.contextmanager
+def engine_calls(module, max_spatial_shape=None):
+    """Inside: MinkowskiEngine's calls replaced as the module docstring says; yields the export's EngineCalls."""
+    calls = EngineCalls({id(m): name or type(module).__name__ for name, m in module.named_modules()},
+                        max_spatial_shape=max_spatial_shape)
+    replaced = [(me_conv.MinkowskiConvolutionBase, "forward", calls.conv),
+                (me_pool.MinkowskiPoolingBase, "forward", calls.pool),
+                (ME.SparseTensor, "__init__", calls.construct)]
+    for kind in _REFUSED:
+        cls = getattr(ME, kind, None)
+        if cls is not None and "forward" in cls.__dict__ and not issubclass(
+                cls, (me_conv.MinkowskiConvolutionBase, me_pool.MinkowskiPoolingBase)):
+            replaced.append((cls, "forward", calls.refuse))
+    originals = [(cls, attr, cls.__dict__[attr]) for cls, attr, _ in replaced]
+    for cls, attr, handler in replaced:
+        original = cls.__dict__[attr]
+        setattr(cls, attr, lambda self, *args, _h=handler, _o=original, **kwargs: _h(_o, self, *args, **kwargs))
+    properties = {attr: _TENSOR.__dict__[attr] for attr in ("C", "coordinates")}
+    for attr, original in properties.items():
+        setattr(_TENSOR, attr, property(lambda self, _o=original: calls.coordinates(_o, self)))
+    try:
+        yield calls
+    finally:
+        for cls, attr, original in originals:
+            setattr(cls, attr, original)
+        for attr, original in properties.items():
+            setattr(_TENSOR, attr, original)

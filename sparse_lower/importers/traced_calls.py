@@ -1,0 +1,153 @@
+"""What the engines' calls (spconv_calls.py, minkowski_calls.py) share while torch.onnx traces a module: a
+call's results handed to the trace by an `autograd.Function` whose `symbolic` writes the source op, the
+pause of the tracer while the engine computes, and the user's line of a call, for messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import SparseLowerError
+from ..onnx_conventions import SOURCE_DOMAIN
+
+EXPORT_DOMAIN = "sparse_lower_export"  # the marks export_cleanup.py removes; never in an exported model
+NAME_ATTRIBUTE = "export_name"  # a source op's module path, made its node name by export_cleanup.py
+INT64, INT32 = 7, 6  # ONNX's element types, for the Casts around the source ops
+
+
+@contextlib.contextmanager
+def untraced():
+    """torch's tracing paused inside: what the engine computes is not recorded."""
+    state = torch._C._get_tracing_state()
+    torch._C._set_tracing_state(None)
+    try:
+        yield
+    finally:
+        torch._C._set_tracing_state(state)
+
+
+def _engine_folders() -> tuple[Path, ...]:
+    """The folders of the sparse engines installed here (their frames are not the user's)."""
+    folders = []
+    for name in ENGINES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin is not None:
+            folders.append(Path(spec.origin).parent)
+    return tuple(folders)
+
+
+ENGINES = ("spconv", "MinkowskiEngine")
+LIBRARY_FOLDERS = (Path(torch.__file__).parent, *_engine_folders(), Path(__file__).parents[1])
+
+
+def user_line(frames) -> str | None:
+    """`file:line` of the innermost of `frames` (a traceback's or a stack's) outside torch, the engines and
+    sparse_lower: the line of the user's code, or None."""
+    for frame in reversed(frames):
+        if not any(Path(frame.filename).is_relative_to(folder) for folder in LIBRARY_FOLDERS):
+            return f"{frame.filename}:{frame.lineno}"
+    return None
+
+
+def call_site() -> str:
+    """The user's line that made the current call."""
+    return user_line(traceback.extract_stack()) or "an unknown line"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The trace's view of one engine call
+
+
+@dataclass
+class Call:
+    """One source op as the symbolic writes it: its type, attributes, which inputs and outputs are
+    coordinates (int32 in torch, int64 in the graph), and the engine's results with their declared sizes
+    (None: the dynamic row count)."""
+
+    op_type: str
+    attrs: dict
+    results: tuple
+    sizes: tuple
+    coords_inputs: tuple = (1,)
+    coords_outputs: tuple = (1,)
+    domain: str = SOURCE_DOMAIN
+
+
+def onnx_attributes(attrs: dict) -> dict:
+    """The keyword arguments of torch's `g.op` for ONNX attributes (suffix _i, _f, _s by type)."""
+    spelled = {}
+    for key, value in attrs.items():
+        items = value if isinstance(value, (list, tuple)) else [value]
+        kind = "s" if isinstance(items[0], str) else "f" if isinstance(items[0], float) else "i"
+        spelled[f"{key}_{kind}"] = value
+    return spelled
+
+
+class SourceOp(torch.autograd.Function):
+    """The engine's results in the trace; the source op in the ONNX graph."""
+
+    @staticmethod
+    def forward(ctx, call: Call, *inputs):
+        with untraced():
+            results = tuple(result.clone() for result in call.results)
+        return results if len(results) > 1 else results[0]
+
+    @staticmethod
+    def symbolic(g, call: Call, *inputs):
+        inputs = [g.op("Cast", value, to_i=INT64) if index in call.coords_inputs else value
+                  for index, value in enumerate(inputs)]
+        outputs = g.op(f"{call.domain}::{call.op_type}", *inputs, outputs=len(call.results),
+                       **onnx_attributes(call.attrs))
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        written = []
+        for index, (value, result, sizes) in enumerate(zip(outputs, call.results, call.sizes)):
+            coords = index in call.coords_outputs
+            value.setType(inputs[0].type().with_dtype(torch.int64 if coords else result.dtype).with_sizes(list(sizes)))
+            written.append(g.op("Cast", value, to_i=INT32) if coords else value)
+        return tuple(written) if len(written) > 1 else written[0]
+
+
+def _constant(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def constant(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+@dataclass
+class TracedCalls:
+    """What every engine's export keeps: module names, and the first result of every engine call, returned
+    by the traced module after its own outputs (torch's dead-code elimination fails on a call none of
+    whose results is read; export_cleanup.py drops them)."""
+
+    names: dict
+    results: list = field(default_factory=list)
+
+    def apply(self, call: Call, *inputs):
+        results = SourceOp.apply(call, *inputs)
+        self.results.append(results[0] if isinstance(results, tuple) else results)
+        return results
+
+    def name(self, module) -> str:
+        return self.names.get(id(module), type(module).__name__)
+
+
+def index_add_symbolic(g, data, dim, index, source, alpha=None):
+    """torch.index_add as ScatterElements with reduction "add" (torch.onnx's own writes a plain
+    ScatterElements, which keeps one of the rows an index repeats instead of their sum)."""
+    from torch.onnx import symbolic_helper
+
+    axis = symbolic_helper._get_const(dim, "i", "dim")
+    if axis != 0:
+        raise SparseLowerError(f"index_add along dim {axis} cannot be exported", fix="add along the rows (dim 0)")
+    unsqueezed = g.op("Unsqueeze", index, g.op("Constant", value_t=torch.tensor([1], dtype=torch.int64)))
+    expanded = g.op("Expand", unsqueezed, g.op("Shape", source))
+    return g.op("ScatterElements", data, expanded, source, axis_i=0, reduction_s="add")

@@ -1,0 +1,105 @@
+"""MinkowskiEngine's own MinkUNets, as its examples build them, through sparse_lower on the real nuScenes
+frames against MinkowskiEngine 0.5.4 on the CPU (`bash tools/bench/install_minkowski.sh`).
+
+The networks are read from a MinkowskiEngine checkout at v0.5.4 (`--minkowski`, or $SPARSE_LOWER_MINKOWSKI;
+nothing of it is copied here): `examples/minkunet.py`'s MinkUNet14, 18 and 34 (and their A–D widths), which
+import `examples/resnet.py`. That file imports open3d (for its own demo only) and downloads a point cloud
+when no `1.ply` lies in the working folder; so open3d is an empty module here and the examples load from a
+temporary folder holding an empty `1.ply`.
+
+Each network is a segmentation net of 20 classes on the frame's voxels (their 5 features; coordinates
+(batch, z, y, x) at tensor stride 1, on nuScenes' grid 41 × 1440 × 1440), with weights drawn by
+MinkowskiEngine's own initialisation under a fixed seed and batch-norm statistics drawn near a trained
+one's. It is exported with `sparse_lower.export` on the first frame (`max_spatial_shape` the grid),
+lowered for gpu, nna (a capacity per level measured on the frames) and portable, and run on every frame
+against the module in MinkowskiEngine: rows by site, the error relative to the largest value.
+
+    python tools/minkowski_networks.py --minkowski ~/MinkowskiEngine [--networks MinkUNet14 ...]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+import MinkowskiEngine as ME
+import numpy as np
+import torch
+
+import sparse_lower
+from sparse_lower.capacity import level_rows
+from sparse_lower.frames.sample import load_voxels
+from sparse_lower.importers.minkowski_calls import minkowski_inference
+from openpcdet_backbones import checkout_main, compare
+from voxelnext_openpcdet import FRAMES
+
+GRID = (41, 1440, 1440)
+CLASSES = 20
+NETWORKS = ["MinkUNet14", "MinkUNet18", "MinkUNet34", "MinkUNet14A", "MinkUNet34C"]
+
+
+def load_examples(checkout: Path) -> types.ModuleType:
+    """examples/minkunet.py of the checkout (see the module docstring for what stands in)."""
+    if "examples.minkunet" not in sys.modules:
+        sys.modules.setdefault("open3d", types.ModuleType("open3d"))
+        folder = tempfile.mkdtemp(prefix="minkowski_")
+        Path(folder, "1.ply").touch()
+        here = os.getcwd()
+        sys.path.insert(0, str(checkout))
+        try:
+            os.chdir(folder)
+            import examples.minkunet  # noqa: F401
+        finally:
+            os.chdir(here)
+            sys.path.remove(str(checkout))
+    return sys.modules["examples.minkunet"]
+
+
+def build(checkout: Path, name: str, channels: int, seed: int = 0) -> torch.nn.Module:
+    """Network `name` with seeded weights and batch-norm statistics near a trained one's."""
+    torch.manual_seed(seed)
+    net = getattr(load_examples(checkout), name)(channels, CLASSES, D=3)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, ME.MinkowskiBatchNorm):
+                m.bn.running_mean.copy_(torch.rand(m.bn.num_features, generator=generator) * 0.4 - 0.2)
+                m.bn.running_var.copy_(torch.rand(m.bn.num_features, generator=generator) * 1.5 + 0.5)
+    return net.eval()
+
+
+def check(checkout: Path, name: str, data: Path, frames: list[str], targets: list[str]) -> float:
+    """Export, lower and run network `name` on the frames; print and return the worst relative error."""
+    loaded = {}
+    for frame in frames:
+        features, coords, _ = load_voxels(data / FRAMES[frame])
+        loaded[frame] = (features.astype(np.float32), coords.astype(np.int32))
+    module = build(checkout, name, next(iter(loaded.values()))[0].shape[1])
+    first = next(iter(loaded.values()))
+    model = sparse_lower.export(module, ME.SparseTensor(torch.from_numpy(first[0]), torch.from_numpy(first[1])),
+                                max_spatial_shape=list(GRID))
+    feeds = [{"features": f, "coords": c.astype(np.int64)} for f, c in loaded.values()]
+    options = {"gpu": {}, "portable": {}, "nna": {"max_active": level_rows(model, feeds)}}
+    lowered = {target: sparse_lower.create_session(sparse_lower.lower(model, target=target, **options[target]))
+               for target in targets}
+    worst = 0.0
+    for frame, (features, coords) in loaded.items():
+        with minkowski_inference(module):
+            expected = module(ME.SparseTensor(torch.from_numpy(features), torch.from_numpy(coords)))
+        for target, session in lowered.items():
+            error = compare(session.run(None, {"features": features, "coords": coords.astype(np.int64)}), [expected])
+            worst = max(worst, error)
+            print(f"{name:12s} {frame:12s} {len(coords):7,} sites  {target:8s} error {error:.2e}", flush=True)
+    return worst
+
+
+def main(argv=None) -> int:
+    return checkout_main(argv, __doc__.split("\n\n")[0], "minkowski", "a MinkowskiEngine checkout at v0.5.4",
+                         NETWORKS, check)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
