@@ -41,7 +41,8 @@ def map_shape(op_type: str, **attributes) -> SlMapShape:
     """The geometry of map builder `op_type` from its attributes (the extents as schemas.ConvGeometry
     computes them for the source op it lowers)."""
     n = len(attributes["spatial_shape"])
-    source_op = "SparseConv" if op_type == "TargetMap" and not attributes.get("transposed", 1) else _GEOMETRY_OPS[op_type]
+    strided_targets = op_type == "TargetMap" and not attributes.get("transposed", 1)  # the floor rule's table
+    source_op = "SparseConv" if strided_targets else _GEOMETRY_OPS[op_type]
     geometry = ConvGeometry(op_type=source_op, kernel_shape=tuple(attributes["kernel_shape"]),
                             strides=tuple(attributes.get("strides", (1,) * n)),
                             pads=tuple(attributes.get("pads", (0,) * (2 * n))),

@@ -1,4 +1,4 @@
-"""`sparse_lower.export`: a PyTorch module with spconv layers traced to source ops
+"""`sparse_lower.export`: a PyTorch module with spconv or MinkowskiEngine layers traced to source ops
 (importers/torch_export.py), then checked: the model, lowered for the gpu target, runs on the example in
 onnxruntime and must give what the module returned, sparse outputs compared by site.
 
@@ -29,10 +29,11 @@ CHECK_TOLERANCE = 1e-3  # of each output's largest value; the exports measured s
 
 def export(module, example, path: str | os.PathLike | None = None, *, max_spatial_shape=None,
            check: bool = True) -> onnx.ModelProto:
-    """The source-op ONNX model of `module` traced on `example` (an spconv `SparseConvTensor`, or the tuple
+    """The source-op ONNX model of `module` traced on `example` (an spconv `SparseConvTensor`, a MinkowskiEngine
+    `SparseTensor`, or the tuple
     of the module's positional arguments), checked against the module on it unless `check=False`, and
     saved to `path` when given. `max_spatial_shape`: the largest grid a frame may have, where the module
-    computes its grid from the frame (default: the example's). docs/formats.md#sparse_lowerexport."""
+    computes its grid from the frame or runs on MinkowskiEngine, which has none (default: the example's). docs/formats.md#sparse_lowerexport."""
     if path is not None and Path(path).is_dir():
         raise SparseLowerError(f"path {path} is a folder, where the model file goes",
                                fix=f"give a file name, e.g. {Path(path) / 'model.onnx'}")

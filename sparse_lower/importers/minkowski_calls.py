@@ -137,7 +137,8 @@ class EngineCalls(TracedCalls):
                 if len(coordinates) else [1] * len(stride)
         grid = self._bound(example)
         if any(s != 1 for s in stride):
-            coordinates = torch.div(coordinates, torch.tensor([1, *stride], dtype=coordinates.dtype), rounding_mode="floor")
+            scale = torch.tensor([1, *stride], dtype=coordinates.dtype)
+            coordinates = torch.div(coordinates, scale, rounding_mode="floor")
         self.levels[_key(tensor)] = Level(coordinates, grid, stride)
 
     def _bound(self, example: list) -> list:

@@ -1,4 +1,4 @@
-"""`sparse_lower.export`: a PyTorch module with spconv layers as a source-op ONNX model
+"""`sparse_lower.export`: a PyTorch module with spconv or MinkowskiEngine layers as a source-op ONNX model
 (docs/formats.md#sparse_lowerexport), for users who have the module rather than a file.
 
     import sparse_lower
@@ -10,8 +10,9 @@
 torch's own exporter (`torch.onnx.export`, TorchScript-based) writes the whole module: whatever it
 computes with torch (batch norms, activations, products of branches, reshapes, a dense neck and heads,
 coordinate arithmetic) is torch.onnx's job. Only the sparse engine's calls become source ops
-(spconv_calls.py); export_cleanup.py then folds what the trace left around them (Cast pairs, batch
-norms after convs, VoxelNeXt's `torch.unique` + `index_add_` into `Coalesce`). torch and spconv are
+(spconv_calls.py, minkowski_calls.py: `engine_for` picks the engine); export_cleanup.py then folds what
+the trace left around them (Cast pairs, batch norms after convs, VoxelNeXt's `torch.unique` +
+`index_add_` into `Coalesce`). torch and the engine are
 imported when it runs, never when sparse_lower is imported.
 
 Graph inputs: for a SparseConvTensor example, `features` float32 [N, Cin] and `coords` int64
@@ -83,7 +84,8 @@ def _minkowski_engine() -> Engine:
 def engine_for(module, example) -> Engine:
     """The engine of `example` (a sparse tensor of spconv or MinkowskiEngine), else of the module's layers."""
     # MinkowskiEngine's classes live in modules named MinkowskiConvolution, MinkowskiSparseTensor, ...
-    kinds = {type(example).__module__} | {type(m).__module__ for m in module.modules()}
+    layers = module.modules() if hasattr(module, "modules") else []
+    kinds = {type(example).__module__} | {type(m).__module__ for m in layers}
     if any(kind.startswith("Minkowski") for kind in kinds):
         try:
             return _minkowski_engine()
@@ -119,10 +121,10 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
     from . import export_cleanup, export_refusals
     from .traced_calls import index_add_symbolic
 
+    engine = engine_for(module, example)
     if not isinstance(module, torch.nn.Module):
         raise SparseLowerError(f"the module must be a torch.nn.Module, got {type(module).__name__}",
                                fix="give the network (an nn.Module, e.g. spconv.SparseSequential(...))")
-    engine = engine_for(module, example)
     wrapper = _wrapper(torch, engine, module, example)
     buffer = io.BytesIO()
     torch.onnx.register_custom_op_symbolic("aten::index_add", index_add_symbolic, OPSET)
@@ -178,8 +180,8 @@ def _wrapper(torch, engine, module, example):
     if isinstance(example, torch.Tensor):
         example = (example,)
     if not isinstance(example, (tuple, list)):
-        raise SparseLowerError(f"the example must be a sparse tensor of the module's engine ({engine.name}) or a "
-                               f"tuple of the module's arguments, got {type(example).__name__}",
+        raise SparseLowerError(f"the example must be a {engine.name} {engine.sparse_type.__name__} or a tuple of "
+                               f"the module's arguments, got {type(example).__name__}",
                                fix="give spconv.pytorch.SparseConvTensor(features, coords, spatial_shape, batch), "
                                    "ME.SparseTensor(features, coords) or (features, coords, ...)")
     example = list(example)

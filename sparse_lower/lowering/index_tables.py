@@ -120,7 +120,8 @@ class CustomOpTables:
     def _floor_map(self, ctx, base, geometry, coords, source):
         """The floor rule: the distinct `floor(i / s)` (a Div, then CoalesceMap's sorted distinct sites),
         and their neighbour table as a TargetMap on the convolution's geometry (`transposed=0`)."""
-        divisor = ctx.shared_constant(f"floor divisor {list(geometry.strides)}", np.array([1, *geometry.strides], np.int64))
+        strides = [1, *geometry.strides]
+        divisor = ctx.shared_constant(f"floor divisor {strides}", np.array(strides, np.int64))
         (floors,) = ctx.shared_node("Div", base, [coords, divisor], [("floors", INT64, coords.shape)], {}, domain="")
         out_coords, _ = self.coalesce_map(ctx, base, geometry.output_shape, floors, None)
         (nbr,) = ctx.shared_node("TargetMap", base, [coords, out_coords], [_nbr(geometry)],
