@@ -31,12 +31,16 @@ config names KITTI's, with weights and batch-norm statistics drawn with a fixed 
 | `SparseEncoderSASSD` | configs/sassd/sassd_8xb6-80e_kitti-3d-3class.py (test mode) | the voxels, 4 features |
 | `Asymm3DSpconv` (Cylinder3D) | configs/_base_/models/cylinder3d.py | cylindrical voxels, 16 seeded features |
 | `MinkUNetBackbone`, spconv backend | configs/_base_/models/minkunet.py | the voxels, 4 features; grid from the frame |
+| `MinkUNetBackbone-minkowski`: MinkowskiEngine backend | the same | the voxels, 4 features |
+| `MinkUNetBackbone-torchsparse`: TorchSparse backend | the same | the voxels, batch last, 4 features |
 
 Each is exported with `sparse_lower.export` on the first frame, lowered for gpu, nna (a capacity per
 level measured on the frames) and portable, and run on every frame against mmdetection3d's module in
 spconv: sparse rows by site, dense maps as they are, the error relative to each output's largest value.
-MinkUNet computes its grid from the frame (`coors.max(0)[0][1:] + 1`): it is exported with
-`max_spatial_shape=[41, 1440, 1440]`.
+MinkUNet computes its grid from the frame (`coors.max(0)[0][1:] + 1`) on spconv, and has none on
+MinkowskiEngine and TorchSparse: it is exported with `max_spatial_shape=[41, 1440, 1440]`. Its other backends
+run where MinkowskiEngine 0.5.4 and TorchSparse 1.4.0 (mmdetection3d's pin) are built
+(tools/bench/install_minkowski.sh, tools/bench/install_torchsparse.sh).
 
     python tools/mmdet3d_backbones.py --mmdet3d ~/mmdetection3d [--networks MinkUNetBackbone ...]
 """
@@ -75,7 +79,15 @@ NETWORKS = {
                       "cylinder"),
     "MinkUNetBackbone": ("backbones/minkunet_backbone.py", "MinkUNetBackbone", "configs/_base_/models/minkunet.py",
                          "backbone", "voxels"),
+    "MinkUNetBackbone-minkowski": ("backbones/minkunet_backbone.py", "MinkUNetBackbone",
+                                   "configs/_base_/models/minkunet.py", "backbone", "voxels"),
+    "MinkUNetBackbone-torchsparse": ("backbones/minkunet_backbone.py", "MinkUNetBackbone",
+                                     "configs/_base_/models/minkunet.py", "backbone", "voxels, batch last"),
 }
+# MinkUNet's backend: spconv unless the name says (MinkowskiEngine and TorchSparse are built from source:
+# tools/bench/install_minkowski.sh, tools/bench/install_torchsparse.sh)
+BACKENDS = {"MinkUNetBackbone": "spconv", "MinkUNetBackbone-minkowski": "minkowski",
+            "MinkUNetBackbone-torchsparse": "torchsparse"}
 
 
 def _namespace(name: str, folder: Path, **names) -> types.ModuleType:
@@ -170,7 +182,7 @@ class Network(nn.Module):
         self.inner, self.name = inner, name
 
     def forward(self, features, coords):
-        if self.name == "MinkUNetBackbone":
+        if self.name in BACKENDS:
             return self.inner(features, coords)
         if self.name == "SparseEncoderSASSD":
             return self.inner(features, coords, 1, test_mode=True)[0]
@@ -189,8 +201,8 @@ def build(checkout: Path, name: str, seed: int = 0) -> nn.Module:
     options.pop("type")
     if "sparse_shape" in options:
         options["sparse_shape"] = list(GRID)
-    if name == "MinkUNetBackbone":
-        options["sparseconv_backend"] = "spconv"
+    if name in BACKENDS:
+        options["sparseconv_backend"] = BACKENDS[name]
     torch.manual_seed(seed)
     module = getattr(importlib.import_module(f"mmdet3d.models.{file[:-3].replace('/', '.')}"), cls)(**options)
     network = Network(module, name)
@@ -203,6 +215,8 @@ def frame_input(path: Path, name: str, channels: int, seed: int = 0) -> tuple[np
     features, coords, _ = load_voxels(path)
     if NETWORKS[name][4] == "voxels":
         return features[:, :channels].astype(np.float32), coords.astype(np.int32)
+    if NETWORKS[name][4] == "voxels, batch last":  # TorchSparse's (x, y, z, batch), as mmdetection3d gives it
+        return features[:, :channels].astype(np.float32), coords[:, [1, 2, 3, 0]].astype(np.int32)
     x, y, z = (features[:, i].astype(np.float64) for i in range(3))  # each voxel's point, one batch
     polar = np.stack([np.hypot(x, y), np.arctan2(y, x), z], axis=1)
     low, high, grid = (np.array(CYLINDER[k]) for k in ("low", "high", "grid"))
@@ -218,7 +232,7 @@ def _channels(name: str, module: nn.Module) -> int:
 
 
 def _export_options(name: str) -> dict:
-    return {"max_spatial_shape": list(GRID)} if name == "MinkUNetBackbone" else {}
+    return {"max_spatial_shape": list(GRID)} if name in BACKENDS else {}
 
 
 def check(checkout: Path, name: str, data: Path, frames: list[str], targets: list[str]) -> float:

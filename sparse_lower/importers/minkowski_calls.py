@@ -36,7 +36,7 @@ import MinkowskiEngine as ME
 import torch
 
 from ..errors import SparseLowerError
-from .traced_calls import NAME_ATTRIBUTE, Call, TracedCalls, call_site, constant, untraced
+from .traced_calls import NAME_ATTRIBUTE, Call, TracedCalls, call_site, constant, inference, onto_grid, untraced
 
 # MinkowskiEngine puts its own folder on sys.path and imports its files as top-level modules
 # (MinkowskiConvolution, MinkowskiPooling, ...): its classes are those modules', not MinkowskiEngine.*'s.
@@ -67,22 +67,7 @@ _REFUSED = {
 }
 
 
-def minkowski_inference(module):
-    """Run a MinkowskiEngine module for inference inside the block: eval mode, no gradients. Modes are
-    restored afterwards."""
-    return _inference(module)
-
-
-@contextlib.contextmanager
-def _inference(module):
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        for m, training in modes:
-            m.training = training
+minkowski_inference = inference  # MinkowskiEngine's CPU kernels need nothing more
 
 
 def _key(tensor) -> tuple:
@@ -105,7 +90,6 @@ class Level:
 class EngineCalls(TracedCalls):
     """The state of one MinkowskiEngine export: besides TracedCalls', the level of every key met."""
 
-    max_spatial_shape: list | None = None
     levels: dict = field(default_factory=dict)  # _key -> Level
 
     def level(self, tensor, module=None) -> Level:
@@ -135,22 +119,11 @@ class EngineCalls(TracedCalls):
         with untraced():
             example = [int(v) // s + 1 for v, s in zip(coordinates[:, 1:].max(0).values, stride)] \
                 if len(coordinates) else [1] * len(stride)
-        grid = self._bound(example)
+        grid = self.bound(example)
         if any(s != 1 for s in stride):
             scale = torch.tensor([1, *stride], dtype=coordinates.dtype)
             coordinates = torch.div(coordinates, scale, rounding_mode="floor")
         self.levels[_key(tensor)] = Level(coordinates, grid, stride)
-
-    def _bound(self, example: list) -> list:
-        site = call_site()
-        bound = list(self.max_spatial_shape) if self.max_spatial_shape is not None else example
-        if len(bound) != len(example):
-            raise SparseLowerError(f"max_spatial_shape {bound} has {len(bound)} extents; the coordinates given at "
-                                   f"{site} have {len(example)}", fix="give one extent per spatial dimension")
-        if any(e > b for e, b in zip(example, bound)):
-            raise SparseLowerError(f"the example's coordinates, given at {site}, reach {example}, past "
-                                   f"max_spatial_shape {bound}", fix="give a max_spatial_shape that holds every frame")
-        return bound
 
     def coordinates(self, original, tensor):
         """MinkowskiEngine's coordinates of `tensor`: traced where the export knows its key."""
@@ -213,7 +186,7 @@ class EngineCalls(TracedCalls):
                 raise SparseLowerError(f"{type(module).__name__} at {call_site()} returns to a level the network did "
                                        "not make", name, fix="use it to return to a level made on the way down")
             op_type = "SparseDeconv"
-            attrs.update(_onto(level.grid, out.grid, kernel, stride, dilation, begins))
+            attrs.update(onto_grid(level.grid, out.grid, kernel, stride, dilation, begins))
             inputs.append(out.coords)
             coords_inputs = (1, 4)
         elif all(s == 1 for s in stride):
@@ -251,20 +224,6 @@ def _check_region(generator, name):
     if generator.region_type != ME.RegionType.HYPER_CUBE:
         raise SparseLowerError(f"kernel region {generator.region_type} cannot be exported yet", name,
                                fix="use the default region (RegionType.HYPER_CUBE)")
-
-
-def _onto(grid, fine, kernel, stride, dilation, begins) -> dict:
-    """The pads and output padding of a transposed conv from `grid` whose output extent is the finer level's
-    `fine`: o = i·s − pb + k·d with S_out = s·(S − 1) + output_padding + d·(K − 1) + 1 − pb − pe."""
-    ends, extra = [], []
-    for S, F, K, s, d, pb in zip(grid, fine, kernel, stride, dilation, begins):
-        over = s * (S - 1) + d * (K - 1) + 1 - pb - F
-        ends.append(max(over, 0))
-        extra.append(max(-over, 0))
-    if any(e >= max(s, d) for e, s, d in zip(extra, stride, dilation)):
-        raise SparseLowerError(f"a transposed conv from grid {grid} cannot reach the finer grid {fine}",
-                               fix="report it, with the network")
-    return {"pads": begins + ends, "output_padding": extra}
 
 
 @contextlib.contextmanager

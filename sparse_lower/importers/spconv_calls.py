@@ -81,7 +81,6 @@ class EngineCalls(TracedCalls):
     marked (kept alive, so that ids stay unique) and, for a grid computed from the frame, each coordinate
     tensor's traced extent with the static bound its source ops are written on."""
 
-    max_spatial_shape: list | None = None
     known: dict = field(default_factory=dict)  # id -> a coordinate tensor written by an engine call or marked
     grids: dict = field(default_factory=dict)  # id(indices) -> (traced extent, bound) of a frame-computed grid
 
@@ -204,7 +203,7 @@ class EngineCalls(TracedCalls):
         if tracing and isinstance(spatial_shape, torch.Tensor):
             with untraced():
                 example = [int(v) for v in spatial_shape]
-            grid = (spatial_shape, self._bound(example))
+            grid = (spatial_shape, self.bound(example))
             spatial_shape = example
         if tracing and isinstance(indices, torch.Tensor) and id(indices) not in self.known:
             call = Call("Grid", {"spatial_shape": [int(s) for s in spatial_shape]}, (indices,),
@@ -213,18 +212,6 @@ class EngineCalls(TracedCalls):
         if tracing and isinstance(indices, torch.Tensor):
             self.remember(indices, grid or self.grids.get(id(indices)))
         original(tensor, features, indices, spatial_shape, batch_size, *args, **kwargs)
-
-    def _bound(self, example: list[int]) -> list[int]:
-        """The static grid the source ops on a frame-computed grid are written on."""
-        site = call_site()
-        bound = list(self.max_spatial_shape) if self.max_spatial_shape is not None else example
-        if len(bound) != len(example):
-            raise SparseLowerError(f"max_spatial_shape {bound} has {len(bound)} extents; the grid computed at {site} "
-                                   f"has {len(example)}", fix="give one extent per spatial dimension")
-        if any(e > b for e, b in zip(example, bound)):
-            raise SparseLowerError(f"the example's grid {example}, computed at {site}, exceeds max_spatial_shape "
-                                   f"{bound}", fix="give a max_spatial_shape that holds every frame's grid")
-        return bound
 
     def dense(self, original, x, channels_first: bool = True):
         if id(x.indices) in self.grids:

@@ -41,6 +41,7 @@ from ..onnx_conventions import IR_VERSION, OPSET, SOURCE_DOMAIN
 
 INSTALL_HINT = 'pip install "sparse-lower[spconv]" (torch 2.13.0 and spconv 2.3.8)'
 MINKOWSKI_HINT = "bash tools/bench/install_minkowski.sh (MinkowskiEngine 0.5.4, built for the CPU)"
+TORCHSPARSE_HINT = "bash tools/bench/install_torchsparse.sh CHECKOUT (TorchSparse 1.4.0 from its source, for the CPU)"
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,18 @@ def _minkowski_engine() -> Engine:
                   lambda x: (x.F, x.C.long()))
 
 
+def _torchsparse_engine() -> Engine:
+    import torchsparse
+
+    from .torchsparse_calls import engine_calls, torchsparse_inference
+
+    def build(features, coords, like):
+        return torchsparse.SparseTensor(features, coords.int(), like.stride)
+
+    return Engine("TorchSparse", torchsparse_inference, engine_calls, torchsparse.SparseTensor, build,
+                  lambda x: (x.F, x.C.long()))
+
+
 def engine_for(module, example) -> Engine:
     """The engine of `example` (a sparse tensor of spconv or MinkowskiEngine), else of the module's layers."""
     # MinkowskiEngine's classes live in modules named MinkowskiConvolution, MinkowskiSparseTensor, ...
@@ -92,6 +105,12 @@ def engine_for(module, example) -> Engine:
         except ImportError as error:
             raise SparseLowerError(f"export of MinkowskiEngine modules needs MinkowskiEngine ({error})",
                                    fix=MINKOWSKI_HINT) from error
+    if any(kind.startswith("torchsparse") for kind in kinds):
+        try:
+            return _torchsparse_engine()
+        except ImportError as error:
+            raise SparseLowerError(f"export of TorchSparse modules needs TorchSparse ({error})",
+                                   fix=TORCHSPARSE_HINT) from error
     try:
         return _spconv_engine()
     except ImportError as error:

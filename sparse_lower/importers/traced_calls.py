@@ -118,17 +118,46 @@ def _constant(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
+@contextlib.contextmanager
+def inference(module):
+    """Run `module` for inference inside the block: eval mode, no gradients; modes restored afterwards."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+def onto_grid(grid, fine, kernel, stride, dilation, begins) -> dict:
+    """The pads and output padding of a transposed conv from `grid` whose output extent is the finer level's
+    `fine`: o = i·s − pb + k·d with S_out = s·(S − 1) + output_padding + d·(K − 1) + 1 − pb − pe."""
+    ends, extra = [], []
+    for S, F, K, s, d, pb in zip(grid, fine, kernel, stride, dilation, begins):
+        over = s * (S - 1) + d * (K - 1) + 1 - pb - F
+        ends.append(max(over, 0))
+        extra.append(max(-over, 0))
+    if any(e >= max(s, d) for e, s, d in zip(extra, stride, dilation)):
+        raise SparseLowerError(f"a transposed conv from grid {grid} cannot reach the finer grid {fine}",
+                               fix="report it, with the network")
+    return {"pads": begins + ends, "output_padding": extra}
+
+
 def constant(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
 @dataclass
 class TracedCalls:
-    """What every engine's export keeps: module names, and the first result of every engine call, returned
+    """What every engine's export keeps: module names, the bound of grids that are not fixed, and the first
+    result of every engine call, returned
     by the traced module after its own outputs (torch's dead-code elimination fails on a call none of
     whose results is read; export_cleanup.py drops them)."""
 
     names: dict
+    max_spatial_shape: list | None = None
     results: list = field(default_factory=list)
 
     def apply(self, call: Call, *inputs):
@@ -138,6 +167,19 @@ class TracedCalls:
 
     def name(self, module) -> str:
         return self.names.get(id(module), type(module).__name__)
+
+    def bound(self, example: list[int]) -> list[int]:
+        """The static grid the source ops are written on where the grid is not fixed: max_spatial_shape,
+        else the example's grid (found at the current call)."""
+        site = call_site()
+        bound = list(self.max_spatial_shape) if self.max_spatial_shape is not None else example
+        if len(bound) != len(example):
+            raise SparseLowerError(f"max_spatial_shape {bound} has {len(bound)} extents; the grid found at {site} "
+                                   f"has {len(example)}", fix="give one extent per spatial dimension")
+        if any(e > b for e, b in zip(example, bound)):
+            raise SparseLowerError(f"the example's grid {example}, found at {site}, exceeds max_spatial_shape "
+                                   f"{bound}", fix="give a max_spatial_shape that holds every frame's grid")
+        return bound
 
 
 def index_add_symbolic(g, data, dim, index, source, alpha=None):
