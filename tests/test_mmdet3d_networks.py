@@ -1,9 +1,10 @@
 """mmdetection3d's own spconv networks (SECOND's and CenterPoint's SparseEncoder, PartA2's SparseUNet,
-SparseEncoderSASSD, Cylinder3D's Asymm3DSpconv, MinkUNetBackbone on spconv), read from a checkout by
-tools/mmdet3d_backbones.py, exported with sparse_lower.export and lowered for gpu, nna and portable, on both
-real frames against spconv. mmdetection3d's model files import mmcv's compiled ops, which do not install
-here: these run where $SPARSE_LOWER_MMDET3D names a checkout at v1.4.0 and mmengine, mmcv-lite and mmdet
-are installed (`pip install "sparse-lower[mmdet3d]"`)."""
+SparseEncoderSASSD, Cylinder3D's Asymm3DSpconv, MinkUNetBackbone on spconv) and MinkUNetBackbone on
+MinkowskiEngine and TorchSparse, read from a checkout by tools/mmdet3d_backbones.py, exported with
+sparse_lower.export and lowered for gpu, nna and portable, on both real frames against the engine.
+mmdetection3d's model files import mmcv's compiled ops, which do not install here: these run where
+$SPARSE_LOWER_MMDET3D names a checkout at v1.4.0 and mmengine, mmcv-lite and mmdet are installed
+(`pip install "sparse-lower[mmdet3d]"`)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,16 @@ from helpers import load_tool  # noqa: E402
 TOOL = load_tool("mmdet3d_backbones")
 
 
+# MinkUNet's other backends need their engine, built from source
+ENGINES = {"minkowski": ("MinkowskiEngine", "bash tools/bench/install_minkowski.sh"),
+           "torchsparse": ("torchsparse", "bash tools/bench/install_torchsparse.sh CHECKOUT_AT_v1.4.0")}
+
+
 @pytest.mark.parametrize("name", list(TOOL.NETWORKS))
-def test_mmdet3ds_network_exports_and_matches_spconv_on_every_target(name):
+def test_mmdet3ds_network_exports_and_matches_its_engine_on_every_target(name):
+    engine = ENGINES.get(TOOL.BACKENDS.get(name))
+    if engine is not None:
+        pytest.importorskip(engine[0], reason=f"needs {engine[0]}: {engine[1]}")
     worst = TOOL.check(Path(os.environ["SPARSE_LOWER_MMDET3D"]), name, DATA, list(TOOL.FRAMES),
                        ["gpu", "nna", "portable"])
     assert worst <= TOOL.TOLERANCE
