@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 from ..models import CanonicalEmitter, SparseModelBuilder, sp_middle_resnet_fhd, sparse_unet, voxelnext
 from ..frames.sample import find_data, load_voxels
 from ..onnx_conventions import IR_VERSION, OPSET
-from . import minkowski
+from . import minkowski, minkunet
 
 CENTERPOINT_FILE = "nuscenes_centerpoint_voxels.npz"
 BEVFUSION_FILE = "nuscenes_bevfusion_voxels.npz"
@@ -47,9 +47,9 @@ LAYERS = (LayerSpec("SubM 3^3 16->16", "subm", 16, 16), LayerSpec("SubM 3^3 64->
 
 @dataclass
 class Built:
-    """What the systems run. `spconv` and `minkowski` are callables returning a zero-argument run
-    function (or raising ImportError / a `Skip`); `dense` likewise returns `(onnx model, feeds)` or
-    raises `Skip`."""
+    """What the systems run. `spconv`, `minkowski` and `torchsparse` are callables returning a zero-argument
+    run function (or raising ImportError / a `Skip`; None: no such version); `dense` likewise returns
+    `(onnx model, feeds)` or raises `Skip`."""
 
     source: onnx.ModelProto
     feeds: dict
@@ -59,6 +59,7 @@ class Built:
     rows_in: int
     grid: tuple
     note: str = ""
+    torchsparse: Callable | None = None  # the MinkUNet row's TorchSparse run
 
 
 class Skip(Exception):
@@ -347,6 +348,27 @@ def network_case(network: str, frame: str | None, name: str, random=None, count:
     return Case(name, group, build, f"{network} network")
 
 
+def minkunet_case(frame: str, name: str) -> Case:
+    """The MinkUNet of bench/minkunet.py on a real frame: ours (its export), MinkowskiEngine and TorchSparse."""
+
+    def build() -> Built:
+        features, coords, grid = _frame(frame)
+        try:
+            source, feeds = minkunet.source_model(features, coords, grid)
+        except ImportError as error:
+            raise Skip(f"the MinkUNet row needs MinkowskiEngine or TorchSparse ({error})") from error
+
+        def spconv_factory():
+            raise Skip("no spconv version of the MinkUNet: its strided sites are spconv's rule, not the floor rule")
+
+        return Built(source=source, feeds=feeds, spconv=spconv_factory,
+                     minkowski=lambda: minkunet.runner("minkowski", features, coords),
+                     torchsparse=lambda: minkunet.runner("torchsparse", features, coords), dense=None,
+                     rows_in=len(coords), grid=tuple(grid))
+
+    return Case(name, "network", build, "MinkUNet (MinkowskiEngine's MinkUNet14 layout)")
+
+
 def all_cases(quick: bool = False, dense_budget=(40e9, 3 * 2**30)) -> list[Case]:
     cases = []
     if quick:
@@ -379,6 +401,8 @@ def all_cases(quick: bool = False, dense_budget=(40e9, 3 * 2**30)) -> list[Case]
     for network in ("centerpoint", "unet", "voxelnext"):
         for frame, label in ((CENTERPOINT_FILE, "centerpoint-frame"), (BEVFUSION_FILE, "bevfusion-frame")):
             cases.append(network_case(network, frame, f"{network}/{label}"))
+    for frame, label in ((CENTERPOINT_FILE, "centerpoint-frame"), (BEVFUSION_FILE, "bevfusion-frame")):
+        cases.append(minkunet_case(frame, f"minkunet/{label}"))
     return cases
 
 

@@ -131,8 +131,12 @@ def markdown(result: dict) -> str:
                 cell += f" · {entry['peak_rss_mb'] / 1024:.2f} GiB"
             cells.append(cell)
         rows.append(cells)
+    # the peers of two threads (TorchSparse only where a case ran it: results before it keep their text)
+    two = "ours-gpu-auto-2threads, minkowski and torchsparse" if any(
+        "median_ms" in r.get("systems", {}).get("torchsparse-1.4.0", {}) for r in result["cases"]) else \
+        "ours-gpu-auto-2threads and minkowski"
     text = [f"Median ms of {result['repeat']} runs after a warm-up, 1 thread each except "
-            f"ours-gpu-auto-2threads and minkowski (2), one process ({result['machine']}); (idx …) = the index tables "
+            f"{two} (2), one process ({result['machine']}); (idx …) = the index tables "
             f"alone; · % = useful GFLOP/s (2·pairs·Cin·Cout) as a fraction of the measured single-core "
             f"GEMM peak {peak:.1f} GFLOP/s (onnxruntime MatMul 2048³, its best run); · GiB = peak resident memory of a "
             f"fresh process running the network once (networks only). ort-dense = dense Conv of the "

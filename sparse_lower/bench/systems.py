@@ -160,6 +160,16 @@ class Minkowski:
         return Prepared(run=run, note=f"{rows:,} rows out (its strided convs place outputs at floor(i/s)·s)")
 
 
+class TorchSparse:
+    name = "torchsparse-1.4.0"
+
+    def prepare(self, built: Built) -> Prepared:
+        if built.torchsparse is None:
+            raise Skip("no TorchSparse version of this case (only the MinkUNet row has one)")
+        run = built.torchsparse()
+        return Prepared(run=run, rows_out=run())
+
+
 class DenseOrt:
     name = "ort-dense"
 
@@ -185,7 +195,7 @@ def default_systems(nna_max_rows: int | None = 50_000) -> list:
                  layout="rows"),
             Ours("ours-nna-pairs-2threads", "nna", nna_max_rows, threads=2, fitted=True, combine="pairs",
                  layout="rows"),
-            Spconv(), Minkowski(), DenseOrt()]
+            Spconv(), Minkowski(), TorchSparse(), DenseOrt()]
 
 
 def gemm_peak_gflops(size: int = 2048, repeat: int = 5, threads: int = THREADS) -> float:
