@@ -123,9 +123,41 @@ def test_minkowski_engines_own_minkunets_match_it_on_every_target(name):
     assert worst <= 1e-4
 
 
+class Classifier(torch.nn.Module):
+    """A ResNet's head: an instance norm, a stride-3 conv, a global pooling of `mode`, a linear layer."""
+
+    def __init__(self, cin, pooling):
+        super().__init__()
+        self.stem = ME.MinkowskiConvolution(cin, 8, kernel_size=3, stride=2, dimension=3)
+        self.norm = ME.MinkowskiInstanceNorm(8)
+        self.act = ME.MinkowskiGELU()
+        self.down = ME.MinkowskiConvolution(8, 16, kernel_size=3, stride=3, dimension=3)
+        self.pool = pooling()
+        self.head = ME.MinkowskiLinear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.pool(self.down(self.act(self.norm(self.stem(x))))))
+
+
+@pytest.mark.parametrize("pooling", [ME.MinkowskiGlobalMaxPooling, ME.MinkowskiGlobalAvgPooling,
+                                     ME.MinkowskiGlobalSumPooling])
+def test_instance_norm_and_global_pooling_match_minkowski_engine_per_batch(pooling):
+    rng = np.random.default_rng(7)
+    extent = [14, 12, 10]
+    net = Classifier(3, pooling).eval()
+    with torch.no_grad():
+        net.norm.weight.uniform_(0.5, 1.5)
+        net.norm.bias.uniform_(-0.5, 0.5)
+    first = frame(rng, extent, 400, batch=3)
+    model = sparse_lower.export(net, ME.SparseTensor(torch.from_numpy(first[0]), torch.from_numpy(first[1])),
+                                max_spatial_shape=extent)
+    assert "Coalesce" in {node.op_type for node in model.graph.node}
+    check_targets(model, net, [first, frame(rng, extent, 300, batch=2), frame(rng, extent, 50, batch=1)])
+
+
 @pytest.mark.parametrize("layer, message", [
     (lambda: ME.MinkowskiAvgPooling(kernel_size=2, stride=2, dimension=3), r"MinkowskiAvgPooling .* cannot be exported"),
-    (lambda: ME.MinkowskiGlobalMaxPooling(), r"MinkowskiGlobalMaxPooling .* cannot be exported"),
+    (lambda: ME.MinkowskiSumPooling(kernel_size=2, stride=2, dimension=3), r"MinkowskiSumPooling .* cannot be exported"),
     (lambda: ME.MinkowskiConvolution(3, 4, kernel_size=2, dimension=3), r"stride 1 and an even kernel \[2, 2, 2\]"),
     (lambda: ME.MinkowskiGenerativeConvolutionTranspose(3, 4, kernel_size=2, stride=2, dimension=3),
      r"MinkowskiGenerativeConvolutionTranspose .* cannot be exported"),

@@ -16,6 +16,10 @@ coordinates divided by the key's tensor stride, so that a level-2 site at (4, 6)
 * `MinkowskiConvolutionTranspose` returns to the key of the finer level, which the module made on its
   way down: a `SparseDeconv` with that level's coordinates as `target_coords`;
 * `MinkowskiMaxPooling`: `SparseMaxPool` under the same rules;
+* global max, sum and average pooling: `Coalesce` of the rows onto (batch, 0, …), by maximum or sum (the
+  average: the sum over a `Coalesce` of ones), one row per batch;
+* `MinkowskiInstanceNorm`: each batch's mean and variance in torch (`index_add_` by the batch column, which
+  the export writes as a ScatterElements add), gathered back by each row's batch;
 * `SparseTensor.C` (and `.coordinates`) is the traced coordinates times the tensor stride, as
   MinkowskiEngine gives them, so the module's outputs and anything it computes from them are traced.
 
@@ -51,11 +55,6 @@ _REFUSED = {
     "MinkowskiAvgPooling": "MinkowskiMaxPooling or a strided MinkowskiConvolution",
     "MinkowskiSumPooling": "MinkowskiMaxPooling or a strided MinkowskiConvolution",
     "MinkowskiPoolingTranspose": "a MinkowskiConvolutionTranspose",
-    "MinkowskiGlobalMaxPooling": "a reduction of the features with torch (index_add_ or scatter_reduce by the "
-                                 "batch column of x.C)",
-    "MinkowskiGlobalPooling": "a reduction of the features with torch (index_add_ or scatter_reduce by the batch "
-                              "column of x.C)",
-    "MinkowskiInstanceNorm": "MinkowskiBatchNorm",
     "MinkowskiStableInstanceNorm": "MinkowskiBatchNorm",
     "MinkowskiUnion": "ME.cat or + of tensors on one coordinate map key",
     "MinkowskiPruning": "keeping every row (prune after the exported part)",
@@ -214,6 +213,49 @@ class EngineCalls(TracedCalls):
         return ME.SparseTensor(features, coordinate_map_key=real.coordinate_map_key,
                                coordinate_manager=real.coordinate_manager)
 
+    def global_pool(self, original, module, x, coordinates=None):
+        """One row per batch: `Coalesce` of the rows on (batch, 0, …), by their maximum or sum, the average
+        their sum divided by the row count (a Coalesce of ones). Its sites (b, 0, …) are a level of their own."""
+        name = self.name(module)
+        if coordinates is not None:
+            raise SparseLowerError(f"{type(module).__name__} given output coordinates (at {call_site()}) cannot be "
+                                   "exported yet", name, fix="pool onto the origin of each batch (no coordinates)")
+        with untraced():
+            real = original(module, x)
+        level = self.level(x, module)
+        mode = str(module.pooling_mode).split(".")[-1]
+        origin = level.coords * torch.tensor([1] + [0] * (level.coords.shape[1] - 1), dtype=level.coords.dtype)
+        grid = [1] * len(level.grid)
+        average = "AVG" in mode
+        with untraced():  # (b, 0, …) at tensor stride 0; each output's row count, for an average's sum and count
+            real_coords = real.C
+            counts = (level.coords[:, :1].T == real_coords[:, :1]).sum(dim=1, keepdim=True).to(real.F.dtype)
+        sizes = ((None, int(real.F.shape[1])), (None, real.C.shape[1]))
+        attrs = {"spatial_shape": grid, "reduction": "max" if "MAX" in mode else "sum", NAME_ATTRIBUTE: name}
+        features, coords = self.apply(Call("Coalesce", attrs, (real.F * counts if average else real.F, real_coords),
+                                           sizes), x.F, origin)
+        if average:
+            count, _ = self.apply(Call("Coalesce", {"spatial_shape": grid, NAME_ATTRIBUTE: f"{name}.count"},
+                                       (counts, real_coords), ((None, 1), sizes[1])), torch.ones_like(x.F[:, :1]), origin)
+            features = features / count
+        self.levels[_key(real)] = Level(coords, grid, [int(s) for s in real.tensor_stride])
+        return ME.SparseTensor(features, coordinate_map_key=real.coordinate_map_key,
+                               coordinate_manager=real.coordinate_manager)
+
+    def instance_norm(self, original, module, x):
+        """(x − mean) / sqrt(var + 1e-8) · weight + bias with each batch's mean and (biased) variance, as
+        MinkowskiEngine computes them: per-batch sums of the rows (`index_add_`, a ScatterElements add in
+        ONNX) gathered back by each row's batch."""
+        batch = self.level(x, module).coords[:, 0].long()
+        count = torch.zeros(batch.max() + 1, 1).index_add_(0, batch, torch.ones_like(x.F[:, :1]))
+
+        def mean(values):
+            return (torch.zeros(count.shape[0], values.shape[1]).index_add_(0, batch, values) / count)[batch]
+
+        centred = x.F - mean(x.F)
+        normed = centred / torch.sqrt(mean(centred * centred) + 1e-8) * module.weight + module.bias
+        return ME.SparseTensor(normed, coordinate_map_key=x.coordinate_map_key, coordinate_manager=x.coordinate_manager)
+
     def refuse(self, original, module, *args, **kwargs):
         kind = next(c.__name__ for c in type(module).__mro__ if c.__name__ in _REFUSED)
         raise SparseLowerError(f"{type(module).__name__} (called at {call_site()}) cannot be exported yet",
@@ -233,6 +275,9 @@ def engine_calls(module, max_spatial_shape=None):
                         max_spatial_shape=max_spatial_shape)
     replaced = [(me_conv.MinkowskiConvolutionBase, "forward", calls.conv),
                 (me_pool.MinkowskiPoolingBase, "forward", calls.pool),
+                (me_pool.MinkowskiGlobalPooling, "forward", calls.global_pool),
+                (me_pool.MinkowskiGlobalMaxPooling, "forward", calls.global_pool),
+                (ME.MinkowskiInstanceNorm, "forward", calls.instance_norm),
                 (ME.SparseTensor, "__init__", calls.construct)]
     for kind in _REFUSED:
         cls = getattr(ME, kind, None)
