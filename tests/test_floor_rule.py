@@ -11,8 +11,8 @@ import pytest
 
 import sparse_lower
 from helpers import session
-from oracle import ConvConfig, assert_matches_oracle, max_pool_oracle, random_sparse, sparse_node_model
-from test_merge_ops import TARGETS, check_every_target, single_op_model
+from oracle import ConvConfig, assert_matches_oracle, random_sparse, sparse_node_model
+from test_merge_ops import TARGETS, check_pool
 from sparse_lower import reference
 from sparse_lower.errors import SparseLowerError
 from sparse_lower.runtime import drop_padding, pad_rows
@@ -79,14 +79,7 @@ def random_floor_pool(rng):
 
 @pytest.mark.parametrize("seed", range(20))
 def test_floor_pool_matches_the_dense_oracle_on_every_target(seed):
-    rng = np.random.default_rng(5000 + seed)
-    attrs, batch, features, coords = random_floor_pool(rng)
-    expected, expected_coords = max_pool_oracle(attrs, features, coords, batch)
-    out, out_coords = reference.sparse_max_pool(features, coords, **attrs)
-    np.testing.assert_array_equal(out_coords, expected_coords)
-    np.testing.assert_array_equal(out, expected)
-    model = single_op_model("SparseMaxPool", attrs, features.shape[1], len(attrs["spatial_shape"]))
-    check_every_target(model, features, coords, expected, expected_coords, 1)
+    check_pool(*random_floor_pool(np.random.default_rng(5000 + seed)))
 
 
 def test_minkowski_downsamplings_worked_by_hand():

@@ -23,7 +23,8 @@ THREADS = 2
 
 
 @contextmanager
-def _inference(module):
+def peer_inference(module):
+    """A peer's module in eval mode, without gradients, on THREADS torch threads (restored afterwards)."""
     import torch
 
     threads = torch.get_num_threads()
@@ -64,7 +65,7 @@ def layer_runner(kind: str, cin: int, cout: int, features: np.ndarray, coords: n
     fine_coords, _ = fine
     forward = ME.MinkowskiConvolution(cout, cin, 3, stride=2, bias=False, dimension=ndim)
     module = ME.MinkowskiConvolutionTranspose(cin, cout, 3, stride=2, bias=False, dimension=ndim)
-    with _inference(forward):
+    with peer_inference(forward):
         down = forward(_tensor(np.zeros((len(fine_coords), cout), np.float32), fine_coords))
     coarse = ME.SparseTensor(torch.randn(len(down.F), cin), coordinate_map_key=down.coordinate_map_key,
                              coordinate_manager=down.coordinate_manager)
@@ -72,7 +73,7 @@ def layer_runner(kind: str, cin: int, cout: int, features: np.ndarray, coords: n
 
 
 def _run(module, make_input) -> int:
-    with _inference(module):
+    with peer_inference(module):
         return int(module(make_input()).F.shape[0])
 
 

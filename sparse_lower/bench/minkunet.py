@@ -12,16 +12,16 @@ floor(c / 2), as the export writes them (docs/source_ops.md#the-floor-rule), so 
 same rows.
 
 Each runner builds a fresh sparse tensor per run, so the kernel maps are built inside the run, as in
-inference, on 2 torch threads (the machine's cores; both engines' CPU kernels are correct with any count).
+inference, on MinkowskiEngine's peer's 2 torch threads (the machine's cores; both engines' CPU kernels are
+correct with any count).
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 
-THREADS = 2
+from .minkowski import peer_inference
+
 DOWN = (32, 64, 128, 256)
 UP = (256, 128, 96, 96)
 CLASSES = 20
@@ -91,19 +91,6 @@ def minkunet(layers: dict, channels: int, seed: int = 0):
     return Net().eval()
 
 
-@contextmanager
-def _threads():
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def minkowski_network(channels: int):
     return minkunet(_minkowski_layers(), channels)
 
@@ -138,7 +125,7 @@ def runner(engine: str, features: np.ndarray, coords: np.ndarray):
     net = network(features.shape[1])
 
     def run():
-        with _threads():
+        with peer_inference(net):
             return int(net(make(features, coords)).F.shape[0])
 
     return run

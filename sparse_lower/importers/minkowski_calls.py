@@ -40,7 +40,8 @@ import MinkowskiEngine as ME
 import torch
 
 from ..errors import SparseLowerError
-from .traced_calls import NAME_ATTRIBUTE, Call, TracedCalls, call_site, constant, inference, onto_grid, untraced
+from .traced_calls import (NAME_ATTRIBUTE, Call, TracedCalls, call_site, constant, inference, onto_grid,
+                           replaced_methods, untraced)
 
 # MinkowskiEngine puts its own folder on sys.path and imports its files as top-level modules
 # (MinkowskiConvolution, MinkowskiPooling, ...): its classes are those modules', not MinkowskiEngine.*'s.
@@ -284,17 +285,12 @@ def engine_calls(module, max_spatial_shape=None):
         if cls is not None and "forward" in cls.__dict__ and not issubclass(
                 cls, (me_conv.MinkowskiConvolutionBase, me_pool.MinkowskiPoolingBase)):
             replaced.append((cls, "forward", calls.refuse))
-    originals = [(cls, attr, cls.__dict__[attr]) for cls, attr, _ in replaced]
-    for cls, attr, handler in replaced:
-        original = cls.__dict__[attr]
-        setattr(cls, attr, lambda self, *args, _h=handler, _o=original, **kwargs: _h(_o, self, *args, **kwargs))
     properties = {attr: _TENSOR.__dict__[attr] for attr in ("C", "coordinates")}
     for attr, original in properties.items():
         setattr(_TENSOR, attr, property(lambda self, _o=original: calls.coordinates(_o, self)))
     try:
-        yield calls
+        with replaced_methods(replaced):
+            yield calls
     finally:
-        for cls, attr, original in originals:
-            setattr(cls, attr, original)
         for attr, original in properties.items():
             setattr(_TENSOR, attr, original)

@@ -43,7 +43,8 @@ from spconv.pytorch import pool as spconv_pool
 from ..errors import SparseLowerError
 from ..spconv_rules import inverse_output_padding
 from .spconv_modules import conv_node, fused_activation
-from .traced_calls import EXPORT_DOMAIN, NAME_ATTRIBUTE, Call, TracedCalls, call_site, constant, untraced
+from .traced_calls import (EXPORT_DOMAIN, NAME_ATTRIBUTE, Call, TracedCalls, call_site, constant, replaced_methods,
+                           untraced)
 
 
 @contextlib.contextmanager
@@ -273,12 +274,5 @@ def engine_calls(module, max_spatial_shape=None):
                 (spconv_pool.SparseGlobalMaxOrAvgPool, "forward", calls.refuse_pool),
                 (SparseConvTensor, "__init__", calls.construct),
                 (SparseConvTensor, "dense", calls.dense)]
-    originals = [(cls, attr, cls.__dict__[attr]) for cls, attr, _ in replaced]
-    for cls, attr, handler in replaced:
-        original = cls.__dict__[attr]
-        setattr(cls, attr, lambda self, *args, _h=handler, _o=original, **kwargs: _h(_o, self, *args, **kwargs))
-    try:
+    with replaced_methods(replaced):
         yield calls
-    finally:
-        for cls, attr, original in originals:
-            setattr(cls, attr, original)

@@ -34,7 +34,8 @@ import torchsparse
 import torchsparse.nn as spnn
 
 from ..errors import SparseLowerError
-from .traced_calls import NAME_ATTRIBUTE, Call, TracedCalls, call_site, constant, inference, onto_grid, untraced
+from .traced_calls import (NAME_ATTRIBUTE, Call, TracedCalls, call_site, constant, inference, onto_grid,
+                           replaced_methods, untraced)
 
 torchsparse_inference = inference  # TorchSparse's CPU kernels need nothing more
 
@@ -163,9 +164,5 @@ def engine_calls(module, max_spatial_shape=None):
     """Inside: TorchSparse's Conv3d replaced as the module docstring says; yields the export's EngineCalls."""
     calls = EngineCalls({id(m): name or type(module).__name__ for name, m in module.named_modules()},
                         max_spatial_shape=max_spatial_shape)
-    original = spnn.Conv3d.__dict__["forward"]
-    spnn.Conv3d.forward = lambda self, x: calls.conv(original, self, x)
-    try:
+    with replaced_methods([(spnn.Conv3d, "forward", calls.conv)]):
         yield calls
-    finally:
-        spnn.Conv3d.forward = original
