@@ -26,14 +26,12 @@ import tempfile
 import types
 from pathlib import Path
 
-import MinkowskiEngine as ME
 import numpy as np
 import torch
 
 import sparse_lower
 from sparse_lower.capacity import level_rows, most_members
 from sparse_lower.frames.sample import load_voxels
-from sparse_lower.importers.minkowski_calls import minkowski_inference
 from openpcdet_backbones import checkout_main, compare
 from voxelnext_openpcdet import FRAMES
 
@@ -61,6 +59,8 @@ def load_examples(checkout: Path) -> types.ModuleType:
 
 def build(checkout: Path, name: str, channels: int, seed: int = 0) -> torch.nn.Module:
     """Network `name` with seeded weights and batch-norm statistics near a trained one's."""
+    import MinkowskiEngine as ME
+
     torch.manual_seed(seed)
     examples = load_examples(checkout)
     cls = getattr(examples, name, None) or getattr(sys.modules["examples.resnet"], name)
@@ -76,6 +76,10 @@ def build(checkout: Path, name: str, channels: int, seed: int = 0) -> torch.nn.M
 
 def check(checkout: Path, name: str, data: Path, frames: list[str], targets: list[str]) -> float:
     """Export, lower and run network `name` on the frames; print and return the worst relative error."""
+    import MinkowskiEngine as ME
+
+    from sparse_lower.importers.minkowski_calls import minkowski_inference
+
     loaded = {}
     for frame in frames:
         features, coords, _ = load_voxels(data / FRAMES[frame])
@@ -102,7 +106,7 @@ def check(checkout: Path, name: str, data: Path, frames: list[str], targets: lis
 
 def main(argv=None) -> int:
     return checkout_main(argv, __doc__.split("\n\n")[0], "minkowski", "a MinkowskiEngine checkout at v0.5.4",
-                         NETWORKS, check)
+                         NETWORKS, check, engine=("MinkowskiEngine", "bash tools/bench/install_minkowski.sh"))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ no source op expresses), and its file imports OpenPCDet's compiled CUDA op `poin
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import tempfile
@@ -245,10 +246,13 @@ def check(checkout: Path, name: str, data: Path, frames: list[str], targets: lis
     return worst
 
 
-def checkout_main(argv, description: str, option: str, what: str, names: list[str], check) -> int:
-    """The command line of a tool that checks a framework's networks read from a checkout (this one and
-    mmdet3d_backbones.py): `--OPTION CHECKOUT` (or $SPARSE_LOWER_OPTION), `--networks`, `--frames`,
-    `--targets`; `check(checkout, name, data, frames, targets)` returns a network's worst error."""
+def checkout_main(argv, description: str, option: str, what: str, names: list[str], check,
+                  engine: tuple[str, str] | None = None) -> int:
+    """The command line of a tool that checks a framework's networks read from a checkout (this one,
+    mmdet3d_backbones.py and the engines' tools): `--OPTION CHECKOUT` (or $SPARSE_LOWER_OPTION), `--networks`,
+    `--frames`, `--targets`; `check(checkout, name, data, frames, targets)` returns a network's worst error.
+    `engine` is (module, how to install it) where the networks need a sparse engine no extra installs: the
+    tool imports it only to run, so `--help` works without it, and without it says how to get it."""
     env = f"SPARSE_LOWER_{option.upper()}"
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument(f"--{option}", dest="checkout", default=os.environ.get(env),
@@ -260,6 +264,8 @@ def checkout_main(argv, description: str, option: str, what: str, names: list[st
     args = parser.parse_args(argv)
     if not args.checkout:
         parser.error(f"give --{option} ({what}) or set {env}")
+    if engine and importlib.util.find_spec(engine[0]) is None:
+        parser.error(f"{engine[0]} is not installed in this Python: {engine[1]}")
     worst = max(check(Path(args.checkout).expanduser(), name, args.data, args.frames, args.targets)
                 for name in args.networks)
     print(f"\nworst relative error over every network, frame and target: {worst:.2e} (limit {TOLERANCE:g})")

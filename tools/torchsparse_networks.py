@@ -33,7 +33,6 @@ import torch
 import sparse_lower
 from sparse_lower.capacity import level_rows
 from sparse_lower.frames.sample import load_voxels
-from sparse_lower.importers.torchsparse_calls import torchsparse_inference
 from openpcdet_backbones import checkout_main, compare
 from voxelnext_openpcdet import FRAMES
 
@@ -78,6 +77,8 @@ def check(checkout: Path, name: str, data: Path, frames: list[str], targets: lis
     """Export, lower and run network `name` on the frames; print and return the worst relative error."""
     import torchsparse
 
+    from sparse_lower.importers.torchsparse_calls import torchsparse_inference
+
     loaded = {frame: frame_input(data / FRAMES[frame]) for frame in frames}
     first = next(iter(loaded.values()))
     module = build(checkout, name, first[0].shape[1])
@@ -101,7 +102,8 @@ def check(checkout: Path, name: str, data: Path, frames: list[str], targets: lis
 
 def main(argv=None) -> int:
     return checkout_main(argv, __doc__.split("\n\n")[0], "torchsparse", "a TorchSparse checkout at v2.0.0",
-                         NETWORKS, check)
+                         NETWORKS, check, engine=("torchsparse", "bash tools/bench/install_torchsparse.sh "
+                                                  "CHECKOUT_AT_v1.4.0"))
 
 
 if __name__ == "__main__":
