@@ -84,14 +84,17 @@ def explained(error: Exception, wrapper, wrapper_file: str) -> SparseLowerError:
     return SparseLowerError(f"torch.onnx cannot export {found.group(1)}::{operator}: {text}", fix=fix)
 
 
-def note_frozen(model: onnx.ModelProto, caught) -> None:
-    """The tracer's warnings of values it fixed, as SparseLowerWarnings and notes in the import report."""
+def note_frozen(model: onnx.ModelProto, caught, understood=frozenset()) -> None:
+    """The tracer's warnings of values it fixed, as SparseLowerWarnings and notes in the import report;
+    but those at the (file, line)s of `understood`, which no output depends on."""
     notes = []
     for warning in caught:
         if not issubclass(warning.category, torch.jit.TracerWarning):
             continue
         if any(Path(warning.filename).is_relative_to(folder) for folder in LIBRARY_FOLDERS):
             continue  # torch's, spconv's and the export's own reading of constants
+        if (warning.filename, warning.lineno) in understood:
+            continue
         message = str(warning.message).split(" might cause")[0]
         note = (f"{warning.filename}:{warning.lineno}: {message} fixes a value of the example into the model. "
                 f"Where it changes from frame to frame and the outputs depend on it, compute it with torch operations")

@@ -28,6 +28,7 @@ come in its own order), so a torch call that reads a row by its position reads a
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import io
 import warnings
@@ -118,6 +119,14 @@ def engine_for(module, example) -> Engine:
                                fix=INSTALL_HINT) from error
 
 
+def _framework_calls(module, calls):
+    """The replaced calls of a framework above the engine (Pointcept's point transformers), else none; the
+    context yields the (file, line) of values the trace fixes that the framework knows no output reads."""
+    from .pointcept_calls import pointcept_calls, uses_pointcept
+
+    return pointcept_calls(module, calls) if uses_pointcept(module) else contextlib.nullcontext(set())
+
+
 @dataclass
 class Traced:
     """An exported model, the example as its feeds, and what the module returned on it (by output name)."""
@@ -149,12 +158,12 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
     torch.onnx.register_custom_op_symbolic("aten::index_add", index_add_symbolic, OPSET)
     try:
         with engine.inference(module), engine.calls(module, max_spatial_shape) as calls, \
-                warnings.catch_warnings(record=True) as caught:
+                _framework_calls(module, calls) as understood, warnings.catch_warnings(record=True) as caught:
             wrapper.kept = calls.results
             warnings.simplefilter("always")  # kept: the tracer's word on values it fixed; shown: none
             torch.onnx.export(wrapper, wrapper.tensors, buffer, dynamo=False, opset_version=OPSET,
                               input_names=wrapper.input_names, custom_opsets={SOURCE_DOMAIN: 1},
-                              dynamic_axes={name: {0: "N"} for name in wrapper.input_names},
+                              dynamic_axes=_dynamic_axes(wrapper),
                               training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=True)
     except SparseLowerError:
         raise
@@ -165,10 +174,18 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
     model = export_cleanup.cleaned(onnx.load_from_string(buffer.getvalue()), wrapper.output_names)
     model.ir_version = IR_VERSION
     model.producer_name = "sparse_lower.export"
-    export_refusals.note_frozen(model, caught)
+    export_refusals.note_frozen(model, caught, understood)
     onnx.checker.check_model(model)
     feeds = {name: tensor.detach().numpy() for name, tensor in zip(wrapper.input_names, wrapper.tensors)}
     return Traced(model, feeds, dict(zip(wrapper.output_names, wrapper.results)))
+
+
+def _dynamic_axes(wrapper) -> dict:
+    """Every input's first axis dynamic: "N" where it has the rows of the first 2-d float input (the
+    features), else an axis of its own (a dict's batch offsets)."""
+    rows = next((t.shape[0] for t in wrapper.tensors if t.is_floating_point() and t.dim() == 2), None)
+    return {name: {0: "N" if rows is None or t.shape[0] == rows else f"{name}_length"}
+            for name, t in zip(wrapper.input_names, wrapper.tensors) if t.dim()}
 
 
 def _wrapper(torch, engine, module, example):
@@ -204,32 +221,39 @@ def _wrapper(torch, engine, module, example):
                                fix="give spconv.pytorch.SparseConvTensor(features, coords, spatial_shape, batch), "
                                    "ME.SparseTensor(features, coords) or (features, coords, ...)")
     example = list(example)
-    positions = [i for i, item in enumerate(example) if isinstance(item, torch.Tensor)]
-    if not positions:
+    slots = [(i, None) for i, item in enumerate(example) if isinstance(item, torch.Tensor)]
+    slots += [(i, key) for i, item in enumerate(example) if isinstance(item, dict)
+              for key, value in item.items() if isinstance(value, torch.Tensor)]
+    if not slots:
         raise SparseLowerError("the example holds no tensor", fix="give the module's tensor arguments")
-    dtypes = {i: example[i].dtype for i in positions}
+    given = [example[i] if key is None else example[i][key] for i, key in slots]
 
     def arguments(*tensors):
-        given = list(example)
-        for i, tensor in zip(positions, tensors):
-            given[i] = tensor.to(dtypes[i])
-        return given
+        rebuilt = [dict(item) if isinstance(item, dict) else item for item in example]
+        for (i, key), tensor, like in zip(slots, tensors, given):
+            if key is None:
+                rebuilt[i] = tensor.to(like.dtype)
+            else:
+                rebuilt[i][key] = tensor.to(like.dtype)
+        return rebuilt
 
-    tensors = tuple(example[i] if example[i].is_floating_point() else example[i].long() for i in positions)
-    return Exported(arguments, tensors, _argument_names(module, example, positions))
+    tensors = tuple(t if t.is_floating_point() else t.long() for t in given)
+    return Exported(arguments, tensors, _argument_names(module, example, slots))
 
 
-def _argument_names(module, example, positions) -> list[str]:
-    tensors = [example[i] for i in positions]
+def _argument_names(module, example, slots) -> list[str]:
+    """The graph inputs' names: `features` and `coords` for one float and one integer tensor of N rows, a
+    dict's tensors by their keys, else the forward's parameter names."""
+    tensors = [example[i] if key is None else example[i][key] for i, key in slots]
     floats = [t for t in tensors if t.is_floating_point()]
-    if (len(tensors) == 2 and len(floats) == 1 and all(t.dim() == 2 for t in tensors)
-            and tensors[0].shape[0] == tensors[1].shape[0]):
+    if (all(key is None for _, key in slots) and len(tensors) == 2 and len(floats) == 1
+            and all(t.dim() == 2 for t in tensors) and tensors[0].shape[0] == tensors[1].shape[0]):
         return ["features" if t.is_floating_point() else "coords" for t in tensors]
     try:
         parameters = list(inspect.signature(module.forward).parameters)
     except (TypeError, ValueError):
         parameters = []
-    return [parameters[i] if i < len(parameters) else f"input{i}" for i in positions]
+    return [key if key is not None else parameters[i] if i < len(parameters) else f"input{i}" for i, key in slots]
 
 
 def _output_names(torch, engine, result) -> list[str]:

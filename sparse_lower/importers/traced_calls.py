@@ -204,6 +204,8 @@ def index_add_symbolic(g, data, dim, index, source, alpha=None):
     axis = symbolic_helper._get_const(dim, "i", "dim")
     if axis != 0:
         raise SparseLowerError(f"index_add along dim {axis} cannot be exported", fix="add along the rows (dim 0)")
+    if symbolic_helper._get_tensor_rank(source) == 1:
+        return g.op("ScatterElements", data, index, source, axis_i=0, reduction_s="add")
     unsqueezed = g.op("Unsqueeze", index, g.op("Constant", value_t=torch.tensor([1], dtype=torch.int64)))
     expanded = g.op("Expand", unsqueezed, g.op("Shape", source))
     return g.op("ScatterElements", data, expanded, source, axis_i=0, reduction_s="add")

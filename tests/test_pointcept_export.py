@@ -1,0 +1,106 @@
+"""sparse_lower.export of Pointcept's Point Transformer V3 (importers/pointcept_calls.py): the serialization
+codes the graph computes, against the Hilbert curve's own properties and, with a checkout, against
+Pointcept's `encode`; the patches of its attention against Pointcept's; the network itself (its layers as
+the nuScenes configuration has them, narrower) against Pointcept's module on both real frames, a frame of
+another size and a batch of two, on gpu and portable; the refusal of flash attention.
+
+Pointcept is not on PyPI: $SPARSE_LOWER_POINTCEPT names a checkout (tools/pointcept_networks.py); the
+network also needs torch-scatter (`pip install --no-build-isolation torch-scatter==2.1.2`, built from its
+source) and addict (`pip install "sparse-lower[pointcept]"`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason='needs torch: pip install "sparse-lower[spconv]"')
+from conftest import DATA  # noqa: E402
+from helpers import load_tool  # noqa: E402
+from sparse_lower.errors import SparseLowerError  # noqa: E402
+from sparse_lower.importers import pointcept_calls  # noqa: E402
+
+CHECKOUT = os.environ.get("SPARSE_LOWER_POINTCEPT")
+needs_checkout = pytest.mark.skipif(not CHECKOUT, reason="Pointcept's code is read from a checkout: set "
+                                    "SPARSE_LOWER_POINTCEPT to a checkout of Pointcept/Pointcept")
+needs_scatter = pytest.mark.skipif(__import__("importlib").util.find_spec("torch_scatter") is None,
+                                   reason="Pointcept's networks need torch-scatter: pip install --no-build-isolation "
+                                          "torch-scatter==2.1.2")
+TOOL = load_tool("pointcept_networks")
+
+
+def cube(depth: int) -> torch.Tensor:
+    side = np.arange(2 ** depth)
+    return torch.from_numpy(np.stack(np.meshgrid(side, side, side, indexing="ij"), -1).reshape(-1, 3))
+
+
+def test_z_order_interleaves_the_bits_of_x_y_z():
+    coords = torch.from_numpy(np.random.default_rng(0).integers(0, 2 ** 16, (500, 3)))
+    expected = np.zeros(len(coords), np.int64)
+    for bit in range(16):
+        for axis, place in enumerate((2, 1, 0)):
+            expected |= ((coords[:, axis].numpy() >> bit) & 1) << (3 * bit + place)
+    np.testing.assert_array_equal(pointcept_calls.z_order(coords).numpy(), expected)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_the_hilbert_code_walks_the_frames_cube_one_step_at_a_time(depth):
+    coords = cube(depth)
+    codes = pointcept_calls.hilbert(coords).numpy()
+    np.testing.assert_array_equal(np.sort(codes), np.arange(8 ** depth))  # every cell once, from 0
+    walk = coords.numpy()[np.argsort(codes)]
+    assert (walk[0] == 0).all()
+    assert (np.abs(np.diff(walk, axis=0)).sum(axis=1) == 1).all()
+
+
+@needs_checkout
+@pytest.mark.parametrize("order", ["z", "z-trans", "hilbert", "hilbert-trans"])
+@pytest.mark.parametrize("extent", [5, 100, 1440])
+def test_the_codes_order_the_points_as_pointcepts_encode_does(order, extent):
+    TOOL.load_pointcept(Path(CHECKOUT))
+    import sys
+
+    structure = sys.modules["pointcept.models.utils.structure"]
+    rng = np.random.default_rng(extent)
+    coords = torch.from_numpy(np.unique(rng.integers(0, extent, (3000, 3)), axis=0))
+    batch = torch.from_numpy(np.sort(rng.integers(0, 3, len(coords))))
+    depth = int(coords.max() + 1).bit_length()
+    theirs = structure.encode(coords, batch, depth, order=order)
+    ours = pointcept_calls.encode(coords, batch, order=order)
+    np.testing.assert_array_equal(torch.argsort(ours).numpy(), torch.argsort(theirs).numpy())
+    np.testing.assert_array_equal(ours.numpy() & ((1 << 48) - 1), theirs.numpy() & ((1 << (3 * depth)) - 1))
+
+
+@needs_checkout
+@pytest.mark.parametrize("counts", [[700], [129, 300], [128, 128, 5000], [1000, 64, 777]])
+def test_the_patches_are_pointcepts(counts):
+    module = TOOL.load_pointcept(Path(CHECKOUT))
+    attention = module.SerializedAttention(16, 2, 128, enable_flash=False)
+    offset = torch.tensor(np.cumsum(counts))
+    point = module.Point(offset=offset)
+    attention.patch_size = min(min(counts), attention.patch_size_max)
+    pad, unpad, _ = attention.get_padding_and_inverse(point)
+    size, ours_pad, ours_unpad = pointcept_calls._patches(point, attention.patch_size_max)
+    assert int(size) == attention.patch_size
+    np.testing.assert_array_equal(ours_pad.numpy(), pad.numpy())
+    np.testing.assert_array_equal(ours_unpad.numpy(), unpad.numpy())
+
+
+@needs_checkout
+@needs_scatter
+def test_point_transformer_v3_matches_pointcept_on_the_real_frames():
+    assert TOOL.check(Path(CHECKOUT), "PTv3-small", DATA, list(TOOL.FRAMES), ["gpu", "portable"]) <= TOOL.TOLERANCE
+
+
+@needs_checkout
+@needs_scatter
+def test_flash_attention_is_refused_naming_the_call():
+    module = TOOL.build(Path(CHECKOUT), "PTv3-small")
+    for m in module.modules():
+        if type(m).__name__ == "SerializedAttention":
+            m.enable_flash = True  # as a model built where flash-attn is installed
+    frame = TOOL.frame_cases(DATA, list(TOOL.FRAMES))
+    with pytest.raises(SparseLowerError, match="flash_attn_varlen_qkvpacked_func.*enable_flash=False"):
+        TOOL.export(module, [(part[0][:2000], part[1][:2000]) for part in next(iter(frame.values()))])
