@@ -1,8 +1,9 @@
 """sparse_lower.export of Pointcept's Point Transformer V3 (importers/pointcept_calls.py): the serialization
 codes the graph computes, against the Hilbert curve's own properties and, with a checkout, against
 Pointcept's `encode`; the patches of its attention against Pointcept's; the network itself (its layers as
-the nuScenes configuration has them, narrower) against Pointcept's module on both real frames, a frame of
-another size and a batch of two, on gpu and portable; the refusal of flash attention.
+the nuScenes configuration has them, narrower) and Sonata's encoder against Pointcept's module on both real
+frames, a frame of another size and a batch of two, on gpu and portable, and across an OpenVINO partition;
+the refusal of flash attention.
 
 Pointcept is not on PyPI: $SPARSE_LOWER_POINTCEPT names a checkout (tools/pointcept_networks.py); the
 network also needs torch-scatter (`pip install --no-build-isolation torch-scatter==2.1.2`, built from its
@@ -29,6 +30,7 @@ needs_scatter = pytest.mark.skipif(__import__("importlib").util.find_spec("torch
                                    reason="Pointcept's networks need torch-scatter: pip install --no-build-isolation "
                                           "torch-scatter==2.1.2")
 TOOL = load_tool("pointcept_networks")
+networks = pytest.importorskip("sparse_lower.bench.pointcept")
 
 
 def cube(depth: int) -> torch.Tensor:
@@ -59,7 +61,7 @@ def test_the_hilbert_code_walks_the_frames_cube_one_step_at_a_time(depth):
 @pytest.mark.parametrize("order", ["z", "z-trans", "hilbert", "hilbert-trans"])
 @pytest.mark.parametrize("extent", [5, 100, 1440])
 def test_the_codes_order_the_points_as_pointcepts_encode_does(order, extent):
-    TOOL.load_pointcept(Path(CHECKOUT))
+    networks.load_pointcept(Path(CHECKOUT))
     import sys
 
     structure = sys.modules["pointcept.models.utils.structure"]
@@ -76,7 +78,7 @@ def test_the_codes_order_the_points_as_pointcepts_encode_does(order, extent):
 @needs_checkout
 @pytest.mark.parametrize("counts", [[700], [129, 300], [128, 128, 5000], [1000, 64, 777]])
 def test_the_patches_are_pointcepts(counts):
-    module = TOOL.load_pointcept(Path(CHECKOUT))
+    module = networks.load_pointcept(Path(CHECKOUT))
     attention = module.SerializedAttention(16, 2, 128, enable_flash=False)
     offset = torch.tensor(np.cumsum(counts))
     point = module.Point(offset=offset)
@@ -90,17 +92,25 @@ def test_the_patches_are_pointcepts(counts):
 
 @needs_checkout
 @needs_scatter
-def test_point_transformer_v3_matches_pointcept_on_the_real_frames():
-    assert TOOL.check(Path(CHECKOUT), "PTv3-small", DATA, list(TOOL.FRAMES), ["gpu", "portable"]) <= TOOL.TOLERANCE
+@pytest.mark.parametrize("name", ["PTv3-small", "Sonata-small"])
+def test_the_point_transformers_match_pointcept_on_the_real_frames(name):
+    assert TOOL.check(Path(CHECKOUT), name, DATA, list(TOOL.FRAMES), ["gpu", "portable"]) <= TOOL.TOLERANCE
+
+
+@needs_checkout
+@needs_scatter
+def test_one_frame_runs_across_the_openvino_partition():
+    pytest.importorskip("openvino", reason='needs OpenVINO: pip install "sparse-lower[openvino]"')
+    assert TOOL.check(Path(CHECKOUT), "PTv3-small", DATA, ["bevfusion"], ["openvino"]) <= TOOL.TOLERANCE
 
 
 @needs_checkout
 @needs_scatter
 def test_flash_attention_is_refused_naming_the_call():
-    module = TOOL.build(Path(CHECKOUT), "PTv3-small")
+    module = networks.build(Path(CHECKOUT), "PTv3-small")
     for m in module.modules():
         if type(m).__name__ == "SerializedAttention":
             m.enable_flash = True  # as a model built where flash-attn is installed
     frame = TOOL.frame_cases(DATA, list(TOOL.FRAMES))
     with pytest.raises(SparseLowerError, match="flash_attn_varlen_qkvpacked_func.*enable_flash=False"):
-        TOOL.export(module, [(part[0][:2000], part[1][:2000]) for part in next(iter(frame.values()))])
+        networks.export(module, [(part[0][:2000], part[1][:2000]) for part in next(iter(frame.values()))])

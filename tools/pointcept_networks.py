@@ -1,160 +1,36 @@
-"""Pointcept's Point Transformer V3 through sparse_lower on the real nuScenes frames, against Pointcept's own
-module in PyTorch (spconv on one thread).
+"""Pointcept's Point Transformer V3 and Sonata's encoder through sparse_lower on the real nuScenes frames,
+against Pointcept's own module in PyTorch (spconv on one thread).
 
-The network is read from a Pointcept checkout (`--pointcept`, or $SPARSE_LOWER_POINTCEPT; nothing of it is
-copied here): `pointcept/models/point_transformer_v3/point_transformer_v3m1_base.py`'s `PT-v3m1` with the
-backbone of `configs/nuscenes/semseg-pt-v3m1-0-base.py`, and `enable_flash=False` (attention in torch;
-flash-attn has no ONNX form). Pointcept's package `__init__` files import every model it has and its
-training engine, so only the files the network needs load (their `__init__`s do not run), with its
-training hooks' base class standing in. It needs addict (`pip install "sparse-lower[pointcept]"`) and
-torch-scatter (`pip install --no-build-isolation torch-scatter==2.1.2`, built from its source); timm's
-`DropPath` stands in as the identity it is at inference where timm cannot import (timm needs a torchvision
-built for this torch, which PyPI has only for CUDA's).
-
-`PTv3` is the nuScenes configuration; `PTv3-small` the same layers, narrower and shallower, which the tests
-run. Weights are Pointcept's own initialisation under a fixed seed, with batch-norm statistics drawn near a
-trained one's; `shuffle_orders` draws the orders' permutations from torch's generator, seeded alike for
-the export and the module. The input is a frame's voxels as Pointcept's nuScenes pipeline gives them:
-`coord` (the voxel's mean x, y, z), `grid_coord` (its x, y, z on nuScenes' grid), `feat` (x, y, z and the
-intensity) and `offset`. The model is exported on the first frame (`max_spatial_shape` the grid plus
-Pointcept's margin of 96) and run on every frame, on a part of the second (another number of points), and
-on a batch of parts of both, on gpu and portable, against the module: the per-point features, the error
-relative to the largest value.
+The networks are read from a Pointcept checkout (`--pointcept`, or $SPARSE_LOWER_POINTCEPT; nothing of it is
+copied here) and built as sparse_lower/bench/pointcept.py says: `PTv3` (the nuScenes configuration of
+`PT-v3m1`) and `Sonata` (the backbone of Sonata's pretraining configuration, `PT-v3m2` as an encoder), and
+their `-small` versions, which the tests run. Each is exported on the first frame (`max_spatial_shape` the
+grid plus Pointcept's margin of 96) and run on every frame, on a part of the last (another number of
+points) and on a batch of parts of the first and last, on each target, against the module: the
+per-point features, the error relative to the largest value. Targets: gpu, portable, nna (a capacity per
+level, measured on the runs), and a toolchain's name (`--targets openvino`): the nna model's partition,
+its nna segments compiled by the toolchain, every run across its segments (the table of segments printed).
 
     python tools/pointcept_networks.py --pointcept ~/Pointcept [--networks PTv3 ...]
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
-import types
+import tempfile
 from pathlib import Path
 
 import numpy as np
-import torch
 
 import sparse_lower
+from sparse_lower.bench.pointcept import NETWORKS, build, export, point_input, run_module
+from sparse_lower.capacity import level_rows, most_members
+from sparse_lower.toolchains.runner import compile_partition
 from sparse_lower.frames.sample import load_voxels
 from openpcdet_backbones import checkout_main
 from voxelnext_openpcdet import FRAMES
 
-GRID_XYZ = (1440, 1440, 41)
-MARGIN = 96  # Point.sparsify's pad
-NUSCENES = dict(in_channels=4, order=("z", "z-trans", "hilbert", "hilbert-trans"), stride=(2, 2, 2, 2),
-                enc_depths=(2, 2, 2, 6, 2), enc_channels=(32, 64, 128, 256, 512), enc_num_head=(2, 4, 8, 16, 32),
-                enc_patch_size=(1024,) * 5, dec_depths=(2, 2, 2, 2), dec_channels=(64, 64, 128, 256),
-                dec_num_head=(4, 4, 8, 16), dec_patch_size=(1024,) * 4, mlp_ratio=4, qkv_bias=True, qk_scale=None,
-                attn_drop=0.0, proj_drop=0.0, drop_path=0.3, shuffle_orders=True, pre_norm=True,
-                enable_rpe=False, enable_flash=False, upcast_attention=False, upcast_softmax=False, enc_mode=False)
-SONATA = dict(in_channels=9, order=("z", "z-trans", "hilbert", "hilbert-trans"), stride=(2, 2, 2, 2),
-              enc_depths=(3, 3, 3, 12, 3), enc_channels=(48, 96, 192, 384, 512), enc_num_head=(3, 6, 12, 24, 32),
-              enc_patch_size=(1024,) * 5, mlp_ratio=4, qkv_bias=True, qk_scale=None, attn_drop=0.0, proj_drop=0.0,
-              drop_path=0.3, shuffle_orders=True, pre_norm=True, enable_rpe=False, enable_flash=False,
-              upcast_attention=False, upcast_softmax=False, traceable=True, enc_mode=True, mask_token=True)
-SMALL = dict(enc_depths=(1,) * 5, enc_channels=(16, 16, 32, 32, 32), enc_num_head=(2,) * 5, enc_patch_size=(128,) * 5)
-SMALL_DECODER = dict(dec_depths=(1,) * 4, dec_channels=(16, 16, 32, 32), dec_num_head=(2,) * 4, dec_patch_size=(128,) * 4)
-# name -> (Pointcept's module file, the backbone's configuration)
-FILES = {"m1": "point_transformer_v3m1_base", "m2": "point_transformer_v3m2_sonata"}
-NETWORKS = {"PTv3": ("m1", NUSCENES), "PTv3-small": ("m1", dict(NUSCENES, **SMALL, **SMALL_DECODER)),
-            "Sonata": ("m2", SONATA), "Sonata-small": ("m2", dict(SONATA, **SMALL))}
 TOLERANCE = 1e-4
-
-
-def _namespace(name: str, folder: Path, **names) -> types.ModuleType:
-    module = types.ModuleType(name)
-    module.__path__ = [str(folder)]
-    module.__dict__.update(names)
-    sys.modules[name] = module
-    return module
-
-
-def _drop_path_stand_in() -> None:
-    """timm.layers.DropPath as the identity it is at inference, where timm cannot import."""
-    try:
-        import timm.layers  # noqa: F401
-    except ImportError:
-        class DropPath(torch.nn.Module):
-            def __init__(self, drop_prob: float = 0.0, scale_by_keep: bool = True):
-                super().__init__()
-                self.drop_prob = drop_prob
-
-            def forward(self, x):
-                if self.training:
-                    raise RuntimeError("the stand-in of timm's DropPath runs at inference only")
-                return x
-
-        layers = _namespace("timm.layers", Path(), DropPath=DropPath)
-        _namespace("timm", Path(), layers=layers)
-
-
-def load_pointcept(checkout: Path, file: str = "m1") -> types.ModuleType:
-    """Pointcept's PT-v3m1 (or m2) module file, loaded from `checkout` (see the module docstring)."""
-    name = f"pointcept.models.point_transformer_v3.{FILES[file]}"
-    if "pointcept" not in sys.modules:
-        _drop_path_stand_in()
-        root = checkout / "pointcept"
-        for package in ("", ".utils", ".models", ".engines", ".models.point_transformer_v3"):
-            _namespace(f"pointcept{package}", root.joinpath(*package.split(".")[1:]))
-
-        class HookBase:  # the training hooks' base of Pointcept's PointModel, unused at inference
-            pass
-
-        _namespace("pointcept.engines.hooks", root / "engines" / "hooks", HookBase=HookBase)
-        prompts = _namespace("pointcept.models.point_prompt_training", root / "models" / "point_prompt_training")
-        prompts.PDNorm = importlib.import_module(f"{prompts.__name__}.prompt_driven_normalization").PDNorm
-    return importlib.import_module(name)
-
-
-def build(checkout: Path, name: str, seed: int = 0) -> torch.nn.Module:
-    """Network `name` returning its per-point features, seeded (see the module docstring)."""
-    torch.manual_seed(seed)
-    file, config = NETWORKS[name]
-    net = load_pointcept(checkout, file).PointTransformerV3(**config)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, torch.nn.BatchNorm1d):
-                m.running_mean.copy_(torch.rand(m.num_features, generator=generator) * 0.4 - 0.2)
-                m.running_var.copy_(torch.rand(m.num_features, generator=generator) * 1.5 + 0.5)
-
-    class Features(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net, self.channels = net, config["in_channels"]
-
-        def forward(self, data: dict):
-            return self.net(data).feat
-
-    return Features().eval()
-
-
-def point_input(parts: list, channels: int = 4) -> dict:
-    """Pointcept's input dict of the (features, coords) parts, one batch element each: `feat` of 4 channels
-    (x, y, z, intensity) or 9 (Sonata's x, y, z, color, normal: the intensity as a gray color, normals 0)."""
-    features = np.concatenate([f for f, _ in parts]).astype(np.float32)
-    coords = np.concatenate([c for _, c in parts])
-    feat = features[:, :4] if channels == 4 else np.concatenate(
-        [features[:, :3], np.repeat(features[:, 3:4], 3, axis=1), np.zeros((len(features), 3), np.float32)], axis=1)
-    return {"coord": torch.from_numpy(features[:, :3]),
-            "grid_coord": torch.from_numpy(np.ascontiguousarray(coords[:, [3, 2, 1]], dtype=np.int64)),
-            "feat": torch.from_numpy(np.ascontiguousarray(feat)),
-            "offset": torch.from_numpy(np.cumsum([len(c) for _, c in parts]).astype(np.int64))}
-
-
-def run_module(module, parts: list, seed: int = 1) -> np.ndarray:
-    """The module's output on the parts, its orders' permutations drawn under `seed` as the export's are."""
-    from sparse_lower.importers.spconv_calls import spconv_inference
-
-    torch.manual_seed(seed)
-    with spconv_inference(module):
-        return module(point_input(parts, module.channels)).numpy()
-
-
-def export(module, parts: list, seed: int = 1):
-    torch.manual_seed(seed)
-    return sparse_lower.export(module, (point_input(parts, module.channels),),
-                               max_spatial_shape=[extent + MARGIN for extent in GRID_XYZ])
 
 
 def frame_cases(data: Path, frames: list[str]) -> dict:
@@ -168,21 +44,47 @@ def frame_cases(data: Path, frames: list[str]) -> dict:
     return cases
 
 
+def sessions(model, targets: list[str], feeds: list[dict], folder: Path) -> dict:
+    """A run function per target: gpu and portable as they are; nna with a capacity per level and the most
+    rows a pooling merges, measured on `feeds`; a toolchain's name (openvino, tvm, ...): that nna model's
+    partition, its nna segments compiled by the toolchain into `folder`, run across its segments."""
+    runs, nna = {}, None
+    for target in targets:
+        if target in ("gpu", "portable"):
+            session = sparse_lower.create_session(sparse_lower.lower(model, target=target))
+            runs[target] = lambda f, s=session: s.run(None, f)[0]
+            continue
+        if nna is None:
+            nna = sparse_lower.lower(model, target="nna", max_active=level_rows(model, feeds),
+                                     max_members=most_members(model, feeds))
+        if target == "nna":
+            session = sparse_lower.create_session(nna)
+            runs[target] = lambda f, s=session: s.run(None, f)[0]
+            continue
+        parts = sparse_lower.partition(nna)
+        print(parts.summary(ops=4), flush=True)
+        compiled = compile_partition(parts, target, folder / target)
+        runs[target] = lambda f, c=compiled: next(iter(c.run(f).values()))
+    return runs
+
+
 def check(checkout: Path, name: str, data: Path, frames: list[str], targets: list[str]) -> float:
     """Export, lower and run network `name` on the frames; print and return the worst relative error."""
     module = build(checkout, name)
     cases = frame_cases(data, frames)
     model = export(module, next(iter(cases.values())))
-    sessions = {target: sparse_lower.create_session(sparse_lower.lower(model, target=target)) for target in targets}
+    feeds = {case: {key: value.numpy() for key, value in point_input(parts, module.channels).items()}
+             for case, parts in cases.items()}
     worst = 0.0
-    for case, parts in cases.items():
-        expected = run_module(module, parts)
-        feeds = {key: value.numpy() for key, value in point_input(parts, module.channels).items()}
-        for target, session in sessions.items():
-            got = session.run(None, feeds)[0]
-            error = float(np.abs(got - expected).max() / np.abs(expected).max())
-            worst = max(worst, error)
-            print(f"{name:10s} {case:22s} {len(feeds['feat']):7,} points  {target:8s} error {error:.2e}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="pointcept_") as folder:
+        runs = sessions(model, targets, list(feeds.values()), Path(folder))
+        for case, parts in cases.items():
+            expected = run_module(module, parts)
+            for target, run in runs.items():
+                error = float(np.abs(run(feeds[case]) - expected).max() / np.abs(expected).max())
+                worst = max(worst, error)
+                print(f"{name:12s} {case:22s} {len(feeds[case]['feat']):7,} points  {target:8s} error {error:.2e}",
+                      flush=True)
     return worst
 
 

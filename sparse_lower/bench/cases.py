@@ -18,6 +18,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..models import CanonicalEmitter, SparseModelBuilder, sp_middle_resnet_fhd, sparse_unet, voxelnext
+from ..errors import SparseLowerError
 from ..frames.sample import find_data, load_voxels
 from ..onnx_conventions import IR_VERSION, OPSET
 from . import minkowski, minkunet
@@ -60,6 +61,8 @@ class Built:
     grid: tuple
     note: str = ""
     torchsparse: Callable | None = None  # the MinkUNet row's TorchSparse run
+    pointcept: Callable | None = None  # a Pointcept row's module in PyTorch: (threads) -> run
+    ours: tuple | None = None  # the names of our systems that run the case (None: every one)
 
 
 class Skip(Exception):
@@ -369,6 +372,32 @@ def minkunet_case(frame: str, name: str) -> Case:
     return Case(name, "network", build, "MinkUNet (MinkowskiEngine's MinkUNet14 layout)")
 
 
+def pointcept_case(network: str, frame: str, name: str) -> Case:
+    """Pointcept's `network` (bench/pointcept.py, from $SPARSE_LOWER_POINTCEPT) on a real frame: ours (its
+    export on the gpu target) against the module in PyTorch."""
+
+    def build() -> Built:
+        try:
+            from . import pointcept
+
+            module = pointcept.build(pointcept.checkout(), network)
+        except (ImportError, SparseLowerError) as error:
+            raise Skip(f"the {network} row needs Pointcept's source and torch-scatter ({error})") from error
+        features, coords, grid = _frame(frame)
+        parts = [(features, coords)]
+        feeds = {key: value.numpy() for key, value in pointcept.point_input(parts, module.channels).items()}
+
+        def no_spconv():
+            raise Skip(f"{network} is Pointcept's module: its PyTorch rows are the pointcept systems")
+
+        return Built(source=pointcept.export(module, parts), feeds=feeds, spconv=no_spconv, minkowski=no_spconv,
+                     dense=None, rows_in=len(coords), grid=tuple(grid),
+                     pointcept=lambda threads: pointcept.module_runner(module, parts, threads),
+                     ours=("ours-gpu-auto", "ours-gpu-auto-2threads"))
+
+    return Case(name, "network", build, f"{network} (Pointcept's PT-v3m1, nuScenes configuration)")
+
+
 def all_cases(quick: bool = False, dense_budget=(40e9, 3 * 2**30)) -> list[Case]:
     cases = []
     if quick:
@@ -403,6 +432,8 @@ def all_cases(quick: bool = False, dense_budget=(40e9, 3 * 2**30)) -> list[Case]
             cases.append(network_case(network, frame, f"{network}/{label}"))
     for frame, label in ((CENTERPOINT_FILE, "centerpoint-frame"), (BEVFUSION_FILE, "bevfusion-frame")):
         cases.append(minkunet_case(frame, f"minkunet/{label}"))
+    for frame, label in ((CENTERPOINT_FILE, "centerpoint-frame"), (BEVFUSION_FILE, "bevfusion-frame")):
+        cases.append(pointcept_case("PTv3", frame, f"ptv3/{label}"))
     return cases
 
 

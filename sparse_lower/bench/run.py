@@ -31,7 +31,7 @@ from .timing import median_of, timed
 
 # measured on network cases; a fitted nna system's peak includes measuring its capacities on the frame
 MEMORY_SYSTEMS = ("ours-gpu-auto", "ours-gpu-auto-2threads", "spconv-2.3.8", "ours-nna-levels-2threads",
-                  "ours-nna-pairs-2threads")
+                  "ours-nna-pairs-2threads", "pointcept-torch-1thread", "pointcept-torch-2threads")
 PROFILED_SYSTEM = "ours-gpu-auto-2threads"  # how a user runs it; its profile is printed for network cases
 SCALING_SYSTEMS = ("ours-gpu-auto", "ours-gpu-auto-2threads", "spconv-2.3.8", "minkowski-0.5.4",
                    "ours-nna-levels-2threads", "ours-nna-pairs-2threads")
@@ -135,6 +135,8 @@ def markdown(result: dict) -> str:
     two = "ours-gpu-auto-2threads, minkowski and torchsparse" if any(
         "median_ms" in r.get("systems", {}).get("torchsparse-1.4.0", {}) for r in result["cases"]) else \
         "ours-gpu-auto-2threads and minkowski"
+    if any("median_ms" in r.get("systems", {}).get("pointcept-torch-2threads", {}) for r in result["cases"]):
+        two += ", pointcept-torch-2threads (spconv's layers on 1)"
     text = [f"Median ms of {result['repeat']} runs after a warm-up, 1 thread each except "
             f"{two} (2), one process ({result['machine']}); (idx …) = the index tables "
             f"alone; · % = useful GFLOP/s (2·pairs·Cin·Cout) as a fraction of the measured single-core "

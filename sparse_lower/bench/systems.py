@@ -114,6 +114,8 @@ class Ours:
         self.threads, self.fitted = threads, fitted
 
     def prepare(self, built: Built) -> Prepared:
+        if built.ours is not None and self.name not in built.ours:
+            raise Skip(f"this case runs {', '.join(built.ours)} of ours")
         if self.target == "nna" and self.nna_max_rows is not None and built.rows_in > self.nna_max_rows:
             raise Skip(f"nna skipped above {self.nna_max_rows:,} input rows (has {built.rows_in:,}); "
                        "--nna-max-rows raises it")
@@ -170,6 +172,20 @@ class TorchSparse:
         return Prepared(run=run, rows_out=run())
 
 
+class PointceptTorch:
+    """A Pointcept row's module in PyTorch: torch on `threads` threads, spconv's layers on one."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        self.name = f"pointcept-torch-{threads}thread{'s' if threads > 1 else ''}"
+
+    def prepare(self, built: Built) -> Prepared:
+        if built.pointcept is None:
+            raise Skip("no Pointcept module in this case (only the Pointcept rows have one)")
+        run = built.pointcept(self.threads)
+        return Prepared(run=run, rows_out=run())
+
+
 class DenseOrt:
     name = "ort-dense"
 
@@ -195,7 +211,7 @@ def default_systems(nna_max_rows: int | None = 50_000) -> list:
                  layout="rows"),
             Ours("ours-nna-pairs-2threads", "nna", nna_max_rows, threads=2, fitted=True, combine="pairs",
                  layout="rows"),
-            Spconv(), Minkowski(), TorchSparse(), DenseOrt()]
+            Spconv(), Minkowski(), TorchSparse(), PointceptTorch(1), PointceptTorch(2), DenseOrt()]
 
 
 def gemm_peak_gflops(size: int = 2048, repeat: int = 5, threads: int = THREADS) -> float:

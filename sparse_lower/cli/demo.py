@@ -103,7 +103,7 @@ def save_sites_picture(heads: np.ndarray, coords: np.ndarray, bev: tuple, path: 
 
 
 DEMO_TARGETS = ("gpu", "portable")  # the forms one onnxruntime session runs whole on a CPU
-DEMO_MODELS = ("centerpoint", "voxelnext")
+DEMO_MODELS = ("centerpoint", "voxelnext", "ptv3")
 
 
 class DemoCommand:
@@ -120,10 +120,15 @@ class DemoCommand:
     --model voxelnext runs the fully sparse detector VoxelNeXt instead (OpenPCDet's nuScenes
     configuration, built as source ops: no exporter in the wild writes it): backbone and six heads, its
     output the head channels on the sparse BEV sites, never densified.
-    --check also runs the NumPy reference on the imported model and prints the largest error.
+    --model ptv3 runs Pointcept's Point Transformer V3 (its nuScenes configuration, read from the Pointcept
+    checkout $SPARSE_LOWER_POINTCEPT, with torch-scatter installed): exported from Pointcept's own module
+    by sparse_lower.export, its output 64 features per voxel.
+    --check also runs the NumPy reference on the imported model (ptv3: Pointcept's module in PyTorch) and
+    prints the largest error.
 
     example: sparse-lower demo
              sparse-lower demo --model voxelnext
+             SPARSE_LOWER_POINTCEPT=~/Pointcept sparse-lower demo --model ptv3
     """
 
     name = "demo"
@@ -133,11 +138,12 @@ class DemoCommand:
         parser.add_argument("--data", help="voxel .npz (features, coords, spatial_shape)")
         parser.add_argument("--repeat", type=count(1), default=3, help="timed runs (median reported)")
         parser.add_argument("--model", default="centerpoint", choices=DEMO_MODELS,
-                            help="centerpoint (NVIDIA-format export of its backbone, default) or voxelnext")
+                            help="centerpoint (NVIDIA-format export of its backbone, default), voxelnext, or ptv3 "
+                                 "(Pointcept's Point Transformer V3, from $SPARSE_LOWER_POINTCEPT)")
         parser.add_argument("--picture", help="where to draw the output (default: <model>_bev.png)")
         parser.add_argument("--save-model", metavar="PATH.onnx",
                             help="also write the model the demo starts from (centerpoint: the NVIDIA-format export; "
-                                 "voxelnext: its source ops), for convert, inspect and partition")
+                                 "voxelnext, ptv3: its source ops), for convert, inspect and partition")
         parser.add_argument("--check", action="store_true", help="compare with the NumPy reference (slow)")
         parser.add_argument("--target", default="gpu", choices=DEMO_TARGETS,
                             help="gpu (custom ops, default) or portable (standard ops, run without the library)")
@@ -171,7 +177,10 @@ class DemoCommand:
             out.say(f"frame: no voxel file in {looked}; a synthetic LiDAR-like frame of {len(coords):,} voxels "
                     f"(give one with --data FILE.npz or $SPARSE_LOWER_DATA)")
         clock = Stopwatch()
-        if args.model == "voxelnext":
+        if args.model == "ptv3":
+            imported, feeds, expected = _point_transformer(frame, clock, args.check)
+            written = imported
+        elif args.model == "voxelnext":
             imported = clock.time("build VoxelNeXt (source ops)",
                                   lambda: voxelnext(CanonicalEmitter("voxelnext"), np.random.default_rng(0),
                                                     spatial_shape=grid))
@@ -189,7 +198,8 @@ class DemoCommand:
             onnx.save(written, saved)
             print(f"wrote {saved}: the {args.model} model the demo starts from, for `sparse-lower convert`, "
                   "`inspect` and `partition`")
-        (feeds,) = feeds_of(imported, [(path, frame)])  # the frame's arrays as the model's inputs, cast to their types
+        if args.model != "ptv3":
+            (feeds,) = feeds_of(imported, [(path, frame)])  # the frame's arrays as the model's inputs, cast to their types
         lowered = clock.time(f"lower ({args.target} target)", lambda: lower(imported, target=args.target))
         opened = "a plain onnxruntime session (no library)" if args.target == "portable" else "the onnxruntime session"
         session = clock.time(f"create {opened}", lambda: session_for(lowered))
@@ -200,7 +210,11 @@ class DemoCommand:
         rows.append([f"run (median of {len(timed)})", f"{np.median(timed):,.1f} ms"])
         out.say(render(["stage", "time"], rows))
         result = first[0]
-        if args.model == "voxelnext":
+        if args.model == "ptv3":
+            print(f"output: {result.shape[0]:,} voxels x {result.shape[1]} features, mean {result.mean():.4f}, "
+                  f"max {result.max():.4f}")
+            drawn = save_points_picture(result, frame["features"], picture, half_width_m(grid))
+        elif args.model == "voxelnext":
             sites = first[1]
             last = [n for n in imported.graph.node if n.domain == SOURCE_DOMAIN and n.op_type in CONV_OPS][-1]
             bev = conv_geometry(last).output_shape
@@ -218,10 +232,40 @@ class DemoCommand:
         print(f"picture: {drawn.absolute()} (--picture PATH to put it elsewhere)")
         print(f"note: {UNTRAINED}; they show the deployment path runs, and --check that it computes the network")
         if args.check:
-            from .. import reference
+            if args.model != "ptv3":
+                from .. import reference
 
-            expected = next(iter(reference.run(imported, feeds).values()))
+                expected = next(iter(reference.run(imported, feeds).values()))
             error = float(np.abs(result - expected).max() / max(np.abs(expected).max(), 1e-12))
-            print(f"max relative error against the NumPy reference: {error:.2e}")
+            against = "Pointcept's module in PyTorch" if args.model == "ptv3" else "the NumPy reference"
+            print(f"max relative error against {against}: {error:.2e}")
             return 0 if error < 1e-4 else 1
         return 0
+
+
+def _point_transformer(frame: dict, clock: Stopwatch, check: bool):
+    """(the exported PTv3, its feeds, Pointcept's own output where `check`) on the frame's voxels."""
+    try:
+        from ..bench import pointcept
+    except ImportError as error:
+        raise SparseLowerError(f"--model ptv3 needs torch ({error})", fix='pip install "sparse-lower[spconv,pointcept]"')
+    try:
+        module = clock.time("build PTv3 (Pointcept's module)", lambda: pointcept.build(pointcept.checkout(), "PTv3"))
+    except ImportError as error:
+        raise SparseLowerError(f"--model ptv3 needs spconv, torch-scatter and addict ({error})",
+                               fix=pointcept.INSTALL) from error
+    parts = [(np.asarray(frame["features"], np.float32), np.asarray(frame["coords"]))]
+    model = clock.time("export (sparse_lower.export)", lambda: pointcept.export(module, parts))
+    feeds = {key: value.numpy() for key, value in pointcept.point_input(parts, module.channels).items()}
+    expected = clock.time("Pointcept's module in PyTorch", lambda: pointcept.run_module(module, parts)) if check else None
+    return model, feeds, expected
+
+
+def save_points_picture(features: np.ndarray, voxels: np.ndarray, path: Path, half_m: float | None) -> Path:
+    """The voxels seen from above at their mean (x, y) in metres, coloured by the length of their output
+    features."""
+    def draw(axis):
+        axis.set_aspect("equal")
+        return axis.scatter(voxels[:, 0], voxels[:, 1], c=np.linalg.norm(features, axis=1), s=0.5, cmap="magma")
+    return _picture(path, f"PTv3: {len(features):,} voxels, coloured by the length of their {features.shape[1]} "
+                          "output features", draw, half_m if half_m is not None else 0.0)
