@@ -3,7 +3,7 @@ codes the graph computes, against the Hilbert curve's own properties and, with a
 Pointcept's `encode`; the patches of its attention against Pointcept's; the network itself (its layers as
 the nuScenes configuration has them, narrower) and Sonata's encoder against Pointcept's module on both real
 frames, a frame of another size and a batch of two, on gpu and portable, and across an OpenVINO partition;
-the refusal of flash attention.
+the relative position encoding; the refusal of flash attention.
 
 Pointcept is not on PyPI: $SPARSE_LOWER_POINTCEPT names a checkout (tools/pointcept_networks.py); the
 network also needs torch-scatter (`pip install --no-build-isolation torch-scatter==2.1.2`, built from its
@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason='needs torch: pip install "sparse-lower[spconv]"')
 from conftest import DATA  # noqa: E402
-from helpers import load_tool  # noqa: E402
+from helpers import load_tool, sparse_lower_cli  # noqa: E402
 from sparse_lower.errors import SparseLowerError  # noqa: E402
 from sparse_lower.importers import pointcept_calls  # noqa: E402
 
@@ -99,6 +99,21 @@ def test_the_point_transformers_match_pointcept_on_the_real_frames(name):
 
 @needs_checkout
 @needs_scatter
+def test_relative_position_encoding_exports():
+    import sparse_lower
+
+    module = networks.build(Path(CHECKOUT), "PTv3-small-rpe")
+    frame = next(iter(TOOL.frame_cases(DATA, ["bevfusion"]).values()))
+    parts = [(frame[0][0][:3000], frame[0][1][:3000])]
+    model = networks.export(module, parts)
+    feeds = {key: value.numpy() for key, value in networks.point_input(parts).items()}
+    expected = networks.run_module(module, parts)
+    got = sparse_lower.create_session(sparse_lower.lower(model, target="portable")).run(None, feeds)[0]
+    assert np.abs(got - expected).max() <= TOOL.TOLERANCE * np.abs(expected).max()
+
+
+@needs_checkout
+@needs_scatter
 def test_one_frame_runs_across_the_openvino_partition():
     pytest.importorskip("openvino", reason='needs OpenVINO: pip install "sparse-lower[openvino]"')
     assert TOOL.check(Path(CHECKOUT), "PTv3-small", DATA, ["bevfusion"], ["openvino"]) <= TOOL.TOLERANCE
@@ -114,3 +129,20 @@ def test_flash_attention_is_refused_naming_the_call():
     frame = TOOL.frame_cases(DATA, list(TOOL.FRAMES))
     with pytest.raises(SparseLowerError, match="flash_attn_varlen_qkvpacked_func.*enable_flash=False"):
         networks.export(module, [(part[0][:2000], part[1][:2000]) for part in next(iter(frame.values()))])
+
+
+def test_the_demo_without_a_checkout_says_how_to_get_one(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPARSE_LOWER_POINTCEPT", raising=False)
+    done = sparse_lower_cli("demo", "--model", "ptv3", "--repeat", "1", cwd=tmp_path)
+    assert done.returncode != 0
+    assert "SPARSE_LOWER_POINTCEPT" in done.stderr and "torch-scatter" in done.stderr
+
+
+@needs_checkout
+@needs_scatter
+def test_the_demo_runs_ptv3_on_a_real_frame_and_checks_it(tmp_path):
+    done = sparse_lower_cli("demo", "--model", "ptv3", "--data", str(DATA / "nuscenes_bevfusion_voxels.npz"),
+                            "--repeat", "1", "--check", "--save-model", "ptv3.onnx", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "max relative error against Pointcept's module in PyTorch" in done.stdout
+    assert (tmp_path / "ptv3.onnx").stat().st_size > 0

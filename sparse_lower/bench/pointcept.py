@@ -53,6 +53,7 @@ SMALL_DECODER = dict(dec_depths=(1,) * 4, dec_channels=(16, 16, 32, 32), dec_num
 # name -> (Pointcept's module file, the backbone's configuration)
 FILES = {"m1": "point_transformer_v3m1_base", "m2": "point_transformer_v3m2_sonata"}
 NETWORKS = {"PTv3": ("m1", NUSCENES), "PTv3-small": ("m1", dict(NUSCENES, **SMALL, **SMALL_DECODER)),
+            "PTv3-small-rpe": ("m1", dict(NUSCENES, **SMALL, **SMALL_DECODER, enable_rpe=True)),
             "Sonata": ("m2", SONATA), "Sonata-small": ("m2", dict(SONATA, **SMALL))}
 def _namespace(name: str, folder: Path, **names) -> types.ModuleType:
     module = types.ModuleType(name)
