@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 import sparse_lower
+from sparse_lower.bench.checkouts import trained_statistics
 from sparse_lower.capacity import level_rows, most_members
 from sparse_lower.frames.sample import load_voxels
 from openpcdet_backbones import checkout_main, compare
@@ -59,18 +60,11 @@ def load_examples(checkout: Path) -> types.ModuleType:
 
 def build(checkout: Path, name: str, channels: int, seed: int = 0) -> torch.nn.Module:
     """Network `name` with seeded weights and batch-norm statistics near a trained one's."""
-    import MinkowskiEngine as ME
-
     torch.manual_seed(seed)
     examples = load_examples(checkout)
     cls = getattr(examples, name, None) or getattr(sys.modules["examples.resnet"], name)
     net = cls(channels, CLASSES, D=3)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, ME.MinkowskiBatchNorm):
-                m.bn.running_mean.copy_(torch.rand(m.bn.num_features, generator=generator) * 0.4 - 0.2)
-                m.bn.running_var.copy_(torch.rand(m.bn.num_features, generator=generator) * 1.5 + 0.5)
+    trained_statistics(net, seed)  # MinkowskiBatchNorm's own torch BatchNorm1d
     return net.eval()
 
 

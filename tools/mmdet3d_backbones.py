@@ -56,6 +56,7 @@ import torch
 from torch import nn
 
 import sparse_lower
+from sparse_lower.bench.checkouts import namespace
 from sparse_lower.capacity import level_rows
 from sparse_lower.frames.sample import load_voxels
 from sparse_lower.importers.spconv_calls import spconv_inference
@@ -88,15 +89,6 @@ NETWORKS = {
 # tools/bench/install_minkowski.sh, tools/bench/install_torchsparse.sh)
 BACKENDS = {"MinkUNetBackbone": "spconv", "MinkUNetBackbone-minkowski": "minkowski",
             "MinkUNetBackbone-torchsparse": "torchsparse"}
-
-
-def _namespace(name: str, folder: Path, **names) -> types.ModuleType:
-    """The package `name` as a namespace of `folder`: its files import, its __init__ does not run."""
-    module = types.ModuleType(name)
-    module.__path__ = [str(folder)]
-    module.__dict__.update(names)
-    sys.modules[name] = module
-    return module
 
 
 def _unavailable(name: str):
@@ -148,30 +140,30 @@ def load_mmdet3d(checkout: Path) -> None:
     ops.__dict__.update({name: _unavailable(name) for name in ("points_in_boxes_all", "three_interpolate", "three_nn")})
     sys.modules["mmcv.ops"] = ops
     installed = Path(mmdet.__file__).parent
-    _namespace("mmdet.models", installed / "models")
-    _namespace("mmdet.models.backbones", installed / "models/backbones")
-    mmdet_layers = _namespace("mmdet.models.layers", installed / "models/layers")
+    namespace("mmdet.models", installed / "models")
+    namespace("mmdet.models.backbones", installed / "models/backbones")
+    mmdet_layers = namespace("mmdet.models.layers", installed / "models/layers")
     mmdet_layers.ResLayer = importlib.import_module("mmdet.models.layers.res_layer").ResLayer
     losses = types.ModuleType("mmdet.models.losses")
     losses.__dict__.update(sigmoid_focal_loss=_unavailable("sigmoid_focal_loss"),
                            smooth_l1_loss=_unavailable("smooth_l1_loss"))
     sys.modules["mmdet.models.losses"] = losses
     root = checkout / "mmdet3d"
-    _namespace("mmdet3d", root)
+    namespace("mmdet3d", root)
     from mmengine.config import ConfigDict
 
-    _namespace("mmdet3d.utils", root / "utils", ConfigType=ConfigDict | dict, OptConfigType=ConfigDict | dict | None,
+    namespace("mmdet3d.utils", root / "utils", ConfigType=ConfigDict | dict, OptConfigType=ConfigDict | dict | None,
                OptMultiConfig=ConfigDict | dict | list | None, MultiConfig=ConfigDict | dict | list)
     structures = types.ModuleType("mmdet3d.structures")
     structures.BaseInstance3DBoxes = object
     sys.modules["mmdet3d.structures"] = structures
-    _namespace("mmdet3d.models", root / "models")
-    layers = _namespace("mmdet3d.models.layers", root / "models/layers")
+    namespace("mmdet3d.models", root / "models")
+    layers = namespace("mmdet3d.models.layers", root / "models/layers")
     sparse_block = importlib.import_module("mmdet3d.models.layers.sparse_block")
     layers.__dict__.update(SparseBasicBlock=sparse_block.SparseBasicBlock,
                            make_sparse_convmodule=sparse_block.make_sparse_convmodule)
-    _namespace("mmdet3d.models.backbones", root / "models/backbones")
-    _namespace("mmdet3d.models.middle_encoders", root / "models/middle_encoders")
+    namespace("mmdet3d.models.backbones", root / "models/backbones")
+    namespace("mmdet3d.models.middle_encoders", root / "models/middle_encoders")
 
 
 class Network(nn.Module):

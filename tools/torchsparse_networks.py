@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 import sparse_lower
+from sparse_lower.bench.checkouts import trained_statistics
 from sparse_lower.capacity import level_rows
 from sparse_lower.frames.sample import load_voxels
 from openpcdet_backbones import checkout_main, compare
@@ -58,12 +59,7 @@ def build(checkout: Path, name: str, channels: int, seed: int = 0) -> torch.nn.M
     """Network `name` with seeded weights and batch-norm statistics near a trained one's."""
     torch.manual_seed(seed)
     net = getattr(load_backbones(checkout), name)(in_channels=channels)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, torch.nn.BatchNorm1d):
-                m.running_mean.copy_(torch.rand(m.num_features, generator=generator) * 0.4 - 0.2)
-                m.running_var.copy_(torch.rand(m.num_features, generator=generator) * 1.5 + 0.5)
+    trained_statistics(net, seed)
     return net.eval()
 
 

@@ -31,6 +31,7 @@ import torch
 
 from ..errors import SparseLowerError
 from ..exporting import export as export_model
+from .checkouts import namespace, trained_statistics
 
 CHECKOUT_VARIABLE = "SPARSE_LOWER_POINTCEPT"
 INSTALL = ('pip install "sparse-lower[pointcept]" && pip install --no-build-isolation torch-scatter==2.1.2, '
@@ -55,14 +56,6 @@ FILES = {"m1": "point_transformer_v3m1_base", "m2": "point_transformer_v3m2_sona
 NETWORKS = {"PTv3": ("m1", NUSCENES), "PTv3-small": ("m1", dict(NUSCENES, **SMALL, **SMALL_DECODER)),
             "PTv3-small-rpe": ("m1", dict(NUSCENES, **SMALL, **SMALL_DECODER, enable_rpe=True)),
             "Sonata": ("m2", SONATA), "Sonata-small": ("m2", dict(SONATA, **SMALL))}
-def _namespace(name: str, folder: Path, **names) -> types.ModuleType:
-    module = types.ModuleType(name)
-    module.__path__ = [str(folder)]
-    module.__dict__.update(names)
-    sys.modules[name] = module
-    return module
-
-
 def _drop_path_stand_in() -> None:
     """timm.layers.DropPath as the identity it is at inference, where timm cannot import."""
     try:
@@ -78,8 +71,8 @@ def _drop_path_stand_in() -> None:
                     raise RuntimeError("the stand-in of timm's DropPath runs at inference only")
                 return x
 
-        layers = _namespace("timm.layers", Path(), DropPath=DropPath)
-        _namespace("timm", Path(), layers=layers)
+        layers = namespace("timm.layers", Path(), DropPath=DropPath)
+        namespace("timm", Path(), layers=layers)
 
 
 def load_pointcept(checkout: Path, file: str = "m1") -> types.ModuleType:
@@ -89,13 +82,13 @@ def load_pointcept(checkout: Path, file: str = "m1") -> types.ModuleType:
         _drop_path_stand_in()
         root = checkout / "pointcept"
         for package in ("", ".utils", ".models", ".engines", ".models.point_transformer_v3"):
-            _namespace(f"pointcept{package}", root.joinpath(*package.split(".")[1:]))
+            namespace(f"pointcept{package}", root.joinpath(*package.split(".")[1:]))
 
         class HookBase:  # the training hooks' base of Pointcept's PointModel, unused at inference
             pass
 
-        _namespace("pointcept.engines.hooks", root / "engines" / "hooks", HookBase=HookBase)
-        prompts = _namespace("pointcept.models.point_prompt_training", root / "models" / "point_prompt_training")
+        namespace("pointcept.engines.hooks", root / "engines" / "hooks", HookBase=HookBase)
+        prompts = namespace("pointcept.models.point_prompt_training", root / "models" / "point_prompt_training")
         prompts.PDNorm = importlib.import_module(f"{prompts.__name__}.prompt_driven_normalization").PDNorm
     return importlib.import_module(name)
 
@@ -105,12 +98,7 @@ def build(checkout: Path, name: str, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
     file, config = NETWORKS[name]
     net = load_pointcept(checkout, file).PointTransformerV3(**config)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, torch.nn.BatchNorm1d):
-                m.running_mean.copy_(torch.rand(m.num_features, generator=generator) * 0.4 - 0.2)
-                m.running_var.copy_(torch.rand(m.num_features, generator=generator) * 1.5 + 0.5)
+    trained_statistics(net, seed)
 
     class Features(torch.nn.Module):
         def __init__(self):
