@@ -60,8 +60,7 @@ def _cases() -> dict[str, tuple[onnx.ModelProto, dict, str]]:
             lowered = sparse_lower.lower(network.model, **options)
             key = f"{network.name.replace(' ', '_')}.{form}"
             cases[f"{key}.outputs"] = (lowered, feeds, "float")
-            tables = index_only(lowered, feature_inputs=[v.name for v in lowered.graph.input
-                                                         if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT])
+            tables = index_only(lowered)
             tables_feeds = {v.name: feeds[v.name] for v in tables.graph.input}
             cases[f"{key}.tables"] = (tables, tables_feeds, "bits")
     head = centerpoint_head_stack()

@@ -393,7 +393,7 @@ def pointcept_case(network: str, frame: str, name: str) -> Case:
         return Built(source=pointcept.export(module, parts), feeds=feeds, spconv=no_spconv, minkowski=no_spconv,
                      dense=None, rows_in=len(coords), grid=tuple(grid),
                      pointcept=lambda threads: pointcept.module_runner(module, parts, threads),
-                     ours=("ours-gpu-auto", "ours-gpu-auto-2threads"))
+                     ours=("ours-gpu-auto-2threads",))  # one: each session holds GiBs of attention rows
 
     return Case(name, "network", build, f"{network} (Pointcept's PT-v3m1, nuScenes configuration)")
 

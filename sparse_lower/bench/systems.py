@@ -34,13 +34,15 @@ def session_options(threads: int = THREADS) -> ort.SessionOptions:
     return options
 
 
-def index_only(lowered: onnx.ModelProto, feature_inputs=("features",)) -> onnx.ModelProto:
-    """The lowered model cut down to the nodes that do not depend on the features (the index tables
-    and the int64 index arithmetic), every output of theirs made a graph output so none is pruned."""
+def index_only(lowered: onnx.ModelProto) -> onnx.ModelProto:
+    """The lowered model cut down to the nodes that do not depend on the features (every floating-point
+    input: a point transformer's positions too): the index tables and the int64 index arithmetic, every
+    output of theirs made a graph output so none is pruned."""
     model = onnx.ModelProto()
     model.CopyFrom(lowered)
     constant = {t.name for t in model.graph.initializer}
-    tainted = set(feature_inputs)
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
+    tainted = {v.name for v in model.graph.input if v.type.tensor_type.elem_type in floats}
     keep = []
     for node in model.graph.node:  # topologically sorted
         if any(i in tainted for i in node.input if i):

@@ -268,7 +268,8 @@ def _output_names(torch, engine, result) -> list[str]:
             names.append(prefix or "output")
         else:
             raise SparseLowerError(f"the model returns a {type(item).__name__}, which is not a tensor",
-                                   fix="return SparseConvTensors and tensors (or lists, tuples, dicts of them)")
+                                   fix="return SparseConvTensors and tensors (or lists, tuples, dicts of them); of a "
+                                   "Pointcept Point, the tensors you need (point.feat)")
     return names
 
 
