@@ -38,7 +38,6 @@ from torch.overrides import TorchFunctionMode
 from ..errors import SparseLowerError
 from .traced_calls import NAME_ATTRIBUTE, Call, SourceOp, TracedCalls, call_site, replaced_methods, untraced
 
-_RANDPERM = torch.randperm
 CODE_BITS = 16  # Pointcept's deepest serialization: 16 bits per coordinate
 BATCH_SHIFT = 3 * CODE_BITS
 
@@ -119,8 +118,8 @@ def hilbert(coords: torch.Tensor) -> torch.Tensor:
 
 def encode(grid_coord, batch=None, depth=16, order="z"):
     """Pointcept's `encode` as the graph computes it (`depth` is the frame's own, see the module docstring)."""
-    codes = {"z": lambda c: z_order(c), "z-trans": lambda c: z_order(c[:, [1, 0, 2]]),
-             "hilbert": lambda c: hilbert(c), "hilbert-trans": lambda c: hilbert(c[:, [1, 0, 2]])}
+    codes = {"z": z_order, "z-trans": lambda c: z_order(c[:, [1, 0, 2]]),
+             "hilbert": hilbert, "hilbert-trans": lambda c: hilbert(c[:, [1, 0, 2]])}
     if order not in codes:
         raise SparseLowerError(f"serialization order {order!r} is not one of Pointcept's", fix=f"use one of {list(codes)}")
     code = codes[order](grid_coord)
@@ -143,10 +142,10 @@ def batch2offset(batch: torch.Tensor) -> torch.Tensor:
     return (batch.long().unsqueeze(1) <= elements.unsqueeze(0)).sum(dim=0)
 
 
-def randperm(n, *args, **kwargs):
+def randperm(original, n, *args, **kwargs):
     """torch's permutation, drawn from its generator as the module draws it, fixed into the model."""
     with untraced():
-        return _RANDPERM(int(n), *args, **kwargs)
+        return original(int(n), *args, **kwargs)
 
 
 class SegmentCalls:
@@ -298,17 +297,9 @@ def pointcept_calls(module, calls: TracedCalls):
     replaced += [(structure.Point, "serialization", serialization), (structure.Point, "sparsify", sparsify)]
     understood = (_lines(structure.Point.serialization, "len(self.offset).bit_length()")
                   | _lines(structure.Point.sparsify, "self.batch[-1].tolist()"))
-    functions = [(structure, "encode", encode), (structure, "offset2batch", offset2batch),
-                 (structure, "batch2offset", batch2offset), (torch, "randperm", randperm),
-                 (torch_scatter, "segment_csr", lambda *args, **kwargs: segments.segment_csr(original_segment,
-                                                                                             *args, **kwargs))]
-    original_segment = torch_scatter.segment_csr
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in functions]
-    for owner, name, function in functions:
-        setattr(owner, name, function)
-    try:
-        with replaced_methods(replaced):
-            yield understood
-    finally:
-        for owner, name, function in saved:
-            setattr(owner, name, function)
+    replaced += [(owner, name, lambda original, *args, _f=function, **kwargs: _f(*args, **kwargs))
+                 for owner, name, function in ((structure, "encode", encode), (structure, "offset2batch", offset2batch),
+                                               (structure, "batch2offset", batch2offset))]
+    replaced += [(torch, "randperm", randperm), (torch_scatter, "segment_csr", segments.segment_csr)]
+    with replaced_methods(replaced):
+        yield understood

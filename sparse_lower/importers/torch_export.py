@@ -238,13 +238,12 @@ def _wrapper(torch, engine, module, example):
         return rebuilt
 
     tensors = tuple(t if t.is_floating_point() else t.long() for t in given)
-    return Exported(arguments, tensors, _argument_names(module, example, slots))
+    return Exported(arguments, tensors, _argument_names(module, slots, given))
 
 
-def _argument_names(module, example, slots) -> list[str]:
-    """The graph inputs' names: `features` and `coords` for one float and one integer tensor of N rows, a
-    dict's tensors by their keys, else the forward's parameter names."""
-    tensors = [example[i] if key is None else example[i][key] for i, key in slots]
+def _argument_names(module, slots, tensors) -> list[str]:
+    """The graph inputs' names (`tensors` at their `slots`): `features` and `coords` for one float and one
+    integer tensor of N rows, a dict's tensors by their keys, else the forward's parameter names."""
     floats = [t for t in tensors if t.is_floating_point()]
     if (all(key is None for _, key in slots) and len(tensors) == 2 and len(floats) == 1
             and all(t.dim() == 2 for t in tensors) and tensors[0].shape[0] == tensors[1].shape[0]):

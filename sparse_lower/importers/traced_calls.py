@@ -147,8 +147,9 @@ def onto_grid(grid, fine, kernel, stride, dilation, begins) -> dict:
 
 @contextlib.contextmanager
 def replaced_methods(replacements):
-    """Inside: each `(cls, attribute, handler)` of `replacements` in place of the class's own method, called
-    as `handler(original, self, *args, **kwargs)`; the originals are restored afterwards."""
+    """Inside: each `(cls, attribute, handler)` of `replacements` in place of the class's own method (or a
+    module's function), called as `handler(original, self, *args, **kwargs)` (a function's arguments after
+    `original`); the originals are restored afterwards."""
     originals = [(cls, attr, cls.__dict__[attr]) for cls, attr, _ in replacements]
     for (cls, attr, handler), (_, _, original) in zip(replacements, originals):
         setattr(cls, attr, lambda self, *args, _h=handler, _o=original, **kwargs: _h(_o, self, *args, **kwargs))
