@@ -54,6 +54,31 @@ def test_maps_with_output_coords(seed, source, op_type, kind, reference):
     assert_same(nbr, expected_nbr)
 
 
+# The two ways the maps find their outputs and the two ways their geometry lists taps: an output grid of
+# one bit per site where it is small against the inputs (every random geometry above), per-tap lists of
+# the reached sites where it is not; the taps of every coordinate listed at construction, or computed per
+# point where an extent passes 2^20.
+@pytest.mark.parametrize("op_type, kind, reference", [("StridedMap", "strided", ref.strided_map),
+                                                       ("TransposedMap", "transposed", ref.transposed_map)])
+@pytest.mark.parametrize("spatial_shape, count", [([2 ** 21, 9, 7], 60),  # lists, taps computed
+                                                  ([300, 310, 290], 80),  # lists, taps listed
+                                                  ([2 ** 21], 3000)])  # bits, taps computed
+def test_maps_on_large_grids(spatial_shape, count, op_type, kind, reference):
+    rng = np.random.default_rng(count)
+    rows = rng.integers(0, spatial_shape, size=(count, len(spatial_shape)))
+    coords = np.unique(np.concatenate([rng.integers(0, 2, (count, 1)), rows], axis=1), axis=0)
+    coords = coords[rng.permutation(len(coords))].astype(np.int64)
+    dims = len(spatial_shape)
+    attributes = {"spatial_shape": spatial_shape, "kernel_shape": [3] * dims, "strides": [2] * dims,
+                  "pads": [1] * (2 * dims), "dilations": [1] * dims}
+    if kind == "transposed":
+        attributes = {**attributes, "pads": [0] * (2 * dims), "kernel_shape": [2] * dims}
+    out_coords, nbr = run(op_type, {"coords": coords}, 2, threads=2, **attributes)
+    expected_coords, expected_nbr = reference(coords, **attributes)
+    assert_same(out_coords, expected_coords)
+    assert_same(nbr, expected_nbr)
+
+
 @pytest.mark.parametrize("kind", ["transposed", "strided"])  # strided: transposed=0, the floor rule's table
 @pytest.mark.parametrize("source", ["rows", "dense"])
 @pytest.mark.parametrize("seed", SEEDS)

@@ -69,6 +69,37 @@ MapGeometry::MapGeometry(const Ort::ConstKernelInfo& info, MapKind kind) {
     tap_stride_[d] = static_cast<int64_t>(stride);
   }
   dense_ = Choice(info, "source", {"rows", "dense"}) == 1;
+  ListParts();
+}
+
+void MapGeometry::ListParts() {
+  // 2^20 pairs (16 MiB) at most: the 41×1440×1440 grid's 3³ kernel lists 8,763 pairs per direction.
+  constexpr int64_t kListedParts = int64_t{1} << 20;
+  int64_t pairs = 0;
+  for (const Axis& axis : axes_) {
+    if (axis.in_extent > kListedParts || axis.out_extent > kListedParts) return;
+    pairs += (axis.in_extent + axis.out_extent) * axis.kernel;
+  }
+  if (pairs > kListedParts) return;
+  for (size_t d = 0; d < axes_.size(); ++d) {
+    const Axis& axis = axes_[d];
+    for (const bool to_input : {true, false}) {
+      AxisParts listed;
+      const int64_t extent = to_input ? axis.out_extent : axis.in_extent;  // the coordinates a walk starts from
+      const int64_t stride = (to_input ? in_ : out_).stride[d];
+      listed.start.push_back(0);
+      for (int64_t v = 0; v < extent; ++v) {
+        for (int64_t k = 0; k < axis.kernel; ++k) {
+          const int64_t c = to_input ? axis.InputOf(v, k) : axis.OutputOf(v, k);
+          if (c < 0) continue;
+          listed.parts.push_back(k * tap_stride_[d]);
+          listed.parts.push_back(c * stride);
+        }
+        listed.start.push_back(static_cast<int64_t>(listed.parts.size() / 2));
+      }
+      (to_input ? input_parts_ : output_parts_).push_back(std::move(listed));
+    }
+  }
 }
 
 SlMapShape MapGeometry::Shape() const {

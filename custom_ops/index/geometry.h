@@ -30,7 +30,14 @@ struct Axis {
 
  private:
   static int64_t Inside(int64_t c, int64_t extent) { return c >= 0 && c < extent ? c : -1; }
-  int64_t Exact(int64_t t, int64_t extent) const { return t % stride == 0 ? Inside(t / stride, extent) : -1; }
+  // t / stride when stride divides t. A power-of-two stride (spconv's 2, every real network's) by a mask and a
+  // shift: the division was a third of StridedMap's walk from the inputs.
+  int64_t Exact(int64_t t, int64_t extent) const {
+    if ((stride & (stride - 1)) == 0) {
+      return (t & (stride - 1)) == 0 ? Inside(t >> __builtin_ctzll(static_cast<uint64_t>(stride)), extent) : -1;
+    }
+    return t % stride == 0 ? Inside(t / stride, extent) : -1;
+  }
 };
 
 enum class MapKind { kSubmanifold, kStrided, kTransposed };
@@ -42,6 +49,7 @@ class MapGeometry {
 
   size_t Dims() const { return axes_.size(); }
   int64_t Taps() const { return taps_; }
+  const std::vector<Axis>& Axes() const { return axes_; }
   bool Dense() const { return dense_; }  // source = "dense": nbr holds linear sites, not rows
   const Grid& In() const { return in_; }
   const Grid& Out() const { return out_; }
@@ -68,37 +76,57 @@ class MapGeometry {
   // Per dimension, the taps that stay inside the grid as (tap index part, coordinate · grid stride),
   // then every combination of them in row-major order: O(ΣK + hits) per point, so a strided conv's
   // walk from its inputs skips the taps that do not divide evenly instead of testing all ΠK of them.
-  // Grids of fewer than kMaxDims dimensions walk leading dimensions of one (0, 0) part.
+  // Grids of fewer than kMaxDims dimensions walk leading dimensions of one (0, 0) part. The parts of
+  // every coordinate are listed once, at construction, where the extents are small (AxisParts); else
+  // they are computed per point into `scratch`.
   template <typename F>
   void Walk(const int64_t* point, bool to_input, std::vector<int64_t>& scratch, F& f) const {
     const Grid& grid = to_input ? in_ : out_;
     const size_t skipped = kMaxDims - axes_.size();
-    scratch.resize(2 * (partial_count_ + skipped));
-    const int64_t* first[kMaxDims + 1];
+    const int64_t* first[kMaxDims];
+    const int64_t* last[kMaxDims];
+    static constexpr int64_t kNone[2] = {0, 0};
+    for (size_t d = 0; d < skipped; ++d) {
+      first[d] = kNone;
+      last[d] = kNone + 2;
+    }
+    const std::vector<AxisParts>& listed = to_input ? input_parts_ : output_parts_;
+    scratch.resize(2 * partial_count_);
     int64_t* part = scratch.data();
-    for (size_t d = 0; d < kMaxDims; ++d) {
-      first[d] = part;
-      if (d < skipped) {
-        *part++ = 0;
-        *part++ = 0;
+    for (size_t d = skipped; d < kMaxDims; ++d) {
+      const int64_t v = point[d - skipped];
+      if (!listed.empty() && v >= 0 && v + 1 < static_cast<int64_t>(listed[d - skipped].start.size())) {
+        const AxisParts& parts = listed[d - skipped];
+        first[d] = parts.parts.data() + 2 * parts.start[static_cast<size_t>(v)];
+        last[d] = parts.parts.data() + 2 * parts.start[static_cast<size_t>(v) + 1];
         continue;
       }
+      first[d] = part;
       const Axis& axis = axes_[d - skipped];
       for (int64_t k = 0; k < axis.kernel; ++k) {
-        const int64_t c = to_input ? axis.InputOf(point[d - skipped], k) : axis.OutputOf(point[d - skipped], k);
+        const int64_t c = to_input ? axis.InputOf(v, k) : axis.OutputOf(v, k);
         if (c < 0) continue;
         *part++ = k * tap_stride_[d - skipped];
         *part++ = c * grid.stride[d - skipped];
       }
+      last[d] = part;
     }
-    first[kMaxDims] = part;
     static_assert(kMaxDims == 3, "one loop per dimension");
-    for (const int64_t* a = first[0]; a < first[1]; a += 2) {
-      for (const int64_t* b = first[1]; b < first[2]; b += 2) {
-        for (const int64_t* c = first[2]; c < first[3]; c += 2) f(a[0] + b[0] + c[0], a[1] + b[1] + c[1]);
+    for (const int64_t* a = first[0]; a < last[0]; a += 2) {
+      for (const int64_t* b = first[1]; b < last[1]; b += 2) {
+        for (const int64_t* c = first[2]; c < last[2]; c += 2) f(a[0] + b[0] + c[0], a[1] + b[1] + c[1]);
       }
     }
   }
+
+  // One dimension's parts for every coordinate of its grid: those of coordinate v are the pairs
+  // [start[v], start[v + 1]) of `parts` (tap index part, coordinate · grid stride).
+  struct AxisParts {
+    std::vector<int64_t> start;
+    std::vector<int64_t> parts;
+  };
+  // Both directions' AxisParts, where they hold at most kListedParts pairs in all; else none.
+  void ListParts();
 
   std::vector<Axis> axes_;
   Grid in_;
@@ -107,6 +135,8 @@ class MapGeometry {
   size_t partial_count_ = 0;      // ΣK
   int64_t tap_stride_[kMaxDims];  // tap index = Σ k_d · tap_stride_[d]: row-major, the ONNX weight order
   bool dense_ = false;
+  std::vector<AxisParts> input_parts_;   // per dimension, from an output coordinate (ForEachInput)
+  std::vector<AxisParts> output_parts_;  // per dimension, from an input coordinate (ForEachOutput)
 };
 
 }  // namespace sparse_lower

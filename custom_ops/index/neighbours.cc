@@ -25,13 +25,6 @@ std::vector<int64_t> SortedUnion(const Ort::KernelContext& ctx, std::vector<std:
   return runs.empty() ? std::vector<int64_t>{} : std::move(runs[0]);
 }
 
-// Rows are filled in ascending site order, which for coordinates as a user gives them (a voxelizer's
-// order) is a random order of rows: each row's coordinates and its K slots of nbr then miss the cache,
-// and one row at a time leaves the memory idle between misses. Asking for row i + kAhead's lines while
-// row i is filled overlaps them. On the real frame as read, 1 thread: TargetMap of the UNet's finest
-// inverse conv 18.4 → 13.5 ms, SubmanifoldMap 3³ 31–35 → 25–27 ms; unchanged on sorted coordinates.
-// (Prefetching the mirror slots of SubmanifoldNeighbours' second pass the same way was slower.)
-constexpr int64_t kAhead = 8;
 
 void PrefetchRow(const Coords& coords, const int64_t* nbr, int64_t taps, int64_t m) {
   __builtin_prefetch(coords.Row(m));
@@ -115,7 +108,7 @@ void GatherNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry
     std::vector<Cursor> cursors(static_cast<size_t>(taps), Cursor(inputs.sites.site));
     for (int64_t i = begin; i < end; ++i) {
       const int64_t m = ascending ? (*ascending)[i] : i;
-      if (ascending && i + kAhead < end) PrefetchRow(outputs, nbr, taps, (*ascending)[i + kAhead]);
+      if (ascending && i + kPrefetchAhead < end) PrefetchRow(outputs, nbr, taps, (*ascending)[i + kPrefetchAhead]);
       int64_t* row = nbr + m * taps;
       std::fill(row, row + taps, -1);
       const int64_t* c = outputs.Row(m);
@@ -134,38 +127,63 @@ void GatherNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry
 
 void SubmanifoldNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry, const IndexedInput& inputs,
                            int64_t* nbr) {
+  const std::vector<Axis>& axes = geometry.Axes();
+  const size_t leading = axes.size() - 1;
+  const Axis& last = axes.back();
+  const Grid& grid = geometry.In();
+  // The kernel's lines (taps that differ in the last dimension only, consecutive in the row-major tap
+  // order): each line's first tap and its offset along every leading dimension.
+  struct Line {
+    int64_t tap;
+    int64_t offset[kMaxDims];
+  };
+  std::vector<Line> lines(static_cast<size_t>(geometry.Taps() / last.kernel));
+  for (size_t l = 0; l < lines.size(); ++l) {
+    lines[l].tap = static_cast<int64_t>(l) * last.kernel;
+    for (size_t d = leading, rest = l; d-- > 0; rest /= static_cast<size_t>(axes[d].kernel)) {
+      lines[l].offset[d] = static_cast<int64_t>(rest % static_cast<size_t>(axes[d].kernel)) * axes[d].dilation - axes[d].pad;
+    }
+  }
   const int64_t taps = geometry.Taps();
-  const int64_t centre = taps / 2;  // an odd number of taps in row-major order: the centre is the middle one
-  const int64_t volume = geometry.In().volume;
+  const int64_t step = last.dilation;
+  const std::vector<int64_t>& site_at = inputs.sites.site;
+  const std::vector<int64_t>& row_of = inputs.sites.row;
+  const auto count = static_cast<int64_t>(site_at.size());
   const Coords& coords = inputs.coords;
-  const int64_t grain = Grain(4 * taps);
-  // The first half, rows in ascending site order (the cursors then ascend); every other slot -1 but the centre.
-  ParallelFor(ctx, coords.rows, grain, [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> scratch;
-    std::vector<Cursor> cursors(static_cast<size_t>(centre), Cursor(inputs.sites.site));
+  ParallelFor(ctx, coords.rows, Grain(4 * taps), [&](int64_t begin, int64_t end) {
+    std::vector<Cursor> cursors(lines.size(), Cursor(site_at));
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t m = inputs.sites.row[i];
-      if (i + kAhead < end) PrefetchRow(coords, nbr, taps, inputs.sites.row[i + kAhead]);
+      const int64_t m = row_of[i];
+      if (i + kPrefetchAhead < end) PrefetchRow(coords, nbr, taps, row_of[i + kPrefetchAhead]);
       int64_t* row = nbr + m * taps;
       std::fill(row, row + taps, -1);
-      row[centre] = m;
-      const int64_t* c = coords.Row(m);
-      const int64_t base = c[0] * volume;
-      geometry.ForEachInput(c + 1, scratch, [&](int64_t k, int64_t position) {
-        if (k < centre) {
-          const int64_t at = cursors[k].Find(base + position);
-          row[k] = at < 0 ? -1 : inputs.sites.row[at];
+      const int64_t* c = coords.Row(m) + 1;
+      // The taps of the last dimension inside the grid, the same on every line: x − p + k·d in [0, extent).
+      const int64_t start = c[leading] - last.pad;
+      const int64_t first_tap = start >= 0 ? 0 : (step - 1 - start) / step;
+      const int64_t beyond = (last.in_extent - start + step - 1) / step;  // the first k past the grid
+      const int64_t span = (std::min(last.kernel, beyond) - 1 - first_tap) * step;
+      const int64_t site = site_at[i] + (first_tap * step - last.pad);
+      for (size_t l = 0; l < lines.size(); ++l) {
+        const Line& line = lines[l];
+        int64_t first = site;
+        bool inside = true;
+        for (size_t d = 0; d < leading; ++d) {
+          const int64_t at = c[d] + line.offset[d];
+          inside &= at >= 0 && at < axes[d].in_extent;
+          first += line.offset[d] * grid.stride[d];
         }
-      });
-    }
-  });
-  // The mirror slots: each (j, taps−1−k) is written by the one row i with nbr[i, k] = j, and no row reads
-  // the second half here, so the blocks never touch the same slot.
-  ParallelFor(ctx, coords.rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t m = begin; m < end; ++m) {
-      for (int64_t k = 0; k < centre; ++k) {
-        const int64_t j = nbr[m * taps + k];
-        if (j >= 0) nbr[j * taps + taps - 1 - k] = m;
+        if (!inside) continue;
+        Cursor& cursor = cursors[l];
+        cursor.Seek(first);
+        for (int64_t at = cursor.At(); at < count && site_at[at] - first <= span; ++at) {
+          const int64_t offset = site_at[at] - first;
+          if (step == 1) {
+            row[line.tap + first_tap + offset] = row_of[at];
+          } else if (offset % step == 0) {
+            row[line.tap + first_tap + offset / step] = row_of[at];
+          }
+        }
       }
     }
   });

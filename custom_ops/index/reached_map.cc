@@ -4,14 +4,22 @@
 #include "common/coords.h"
 #include "common/tensor.h"
 #include "index/neighbours.h"
+#include "index/site_bits.h"
 
 namespace sparse_lower {
 
 void ReachedMap::Compute(const Ort::KernelContext& ctx) const {
   const IndexedInput inputs = ReadIndexedInput(ctx, 0, geometry_);
+  const auto width = static_cast<int64_t>(1 + geometry_.Dims());
+  if (!geometry_.Dense() && SiteBits::Fit(geometry_, inputs)) {
+    const SiteBits bits(ctx, geometry_, inputs);
+    int64_t* out_coords = AllocateOutput<int64_t>(ctx, 0, {bits.Count(), width});
+    bits.WriteCoords(ctx, geometry_.Out(), out_coords);
+    bits.ScatterNeighbours(ctx, geometry_, inputs, AllocateOutput<int64_t>(ctx, 1, {bits.Count(), geometry_.Taps()}));
+    return;
+  }
   const ReachedOutputs reached = ReachOutputs(ctx, geometry_, inputs);
   const auto count = static_cast<int64_t>(reached.sites.size());
-  const auto width = static_cast<int64_t>(1 + geometry_.Dims());
   int64_t* out_coords = AllocateOutput<int64_t>(ctx, 0, {count, width});
   WriteCoords(ctx, reached.sites, geometry_.Out(), out_coords);
   int64_t* nbr = AllocateOutput<int64_t>(ctx, 1, {count, geometry_.Taps()});
