@@ -13,39 +13,50 @@ constexpr int64_t kWordGrain = 1 << 14;  // words per block of the counting and 
 // The words of a grid of `volume` sites per batch over batches [0, batches).
 int64_t WordCount(int64_t volume, int64_t batches) { return (volume * batches + 63) / 64; }
 
+// The batches [0, B) the inputs hold: their sites ascend, so the last has the largest batch.
+int64_t Batches(const MapGeometry& geometry, const IndexedInput& inputs) {
+  return inputs.sites.site.back() / geometry.In().volume + 1;
+}
+
+// Calls f(input row, k, output site) for every output some input reaches through tap k, the inputs in
+// ascending site order, in blocks of inputs run in parallel.
+template <typename F>
+void ForEachReached(const Ort::KernelContext& ctx, const MapGeometry& geometry, const IndexedInput& inputs, F&& f) {
+  const Coords& coords = inputs.coords;
+  const std::vector<int64_t>& rows = inputs.sites.row;
+  const int64_t volume = geometry.Out().volume;
+  ParallelFor(ctx, static_cast<int64_t>(rows.size()), Grain(4 * geometry.Taps()), [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> scratch;
+    for (int64_t j = begin; j < end; ++j) {
+      if (j + kPrefetchAhead < end) __builtin_prefetch(coords.Row(rows[j + kPrefetchAhead]));
+      const int64_t input = rows[j];
+      const int64_t* c = coords.Row(input);
+      const int64_t base = c[0] * volume;
+      geometry.ForEachOutput(c + 1, scratch, [&](int64_t k, int64_t position) { f(input, k, base + position); });
+    }
+  });
+}
+
 }  // namespace
 
 bool SiteBits::Fit(const MapGeometry& geometry, const IndexedInput& inputs) {
   const std::vector<int64_t>& sites = inputs.sites.site;
   if (sites.empty()) return false;
-  const int64_t batches = sites.back() / geometry.In().volume + 1;  // sites ascend: the last has the largest batch
+  const int64_t batches = Batches(geometry, inputs);
   const int64_t volume = geometry.Out().volume;
   const auto limit = kWordsPerInput * static_cast<int64_t>(sites.size());
   return volume <= 64 * limit / batches && WordCount(volume, batches) <= limit;
 }
 
 SiteBits::SiteBits(const Ort::KernelContext& ctx, const MapGeometry& geometry, const IndexedInput& inputs) {
-  const int64_t batches = inputs.sites.site.back() / geometry.In().volume + 1;
-  const int64_t volume = geometry.Out().volume;
-  const int64_t words = WordCount(volume, batches);
+  const int64_t words = WordCount(geometry.Out().volume, Batches(geometry, inputs));
   words_.resize(static_cast<size_t>(words));  // zeroed
-  const Coords& coords = inputs.coords;
-  const auto count = static_cast<int64_t>(inputs.sites.row.size());
   // Blocks of inputs in ascending site order mark words that mostly no other block marks, and an output
   // reached again is mostly marked already: the atomic OR is rare.
-  ParallelFor(ctx, count, Grain(4 * geometry.Taps()), [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> scratch;
-    for (int64_t j = begin; j < end; ++j) {
-      if (j + kPrefetchAhead < end) __builtin_prefetch(coords.Row(inputs.sites.row[j + kPrefetchAhead]));
-      const int64_t* c = coords.Row(inputs.sites.row[j]);
-      const int64_t base = c[0] * volume;
-      geometry.ForEachOutput(c + 1, scratch, [&](int64_t, int64_t position) {
-        const int64_t site = base + position;
-        uint64_t& word = words_[static_cast<size_t>(site >> 6)];
-        const uint64_t bit = uint64_t{1} << (site & 63);
-        if ((__atomic_load_n(&word, __ATOMIC_RELAXED) & bit) == 0) __atomic_fetch_or(&word, bit, __ATOMIC_RELAXED);
-      });
-    }
+  ForEachReached(ctx, geometry, inputs, [&](int64_t, int64_t, int64_t site) {
+    uint64_t& word = words_[static_cast<size_t>(site >> 6)];
+    const uint64_t bit = uint64_t{1} << (site & 63);
+    if ((__atomic_load_n(&word, __ATOMIC_RELAXED) & bit) == 0) __atomic_fetch_or(&word, bit, __ATOMIC_RELAXED);
   });
   // The bits before each word: per block, then across blocks.
   const int64_t blocks = BlockCount(words, kWordGrain);
@@ -96,21 +107,10 @@ void SiteBits::WriteCoords(const Ort::KernelContext& ctx, const Grid& grid, int6
 void SiteBits::ScatterNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry,
                                  const IndexedInput& inputs, int64_t* nbr) const {
   const int64_t taps = geometry.Taps();
-  const int64_t volume = geometry.Out().volume;
-  const Coords& coords = inputs.coords;
   ParallelFor(ctx, Count() * taps, 1 << 15, [&](int64_t begin, int64_t end) { std::fill(nbr + begin, nbr + end, -1); });
   // Each (output, tap) slot is reached from one input at most: blocks of inputs never write the same slot.
-  ParallelFor(ctx, static_cast<int64_t>(inputs.sites.row.size()), Grain(4 * taps), [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> scratch;
-    for (int64_t j = begin; j < end; ++j) {
-      if (j + kPrefetchAhead < end) __builtin_prefetch(coords.Row(inputs.sites.row[j + kPrefetchAhead]));
-      const int64_t input = inputs.sites.row[j];
-      const int64_t* c = coords.Row(input);
-      const int64_t base = c[0] * volume;
-      geometry.ForEachOutput(c + 1, scratch,
-                             [&](int64_t k, int64_t position) { nbr[Row(base + position) * taps + k] = input; });
-    }
-  });
+  ForEachReached(ctx, geometry, inputs,
+                 [&](int64_t input, int64_t k, int64_t site) { nbr[Row(site) * taps + k] = input; });
 }
 
 }  // namespace sparse_lower
