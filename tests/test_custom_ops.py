@@ -79,6 +79,20 @@ def test_maps_on_large_grids(spatial_shape, count, op_type, kind, reference):
     assert_same(nbr, expected_nbr)
 
 
+def test_maps_without_popcnt():
+    """The site bits counted without POPCNT (the library routine an x86-64 CPU without it runs, forced by
+    SPARSE_LOWER_PORTABLE_KERNELS in a fresh process: the library reads it once) against the reference,
+    as the POPCNT loops are in this process."""
+    script = ("import test_custom_ops as t\n"
+              "for seed in t.SEEDS:\n"
+              "    for case in [('StridedMap', 'strided', t.ref.strided_map), "
+              "('TransposedMap', 'transposed', t.ref.transposed_map)]:\n"
+              "        t.test_maps_with_output_coords(seed, 'rows', *case)\n"
+              "        t.test_maps_on_large_grids([2 ** 21], 3000, *case)\n")
+    env = {**os.environ, "SPARSE_LOWER_PORTABLE_KERNELS": "1"}
+    subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent, env=env, check=True)
+
+
 @pytest.mark.parametrize("kind", ["transposed", "strided"])  # strided: transposed=0, the floor rule's table
 @pytest.mark.parametrize("source", ["rows", "dense"])
 @pytest.mark.parametrize("seed", SEEDS)

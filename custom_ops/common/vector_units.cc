@@ -80,6 +80,15 @@ bool HasAmxBf16() {
 #endif
 }
 
+bool HasPopcnt() {
+#if defined(__x86_64__)
+  static const bool has = !Forced("SPARSE_LOWER_PORTABLE_KERNELS") && __builtin_cpu_supports("popcnt");
+  return has;
+#else
+  return false;
+#endif
+}
+
 bool HasNeon() {
 #if defined(__aarch64__)
   static const bool has = !Forced("SPARSE_LOWER_PORTABLE_KERNELS");

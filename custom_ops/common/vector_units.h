@@ -8,6 +8,7 @@
 //     Rapids and later): IndexedConvInt8's products, where the kernel also grants the process the tile
 //     state (arch_prctl ARCH_REQ_XCOMP_PERM); with AMX-BF16 (tdpbf16ps, 32 channels an instruction)
 //     IndexedConv's products at precision "bfloat16".
+//   * POPCNT: the bit counts of the index builders' site bits (index/site_bits.h).
 // aarch64 (NEON is part of every aarch64 CPU; the others are read from the kernel's HWCAP bits):
 //   * NEON: IndexedConv's float products by FMLA, 4 columns a register;
 //   * the dot-product instructions (FEAT_DotProd: SDOT): IndexedConvInt8's products, 4 columns and 4
@@ -28,6 +29,7 @@ bool HasAvx512();       // x86-64: AVX-512 F (implies HasVectorUnits)
 bool HasVnni();         // x86-64: AVX-512 F, BW and VNNI (implies HasAvx512)
 bool HasAmx();          // x86-64: AMX-TILE and AMX-INT8, the tile state granted (implies HasVnni)
 bool HasAmxBf16();      // x86-64: AMX-TILE and AMX-BF16, the tile state granted (implies HasVnni)
+bool HasPopcnt();       // x86-64: POPCNT (not in the x86-64 baseline: see common/bit_count.h)
 bool HasNeon();         // aarch64: NEON, unless the portable loops are forced
 bool HasDotProd();      // aarch64: SDOT/UDOT (implies HasNeon)
 bool HasI8mm();         // aarch64: USMMLA and the other I8MM instructions (implies HasDotProd)

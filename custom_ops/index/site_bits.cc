@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/bit_count.h"
 #include "common/parallel.h"
 
 namespace sparse_lower {
@@ -27,13 +28,15 @@ void ForEachReached(const Ort::KernelContext& ctx, const MapGeometry& geometry, 
   const int64_t volume = geometry.Out().volume;
   ParallelFor(ctx, static_cast<int64_t>(rows.size()), Grain(4 * geometry.Taps()), [&](int64_t begin, int64_t end) {
     std::vector<int64_t> scratch;
-    for (int64_t j = begin; j < end; ++j) {
-      if (j + kPrefetchAhead < end) __builtin_prefetch(coords.Row(rows[j + kPrefetchAhead]));
-      const int64_t input = rows[j];
-      const int64_t* c = coords.Row(input);
-      const int64_t base = c[0] * volume;
-      geometry.ForEachOutput(c + 1, scratch, [&](int64_t k, int64_t position) { f(input, k, base + position); });
-    }
+    CountingBits([&] {
+      for (int64_t j = begin; j < end; ++j) {
+        if (j + kPrefetchAhead < end) __builtin_prefetch(coords.Row(rows[j + kPrefetchAhead]));
+        const int64_t input = rows[j];
+        const int64_t* c = coords.Row(input);
+        const int64_t base = c[0] * volume;
+        geometry.ForEachOutput(c + 1, scratch, [&](int64_t k, int64_t position) { f(input, k, base + position); });
+      }
+    });
   });
 }
 
@@ -63,9 +66,11 @@ SiteBits::SiteBits(const Ort::KernelContext& ctx, const MapGeometry& geometry, c
   std::vector<int64_t> block_bits(static_cast<size_t>(blocks) + 1, 0);
   ParallelBlocks(ctx, blocks, [&](int64_t block) {
     int64_t bits = 0;
-    for (int64_t w = block * kWordGrain; w < std::min(words, (block + 1) * kWordGrain); ++w) {
-      bits += __builtin_popcountll(words_[static_cast<size_t>(w)]);
-    }
+    CountingBits([&] {
+      for (int64_t w = block * kWordGrain; w < std::min(words, (block + 1) * kWordGrain); ++w) {
+        bits += __builtin_popcountll(words_[static_cast<size_t>(w)]);
+      }
+    });
     block_bits[static_cast<size_t>(block) + 1] = bits;
   });
   for (size_t b = 1; b < block_bits.size(); ++b) block_bits[b] += block_bits[b - 1];
@@ -73,10 +78,12 @@ SiteBits::SiteBits(const Ort::KernelContext& ctx, const MapGeometry& geometry, c
   rank_.back() = block_bits.back();
   ParallelBlocks(ctx, blocks, [&](int64_t block) {
     int64_t bits = block_bits[static_cast<size_t>(block)];
-    for (int64_t w = block * kWordGrain; w < std::min(words, (block + 1) * kWordGrain); ++w) {
-      rank_[static_cast<size_t>(w)] = bits;
-      bits += __builtin_popcountll(words_[static_cast<size_t>(w)]);
-    }
+    CountingBits([&] {
+      for (int64_t w = block * kWordGrain; w < std::min(words, (block + 1) * kWordGrain); ++w) {
+        rank_[static_cast<size_t>(w)] = bits;
+        bits += __builtin_popcountll(words_[static_cast<size_t>(w)]);
+      }
+    });
   });
 }
 
