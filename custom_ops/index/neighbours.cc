@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <type_traits>
 
 #include "common/parallel.h"
 
@@ -127,64 +128,93 @@ void GatherNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry
 
 void SubmanifoldNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry, const IndexedInput& inputs,
                            int64_t* nbr) {
-  const std::vector<Axis>& axes = geometry.Axes();
-  const size_t leading = axes.size() - 1;
-  const Axis& last = axes.back();
-  const Grid& grid = geometry.In();
-  // The kernel's lines (taps that differ in the last dimension only, consecutive in the row-major tap
-  // order): each line's first tap and its offset along every leading dimension.
-  struct Line {
-    int64_t tap;
-    int64_t offset[kMaxDims];
+  // Three dimensions, a grid of fewer padded in front with axes of one site, as MapGeometry walks them.
+  struct Dim {
+    int64_t kernel, dilation, pad, extent, stride;
   };
-  std::vector<Line> lines(static_cast<size_t>(geometry.Taps() / last.kernel));
-  for (size_t l = 0; l < lines.size(); ++l) {
-    lines[l].tap = static_cast<int64_t>(l) * last.kernel;
-    for (size_t d = leading, rest = l; d-- > 0; rest /= static_cast<size_t>(axes[d].kernel)) {
-      lines[l].offset[d] = static_cast<int64_t>(rest % static_cast<size_t>(axes[d].kernel)) * axes[d].dilation - axes[d].pad;
-    }
+  Dim dims[kMaxDims];
+  const std::vector<Axis>& axes = geometry.Axes();
+  const size_t skipped = kMaxDims - axes.size();
+  for (size_t d = 0; d < kMaxDims; ++d) {
+    dims[d] = d < skipped ? Dim{1, 1, 0, 1, 0}
+                          : Dim{axes[d - skipped].kernel, axes[d - skipped].dilation, axes[d - skipped].pad,
+                                axes[d - skipped].in_extent, geometry.In().stride[d - skipped]};
   }
-  const int64_t taps = geometry.Taps();
-  const int64_t step = last.dilation;
-  const std::vector<int64_t>& site_at = inputs.sites.site;
-  const std::vector<int64_t>& row_of = inputs.sites.row;
-  const auto count = static_cast<int64_t>(site_at.size());
-  const Coords& coords = inputs.coords;
-  ParallelFor(ctx, coords.rows, Grain(4 * taps), [&](int64_t begin, int64_t end) {
-    std::vector<Cursor> cursors(lines.size(), Cursor(site_at));
+  const int64_t lines = geometry.Taps() / dims[2].kernel;
+  // A 3³ kernel of dilation 1 on a 3D grid, the backbones' only one, with its sizes as constants: the
+  // generic loop holds more values than there are registers.
+  const bool cube = skipped == 0 && std::all_of(dims, dims + kMaxDims, [](const Dim& d) {
+    return d.kernel == 3 && d.dilation == 1 && d.pad == 1;
+  });
+  auto fill = [&](auto constant, int64_t begin, int64_t end) {
+    constexpr bool kCube = decltype(constant)::value;
+    // Every value the loop reads, as locals: the stores into nbr could otherwise alias them, and each
+    // would be read again after every store.
+    const Dim z = kCube ? Dim{3, 1, 1, dims[0].extent, dims[0].stride} : dims[0];
+    const Dim y = kCube ? Dim{3, 1, 1, dims[1].extent, dims[1].stride} : dims[1];
+    const Dim x = kCube ? Dim{3, 1, 1, dims[2].extent, 1} : dims[2];
+    const int64_t taps = z.kernel * y.kernel * x.kernel;
+    const int64_t* const site_at = inputs.sites.site.data();
+    const int64_t* const row_of = inputs.sites.row.data();
+    const auto count = static_cast<int64_t>(inputs.sites.site.size());
+    const int64_t* const coords = inputs.coords.data - (kCube ? 0 : static_cast<int64_t>(skipped));
+    const int64_t width = inputs.coords.width;
+    const int64_t step = x.dilation;
+    std::vector<int64_t> cursors(static_cast<size_t>(lines), 0);  // per kernel line, where its last seek ended
     for (int64_t i = begin; i < end; ++i) {
       const int64_t m = row_of[i];
-      if (i + kPrefetchAhead < end) PrefetchRow(coords, nbr, taps, row_of[i + kPrefetchAhead]);
-      int64_t* row = nbr + m * taps;
-      std::fill(row, row + taps, -1);
-      const int64_t* c = coords.Row(m) + 1;
+      if (i + kPrefetchAhead < end) PrefetchRow(inputs.coords, nbr, taps, row_of[i + kPrefetchAhead]);
+      int64_t* const row = nbr + m * taps;
+      for (int64_t k = 0; k < taps; ++k) row[k] = -1;
+      const int64_t* const c = coords + m * width + 1;
+      const int64_t cz = !kCube && skipped > 0 ? 0 : c[0];
+      const int64_t cy = !kCube && skipped > 1 ? 0 : c[1];
       // The taps of the last dimension inside the grid, the same on every line: x − p + k·d in [0, extent).
-      const int64_t start = c[leading] - last.pad;
-      const int64_t first_tap = start >= 0 ? 0 : (step - 1 - start) / step;
-      const int64_t beyond = (last.in_extent - start + step - 1) / step;  // the first k past the grid
-      const int64_t span = (std::min(last.kernel, beyond) - 1 - first_tap) * step;
-      const int64_t site = site_at[i] + (first_tap * step - last.pad);
-      for (size_t l = 0; l < lines.size(); ++l) {
-        const Line& line = lines[l];
-        int64_t first = site;
-        bool inside = true;
-        for (size_t d = 0; d < leading; ++d) {
-          const int64_t at = c[d] + line.offset[d];
-          inside &= at >= 0 && at < axes[d].in_extent;
-          first += line.offset[d] * grid.stride[d];
+      const int64_t start = c[2] - x.pad;
+      const int64_t first_tap = start >= 0 ? 0 : step == 1 ? -start : (step - 1 - start) / step;
+      const int64_t beyond = step == 1 ? x.extent - start : (x.extent - start + step - 1) / step;
+      const int64_t span = (std::min(x.kernel, beyond) - 1 - first_tap) * step;
+      const int64_t site = site_at[i] + first_tap * step - x.pad;
+      int64_t l = 0;
+      for (int64_t a = 0; a < z.kernel; ++a) {
+        const int64_t dz = a * z.dilation - z.pad;
+        if (cz + dz < 0 || cz + dz >= z.extent) {
+          l += y.kernel;
+          continue;
         }
-        if (!inside) continue;
-        Cursor& cursor = cursors[l];
-        cursor.Seek(first);
-        for (int64_t at = cursor.At(); at < count && site_at[at] - first <= span; ++at) {
-          const int64_t offset = site_at[at] - first;
-          if (step == 1) {
-            row[line.tap + first_tap + offset] = row_of[at];
-          } else if (offset % step == 0) {
-            row[line.tap + first_tap + offset / step] = row_of[at];
+        for (int64_t b = 0; b < y.kernel; ++b, ++l) {
+          const int64_t dy = b * y.dilation - y.pad;
+          if (cy + dy < 0 || cy + dy >= y.extent) continue;
+          const int64_t first = site + dz * z.stride + dy * y.stride;
+          // The first position whose site is ≥ first: from the line's last one, by doubling steps forward
+          // (a jump to the next line of the grid passes a line's sites), by a search back (a block's first).
+          int64_t at = cursors[static_cast<size_t>(l)];
+          if (at > 0 && site_at[at - 1] >= first) {
+            at = std::lower_bound(site_at, site_at + at, first) - site_at;
+          } else if (at < count && site_at[at] < first) {
+            int64_t bound = 1;
+            while (at + bound < count && site_at[at + bound] < first) bound *= 2;
+            at = std::lower_bound(site_at + at + bound / 2 + 1, site_at + std::min(at + bound, count), first) - site_at;
+          }
+          cursors[static_cast<size_t>(l)] = at;
+          int64_t* const line = row + l * x.kernel + first_tap;
+          for (; at < count && site_at[at] - first <= span; ++at) {
+            const int64_t offset = site_at[at] - first;
+            if (step == 1) {
+              line[offset] = row_of[at];
+            } else if (offset % step == 0) {
+              line[offset / step] = row_of[at];
+            }
           }
         }
       }
+    }
+  };
+  ParallelFor(ctx, inputs.coords.rows, Grain(4 * geometry.Taps()), [&](int64_t begin, int64_t end) {
+    if (cube) {
+      fill(std::true_type{}, begin, end);
+    } else {
+      fill(std::false_type{}, begin, end);
     }
   });
 }

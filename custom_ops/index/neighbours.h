@@ -64,7 +64,8 @@ void GatherNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry
 // than by a search per tap. Rows in ascending site order: each line's cursor then ascends. On the real
 // CenterPoint frame, 2 threads, the backbone's four maps: 18.8 → 13.8 ms (the earlier half-table-and-
 // mirror form searched for half the taps, but each through the generic walk of ForEachInput, and wrote
-// the mirror slots in a second pass of scattered writes).
+// the mirror slots in a second pass of scattered writes); with the loop's values held as locals, which
+// the stores into nbr cannot alias, and a 3³ kernel's sizes as constants: 13.0 → 10.3 ms.
 void SubmanifoldNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry, const IndexedInput& inputs,
                            int64_t* nbr);
 
