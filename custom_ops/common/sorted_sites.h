@@ -27,16 +27,6 @@ class Cursor {
   // The position of `site` in the list, or -1 when it is not there. Inline: the map builders call it once
   // per (output, tap), and the call cost as much as the few steps it mostly takes.
   int64_t Find(int64_t site) {
-    Seek(site);
-    const std::vector<int64_t>& sites = *sites_;
-    return at_ < static_cast<int64_t>(sites.size()) && sites[at_] == site ? at_ : -1;
-  }
-
-  // The first position whose site is ≥ the last one sought (the list's size when none is).
-  int64_t At() const { return at_; }
-
-  // Moves to the first position whose site is ≥ `site`.
-  void Seek(int64_t site) {
     const std::vector<int64_t>& sites = *sites_;
     const auto count = static_cast<int64_t>(sites.size());
     constexpr int64_t kSteps = 4;  // a few single steps, then a binary search of the rest
@@ -46,6 +36,7 @@ class Cursor {
       for (int64_t step = 0; step < kSteps && at_ < count && sites[at_] < site; ++step) ++at_;
       if (at_ < count && sites[at_] < site) at_ = std::lower_bound(sites.begin() + at_, sites.end(), site) - sites.begin();
     }
+    return at_ < count && sites[at_] == site ? at_ : -1;
   }
 
  private:
