@@ -233,8 +233,9 @@ def test_the_vector_paths_suite_runs_every_path_of_this_cpu():
 
 @real_frames
 def test_the_layers_suite_times_every_conv_of_the_backbone_against_the_gemm_peak():
-    """A row per sparse conv of the backbone with its useful work and both forms' kernel time; the table
-    rates each against the peak measured in the same run."""
+    """A row per sparse conv of the backbone with its useful work and each form's kernel time, then the
+    narrow layers, the index tables and the whole run; the table rates each against the peak measured in
+    the same run."""
     from sparse_lower.bench.layers import measure
     from sparse_lower.bench.tables import layers_table
 
@@ -243,8 +244,12 @@ def test_the_layers_suite_times_every_conv_of_the_backbone_against_the_gemm_peak
     assert sum(layer["flops"] for layer in result["layers"]) == pytest.approx(50.91e9, rel=1e-3)
     assert all(layer["float_ms"] > 0 and layer["bf16_ms"] > 0 and layer["int8_ms"] > 0 for layer in result["layers"])
     assert result["peak_gflops"] == max(result["peaks"]) > 0
+    for form in ("float", "bf16", "int8"):
+        convs = sum(layer[f"{form}_ms"] for layer in result["layers"])
+        assert 0 < result[f"{form}_tables_ms"] < result[f"{form}_ms"] - convs
     table = layers_table({**result, "repeat": 1, "cores": 2, "machine": "x"})
     assert "| conv4.4.conv2 | 128→128 |" in table and "| all convs |" in table
+    assert "| the 11 layers of 5–32 channels |" in table and "| index tables |" in table and "| whole run |" in table
 
 
 def test_the_vector_paths_are_the_cpus():

@@ -176,20 +176,30 @@ def nna_tables_table(result: dict) -> str:
 def layers_table(result: dict) -> str:
     """`sparse-lower bench --suite layers`: a row per sparse conv of the backbone: its shape and useful
     work, float ms and rate against the same run's GEMM peak, bf16 and int8 ms and their speed-ups; then
-    the totals."""
+    the 5- to 32-channel layers together, every conv, and (in results that have them) the index tables and
+    the whole run, rated by the convs' useful work over all its kernels' time."""
     peak = result["peak_gflops"]
+    forms = ("float", "bf16", "int8")
 
-    def row(name: str, shape: str, layers: list[dict]) -> list[str]:
-        flops = sum(layer["flops"] for layer in layers)
-        ms = {form: sum(layer[f"{form}_ms"] for layer in layers) for form in ("float", "bf16", "int8")}
-        rate = flops / ms["float"] / 1e6
-        return [name, shape, f"{sum(layer['pairs'] for layer in layers):,}", f"{flops / 1e9:.2f}",
-                f"{ms['float']:.1f}", f"{rate:.0f}", f"{100 * rate / peak:.0f} %",
+    def row(name: str, shape: str, pairs: str, flops: float, ms: dict) -> list[str]:
+        rate = [f"{flops / ms['float'] / 1e6:.0f}", f"{100 * flops / ms['float'] / 1e6 / peak:.0f} %"] if flops else ["", ""]
+        return [name, shape, pairs, f"{flops / 1e9:.2f}" if flops else "", f"{ms['float']:.1f}", *rate,
                 f"{ms['bf16']:.1f}", f"{ms['float'] / ms['bf16']:.2f}×", f"{ms['int8']:.1f}",
                 f"{ms['float'] / ms['int8']:.2f}×"]
 
-    rows = [row(layer["layer"], f"{layer['cin']}→{layer['cout']}", [layer]) for layer in result["layers"]]
-    rows.append(row("all convs", "", result["layers"]))
+    def convs(name: str, shape: str, layers: list[dict]) -> list[str]:
+        return row(name, shape, f"{sum(layer['pairs'] for layer in layers):,}", sum(layer["flops"] for layer in layers),
+                   {form: sum(layer[f"{form}_ms"] for layer in layers) for form in forms})
+
+    layers = result["layers"]
+    rows = [convs(layer["layer"], f"{layer['cin']}→{layer['cout']}", [layer]) for layer in layers]
+    narrow = [layer for layer in layers if layer["cin"] <= 32]
+    rows.append(convs(f"the {len(narrow)} layers of 5–32 channels", "", narrow))
+    rows.append(convs("all convs", "", layers))
+    if "float_tables_ms" in result:
+        rows.append(row("index tables", "", "", 0.0, {form: result[f"{form}_tables_ms"] for form in forms}))
+        rows.append(row("whole run", "", "", sum(layer["flops"] for layer in layers),
+                        {form: result[f"{form}_ms"] for form in forms}))
     table = markdown_table(["layer", "Cin→Cout", "pairs", "GFLOP", "float ms", "GFLOP/s", "of the GEMM peak",
                             "bf16 ms", "float / bf16", "int8 ms", "float / int8"], rows)
     return captioned(result, f"CenterPoint frame, {result['threads']} threads, {result['units']}; the convs' kernel "
