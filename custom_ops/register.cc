@@ -21,6 +21,7 @@
 #include "index/rulebook.h"
 #include "index/scatter_matrices.h"
 #include "index/site_index.h"
+#include "index/site_order.h"
 #include "index/strided_map.h"
 #include "index/submanifold_map.h"
 #include "index/target_map.h"
@@ -72,11 +73,12 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     static const Op<PairRows> pair_rows;
     static const Op<PairLists> pair_lists;
     static const Op<CoalesceMap> coalesce_map;
+    static const Op<SiteOrder> site_order;
     Ort::CustomOpDomain domain(kDomain);
     for (const OrtCustomOp* op : std::initializer_list<const OrtCustomOp*>{
              &active_sites, &submanifold_map, &strided_map, &transposed_map, &target_map, &rulebook, &site_index,
              &indexed_unfold, &indexed_fold, &indexed_conv, &indexed_conv_int8, &inverse_map, &scatter_matrices,
-             &capacity_pads, &pair_rows, &pair_lists, &coalesce_map}) {
+             &capacity_pads, &pair_rows, &pair_lists, &coalesce_map, &site_order}) {
       domain.Add(op);
     }
     AddProviderOps(domain);

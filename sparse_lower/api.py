@@ -26,6 +26,7 @@ from .passes.fuse_epilogues import FuseEpilogues
 from .passes.lower import LowerSparse
 from .passes.manager import PassManager
 from .passes.scatter_to_dense import ScatterToDense
+from .passes.site_order import SortFirstSites
 from .passes.validate import ValidateSourceOps
 from .schemas import CONV_OPS, conv_geometry
 
@@ -176,7 +177,8 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
                                fix="import it first: sparse_lower.lower(sparse_lower.import_model(model), ...) "
                                    "(sparse-lower convert imports by itself)")
     passes = [ValidateSourceOps(), WidenFloat16(), ScatterToDense(), LowerSparse(target, options), FuseEpilogues(),
-              *([Bf16Convs()] if precision == "bf16" else []), CheckModel()]
+              SortFirstSites(), *([Bf16Convs()] if precision == "bf16" else []),
+              CheckModel()]
     manager = PassManager(passes, verify=check_model if check_each_pass else None, dump_dir=dump_dir)
     lowered = manager.run(model)
     # Checked after the passes, so that a malformed model gets validation's more precise message.

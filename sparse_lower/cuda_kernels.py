@@ -168,6 +168,16 @@ class Kernels:
                    self._pointer(coords), ctypes.c_int64(len(coords)), self._pointer(sites))
         return sites
 
+    def site_order(self, coords, spatial_shape):
+        """SiteOrder: (out_coords [N, 1 + D], order [N, 1], rank [N, 1])."""
+        coords = self._array(coords, np.int64)
+        extent = (ctypes.c_int64 * 3)(*spatial_shape)
+        outputs = (self.xp.empty(coords.shape, np.int64), self.xp.empty((len(coords), 1), np.int64),
+                   self.xp.empty((len(coords), 1), np.int64))
+        self._call("sl_site_order", ctypes.c_int32(len(spatial_shape)), extent, self._pointer(coords),
+                   ctypes.c_int64(len(coords)), *map(self._pointer, outputs))
+        return outputs
+
     def active_sites(self, x):
         """(coords [N, 1 + D], sites [N, 1]) of a dense x [B, C, *S]."""
         x = self._array(x, np.float32)

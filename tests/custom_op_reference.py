@@ -238,6 +238,15 @@ def site_index(coords, spatial_shape, batch_size):  # noqa: ARG001  (batch_size 
     return linear_sites(coords, spatial_shape)
 
 
+def site_order(coords, spatial_shape):
+    """The rows by ascending linear site, the row each is, and each row's position in that order."""
+    coords = np.asarray(coords, np.int64).reshape(-1, 1 + len(spatial_shape))
+    order = np.argsort(linear_sites(coords, spatial_shape), kind="stable").astype(np.int64)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    return coords[order], order.reshape(-1, 1), rank.reshape(-1, 1)
+
+
 def active_sites(x):
     """coords of the sites of X [B, C, *S] where any channel is non-zero (NaN too), sorted; their sites."""
     x = np.asarray(x)

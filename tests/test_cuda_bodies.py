@@ -114,6 +114,16 @@ def test_site_index(kernels, seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+def test_site_order(kernels, seed):
+    rng = np.random.default_rng(seed)
+    spatial_shape = random_geometry(rng, "submanifold")["spatial_shape"]
+    coords = random_coords(rng, spatial_shape, int(rng.integers(1, 4)), 0 if seed % 10 == 0 else None)
+    want = run("SiteOrder", {"coords": coords}, 3, spatial_shape=spatial_shape)
+    for got, expected in zip(kernels.site_order(coords, spatial_shape), want, strict=True):
+        assert_same(got, expected)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_active_sites(kernels, seed):
     rng = np.random.default_rng(seed)
     spatial_shape = random_geometry(rng, "submanifold")["spatial_shape"]

@@ -36,7 +36,7 @@ def cuda_library() -> str:
 def test_it_exports_the_entry_point_and_the_c_abi(cuda_library):
     library = ctypes.CDLL(cuda_library)
     for name in ("RegisterCustomOps", "sl_submanifold_map", "sl_reached_map", "sl_target_map", "sl_site_index",
-                 "sl_active_sites", "sl_coalesce_map", "sl_unfold", "sl_fold", "sl_indexed_conv", "sl_indexed_conv_int8"):
+                 "sl_site_order", "sl_active_sites", "sl_coalesce_map", "sl_unfold", "sl_fold", "sl_indexed_conv", "sl_indexed_conv_int8"):
         assert hasattr(library, name), name
     library.sl_backend.restype = ctypes.c_char_p
     assert library.sl_backend() == b"cuda"
@@ -80,7 +80,7 @@ def test_placement_reads_onnxruntimes_record_of_each_node():
     assert runtime.custom_ops_off(session, "CPUExecutionProvider") == []
     assert runtime.custom_ops_off(session, "CUDAExecutionProvider") == custom
     with pytest.warns(sparse_lower.errors.SparseLowerWarning,
-                      match=r"5 custom op\(s\) run on the CPU, not on CUDAExecutionProvider.*IndexedConv x3"):
+                      match=r"7 custom op\(s\) run on the CPU, not on CUDAExecutionProvider.*IndexedConv x3"):
         runtime._warn_of_custom_ops_off(session, "CUDAExecutionProvider")
 
 

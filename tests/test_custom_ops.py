@@ -155,6 +155,17 @@ def test_site_index(seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+def test_site_order(seed):
+    rng = np.random.default_rng(seed)
+    spatial_shape = random_geometry(rng, "submanifold")["spatial_shape"]
+    coords = random_coords(rng, spatial_shape, int(rng.integers(1, 4)), 0 if seed % 10 == 0 else None)
+    inputs = {"coords": coords} if seed % 2 else {"coords": coords, "X": np.zeros((len(coords), 3), np.float32)}
+    for got, want in zip(run("SiteOrder", inputs, 3, spatial_shape=spatial_shape),
+                         ref.site_order(coords, spatial_shape), strict=True):
+        assert_same(got, want)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_active_sites(seed):
     rng = np.random.default_rng(seed)
     spatial_shape = random_geometry(rng, "submanifold")["spatial_shape"]
@@ -539,6 +550,7 @@ def _large_cases():
         "TargetMap": ({"coords": coords, "target_coords": coords}, 1, {**transposed, "source": "dense"}),
         "Rulebook": ({"nbr": nbr}, 12, {"groups": 4, "skip_taps": [13]}),
         "SiteIndex": ({"coords": coords}, 1, {"spatial_shape": grid, "batch_size": 2}),
+        "SiteOrder": ({"coords": coords}, 3, {"spatial_shape": grid}),
         "ActiveSites": ({"X": dense}, 2, {}),
         "IndexedUnfold": ({"X": x, "idx": nbr}, 1, {}),
         "IndexedFold": ({"rows": x[in_rows.clip(0)], "idx": out_rows, "like": x, "init": x[0]}, 1, {"mode": "rows"}),
@@ -629,6 +641,7 @@ def test_inferred_output_shapes():
     coords = np.zeros((5, 4), np.int64)
     assert shapes("SubmanifoldMap", {"coords": coords}, 1, kernel_shape=[3, 3, 3], spatial_shape=[4, 4, 4]) == [[5, 27]]
     assert shapes("SiteIndex", {"coords": coords}, 1, spatial_shape=[4, 4, 4], batch_size=2) == [[5]]
+    assert shapes("SiteOrder", {"coords": coords}, 3, spatial_shape=[4, 4, 4]) == [[5, 4], [5, 1], [5, 1]]
     x, idx = np.zeros((7, 16), np.float32), np.zeros((2, 5, 27), np.int64)
     assert shapes("IndexedUnfold", {"X": x, "idx": idx}, 1) == [[2, 5, 27 * 16]]
     rows = np.zeros((2, 5, 16), np.float32)
@@ -690,6 +703,15 @@ ERRORS = {
     "duplicated target coords": (
         "TargetMap", {"coords": GOOD, "target_coords": np.array([[0, 0, 0], [0, 0, 0]], np.int64)}, 1, GRID,
         r"TargetMap: rows 0 and 1 of target_coords are the same coordinate"),
+    "site order of duplicated coords": (
+        "SiteOrder", {"coords": np.array([[0, 1, 1], [0, 0, 0], [0, 1, 1]], np.int64)}, 3, {"spatial_shape": [4, 4]},
+        r"SiteOrder: rows 0 and 2 of coords are the same coordinate \(0, 1, 1\)"),
+    "site order outside the grid": (
+        "SiteOrder", {"coords": np.array([[0, 1, 1], [0, 4, 0]], np.int64)}, 3, {"spatial_shape": [4, 4]},
+        r"SiteOrder: coordinate \(0, 4, 0\) of row 1 of coords is outside the grid \[4, 4\]"),
+    "site order of features that do not pair": (
+        "SiteOrder", {"coords": np.array([[0, 1, 1], [0, 3, 0]], np.int64), "X": np.zeros((3, 4), np.float32)}, 3,
+        {"spatial_shape": [4, 4]}, r"SiteOrder: X has 3 rows but coords has 2: features and coords must pair row by row"),
     "batch at or above batch_size": (
         "SiteIndex", {"coords": GOOD}, 1, {"spatial_shape": [4, 4], "batch_size": 1},
         r"SiteIndex: row 2 of coords has batch 1, not below batch_size 1"),

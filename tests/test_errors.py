@@ -25,8 +25,8 @@ from sparse_lower import SparseLowerError
 from sparse_lower.cli.main import main
 from sparse_lower.importers import import_model
 
-VALIDATE = " (step 1 of 6: checking the source model)"
-LOWER_GPU = " (step 4 of 6: lowering for the gpu target)"
+VALIDATE = " (step 1 of 7: checking the source model)"
+LOWER_GPU = " (step 4 of 7: lowering for the gpu target)"
 DANGLING = "is produced by no node and is neither a graph input nor an initializer"
 
 
@@ -401,7 +401,7 @@ VERSIONS = {
     "default opset too old for the nna ops": (
         lambda: with_opsets(model_with(), default=15, sparse=1), "nna",
         "the model imports ONNX opset 15; the nna lowering emits opset-16 ops (fix: convert the model with "
-        "onnx.version_converter first) (step 4 of 6: lowering for the nna target)"),
+        "onnx.version_converter first) (step 4 of 7: lowering for the nna target)"),
     "default opset newer than onnx knows": (
         lambda: with_opsets(model_with(), default=99, sparse=1), "gpu",
         f"the model imports ONNX opset 99, newer than the newest that onnx {onnx.__version__} knows "

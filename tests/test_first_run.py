@@ -137,7 +137,8 @@ def test_dump_dir_says_where_it_wrote(head_model, tmp_path):
                            cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert ("wrote the model after every pass to passes/ (00_input.onnx, 01_validate.onnx, 02_widen-float16.onnx, "
-            "03_scatter-to-dense.onnx, 04_lower-gpu.onnx, 05_fuse-epilogues.onnx, 06_check.onnx)") in run.stdout
+            "03_scatter-to-dense.onnx, 04_lower-gpu.onnx, 05_fuse-epilogues.onnx, 06_sort-first-sites.onnx, "
+            "07_check.onnx)") in run.stdout
 
 
 def test_max_active_on_the_gpu_target_is_said_to_do_nothing():
@@ -289,7 +290,7 @@ def test_a_coordinate_outside_the_grid_is_told_in_the_ops_words_with_the_fix(low
     run = sparse_lower_cli("run", str(lowered_head), str(frames), "-o", "out", cwd=tmp_path)
     assert run.returncode == 1 and "ONNXRuntimeError" not in run.stdout + run.stderr, run.stdout
     line = next(line for line in run.stdout.splitlines() if line.startswith("failed:"))
-    assert re.fullmatch(r"failed: \S+outside.npz: node '[^']+SubmanifoldMap': SubmanifoldMap: coordinate \(0, \d+, "
+    assert re.fullmatch(r"failed: \S+outside.npz: node '[^']+SiteOrder': SiteOrder: coordinate \(0, \d+, "
                         r"2000, \d+\) of row 0 of coords is outside the grid \[41, 1440, 1440\] \(fix: voxelize the "
                         r"frame on the grid the model was built for: coords are the batch index, then one index per "
                         r"grid axis\)", line), line

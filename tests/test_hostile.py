@@ -130,7 +130,7 @@ def test_coords_of_the_wrong_width_computed_in_the_graph_fail_in_the_kernel(spar
 
 
 @pytest.mark.parametrize("target, message", [
-    ("gpu", "IndexedConv: X has 7 rows but coords has 10: features and coords must pair row by row"),
+    ("gpu", "SiteOrder: X has 7 rows but coords has 10: features and coords must pair row by row"),
     ("nna", "PairRows: features have 7 rows but coords have 10: features and coords must pair row by row"),
 ], ids=["gpu", "nna"])
 def test_feature_rows_must_pair_with_the_coords(target, message, sparse_input):
@@ -142,7 +142,7 @@ def test_feature_rows_must_pair_with_the_coords(target, message, sparse_input):
 def test_a_batch_index_overflowing_the_linear_sites_is_refused(sparse_input):
     features, coords = sparse_input
     assert kernel_message(session(model_with()), {"features": features, "coords": changed(coords, (1, 0), 2**62)}) == \
-        "SubmanifoldMap: row 1 of coords has batch 4611686018427387904, too large for linear sites to fit in int64"
+        "SiteOrder: row 1 of coords has batch 4611686018427387904, too large for linear sites to fit in int64"
 
 
 INDEX_BUILDERS = {"SubmanifoldConv": "SubmanifoldMap", "SparseConv": "StridedMap", "SparseDeconv": "TransposedMap"}
@@ -154,10 +154,11 @@ INDEX_BUILDERS = {"SubmanifoldConv": "SubmanifoldMap", "SparseConv": "StridedMap
                                             ("SparseConv", STRIDED), ("SparseDeconv", STRIDED)],
                          ids=["subm", "subm-1x1", "strided", "transposed"])
 def test_coords_outside_the_grid_negative_or_duplicated_are_refused(op_type, attrs, target, rng):
-    """Every op's index builder, on every target, names itself, the row and the coordinate."""
+    """Every op's index builder, on every target, names itself, the row and the coordinate; on the targets
+    that put a submanifold level's rows in site order, SiteOrder reads the coords first."""
     lowered = session(model_with(op_type, attrs), target=target)
     features, coords = random_sparse(rng, 2, 3, (8, 8), count=10)
-    builder = INDEX_BUILDERS[op_type]
+    builder = "SiteOrder" if op_type == "SubmanifoldConv" and target != "nna" else INDEX_BUILDERS[op_type]
     outside = changed(coords, (3, 2), 8)
     assert kernel_message(lowered, {"features": features, "coords": outside}) == \
         f"{builder}: coordinate ({outside[3, 0]}, {outside[3, 1]}, 8) of row 3 of coords is outside the grid [8, 8]"

@@ -146,8 +146,8 @@ def test_dump_dir_holds_the_model_after_every_pass(tmp_path, rng):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["00_input.onnx", "01_validate.onnx",
                                                           "02_widen-float16.onnx", "03_scatter-to-dense.onnx",
                                                           "04_lower-gpu.onnx", "05_fuse-epilogues.onnx",
-                                                          "06_check.onnx"]
-    onnx.checker.check_model(onnx.load(tmp_path / "06_check.onnx"))
+                                                          "06_sort-first-sites.onnx", "07_check.onnx"]
+    onnx.checker.check_model(onnx.load(tmp_path / "07_check.onnx"))
 
 
 @pytest.mark.skipif(not (DATA / "nuscenes_centerpoint_voxels.npz").exists(), reason="shared data absent")

@@ -167,7 +167,7 @@ def test_lower_checks_and_dumps_the_model_after_every_pass(build, tmp_path):
     lowered = sparse_lower.lower(build(), check_each_pass=True, dump_dir=tmp_path)
     assert dumps(tmp_path) == ["00_input.onnx", "01_validate.onnx", "02_widen-float16.onnx",
                                "03_scatter-to-dense.onnx", "04_lower-gpu.onnx", "05_fuse-epilogues.onnx",
-                               "06_check.onnx"]
+                               "06_sort-first-sites.onnx", "07_check.onnx"]
     models = [onnx.load(tmp_path / name) for name in dumps(tmp_path)]
     assert models[0] == build() and models[1] == models[0]  # validation changes nothing
     assert models[3] == models[2] == models[1]  # nor do the next two, with no float16 and no ScatterND

@@ -143,7 +143,8 @@ class KernelModel:
         self.deferred, self.splits = deferred, splits
         ops = {"SubmanifoldMap": self._submanifold_map, "StridedMap": self._reached_map,
                "TransposedMap": self._reached_map, "TargetMap": self._target_map, "SiteIndex": self._site_index,
-               "IndexedFold": self._fold, "IndexedUnfold": self._unfold, "IndexedConv": self._conv,
+               "SiteOrder": self._site_order, "IndexedFold": self._fold, "IndexedUnfold": self._unfold,
+               "IndexedConv": self._conv,
                "ActiveSites": self._active_sites, "CoalesceMap": self._coalesce_map, "Rulebook": self._on_cpu,
                "IndexedConvInt8": self._conv_int8}
         self.graph = TorchGraph(model, device, custom=ops)
@@ -171,6 +172,9 @@ class KernelModel:
 
     def _site_index(self, node, inputs, attrs):
         return self._out(self.kernels.site_index(self._in(inputs[0]), attrs["spatial_shape"], attrs["batch_size"]))
+
+    def _site_order(self, node, inputs, attrs):
+        return self._out(*self.kernels.site_order(self._in(inputs[0]), attrs["spatial_shape"]))
 
     def _active_sites(self, node, inputs, attrs):
         return self._out(*self.kernels.active_sites(self._in(inputs[0])))

@@ -3,6 +3,8 @@ table's kernel time (onnxruntime's profile of the index-only model, bench.system
 total, and with --whole the whole run, medians over rounds in which A and B alternate, so that a loaded
 machine's drift falls on both. It also checks that both give the same tables and outputs, bit for bit.
 This is the A/B of a kernel change: keep a copy of the installed library before rebuilding.
+With --a-unsorted, A runs the model lowered without SortFirstSites (its first level in the frame's
+order), which is the A/B of that pass when A and B are the same library.
 
     cp "$(python -c 'import sparse_lower.runtime as r; print(r.get_library_path())')" /tmp/before.so
     # … rebuild and install …
@@ -12,6 +14,7 @@ This is the A/B of a kernel change: keep a copy of the installed library before 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -33,10 +36,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7, help="rounds of A then B (default 7)")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads (default 2)")
     parser.add_argument("--whole", action="store_true", help="also time the whole run (the best of 3 per round)")
+    parser.add_argument("--a-unsorted", action="store_true",
+                        help="A's model lowered without SortFirstSites (the first level in the frame's order)")
     args = parser.parse_args()
     for library in (args.a, args.b):
         if not library.is_file():
             parser.error(f"{library} is not a file")
+
+    from unittest import mock
 
     from sparse_lower.api import lower
     from sparse_lower.bench.cases import BEVFUSION_FILE, CENTERPOINT_FILE
@@ -44,14 +51,18 @@ def main() -> None:
     from sparse_lower.bench.systems import index_only, session_options
     from sparse_lower.frames.sample import real_feeds
     from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd, sparse_unet
+    from sparse_lower.passes.site_order import SortFirstSites
     from sparse_lower.runtime import LIBRARY_ENV, create_session
 
     feeds = real_feeds(CENTERPOINT_FILE if args.frame == "centerpoint" else BEVFUSION_FILE)
     network = sp_middle_resnet_fhd if args.network == "centerpoint" else sparse_unet
-    lowered = lower(network(CanonicalEmitter(), np.random.default_rng(0)), target="gpu")
-    tables = index_only(lowered)
-    table_inputs = {v.name for v in tables.graph.input}
-    table_feeds = {name: value for name, value in feeds.items() if name in table_inputs}
+    lowered = {"B": lower(network(CanonicalEmitter(), np.random.default_rng(0)), target="gpu")}
+    with mock.patch.object(SortFirstSites, "call", lambda self, model: model) if args.a_unsorted else \
+            contextlib.nullcontext():
+        lowered["A"] = lower(network(CanonicalEmitter(), np.random.default_rng(0)), target="gpu")
+    tables = {name: index_only(model) for name, model in lowered.items()}
+    table_feeds = {name: {k: v for k, v in feeds.items() if k in {i.name for i in model.graph.input}}
+                   for name, model in tables.items()}
 
     def session(library: Path, model):
         os.environ[LIBRARY_ENV] = str(library)
@@ -62,12 +73,12 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, library in (("A", args.a), ("B", args.b)):
             os.environ[LIBRARY_ENV] = str(library)
-            found = profile(tables, table_feeds, session_options(args.threads), runs=3)
+            found = profile(tables[name], table_feeds[name], session_options(args.threads), runs=3)
             for node, ms in found["by_node"].items():
                 times[name].setdefault(node, []).append(ms)
             times[name].setdefault("index tables in all", []).append(found["total_ms"])
             if args.whole:
-                whole = session(library, lowered)
+                whole = session(library, lowered[name])
                 outputs[name] = whole.run(None, feeds)
                 runs = []
                 for _ in range(3):
@@ -75,15 +86,16 @@ def main() -> None:
                     whole.run(None, feeds)
                     runs.append((time.perf_counter() - start) * 1e3)
                 times[name].setdefault("whole run", []).append(min(runs))
-    tables_equal = all(np.array_equal(x, y) for x, y in zip(session(args.a, tables).run(None, table_feeds),
-                                                             session(args.b, tables).run(None, table_feeds)))
+    tables_equal = all(np.array_equal(x, y) for x, y in zip(session(args.a, tables["B"]).run(None, table_feeds["B"]),
+                                                             session(args.b, tables["B"]).run(None, table_feeds["B"])))
     print(f"{args.network} on the {args.frame} frame, {args.threads} threads, medians of {args.rounds} rounds (ms)")
     print(f"{'node':44s} {'A':>9s} {'B':>9s} {'B / A':>7s}")
-    for node, values in times["A"].items():
-        a, b = np.median(values), np.median(times["B"][node])
-        if a >= 0.1:
-            print(f"{node:44s} {a:9.2f} {b:9.2f} {b / a:7.2f}")
-    print("tables bitwise equal:", tables_equal)
+    for node in dict.fromkeys([*times["A"], *times["B"]]):
+        a, b = (np.median(times[name].get(node, [0.0])) for name in ("A", "B"))
+        if max(a, b) >= 0.1:
+            ratio = f"{b / a:7.2f}" if a else f"{'new':>7s}"
+            print(f"{node:44s} {a:9.2f} {b:9.2f} {ratio}")
+    print("B's tables bitwise equal in both libraries:", tables_equal)
     if args.whole:
         print("outputs bitwise equal:", all(np.array_equal(x, y) for x, y in zip(outputs["A"], outputs["B"])))
 

@@ -55,6 +55,11 @@ SL_EXPORT int sl_target_map(void* stream, const SlMapShape* map, const int64_t* 
 SL_EXPORT int sl_site_index(void* stream, int32_t dims, const int64_t* extent, int64_t batch_size,
                             const int64_t* coords, int64_t rows, int64_t* sites, char* error, int64_t error_size);
 
+/* SiteOrder: out_coords [rows, 1 + dims], order [rows] and rank [rows] of coords [rows, 1 + dims] in a grid of
+   `extent`. */
+SL_EXPORT int sl_site_order(void* stream, int32_t dims, const int64_t* extent, const int64_t* coords, int64_t rows,
+                            int64_t* out_coords, int64_t* order, int64_t* rank, char* error, int64_t error_size);
+
 /* ActiveSites: coords [*count, 1 + dims] and sites [*count] of x [batch, channels, *extent]. */
 SL_EXPORT int sl_active_sites(void* stream, const float* x, int64_t batch, int64_t channels, int32_t dims,
                               const int64_t* extent, int64_t capacity, int64_t* count, int64_t* coords, int64_t* sites,

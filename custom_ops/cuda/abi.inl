@@ -135,6 +135,15 @@ int sl_site_index(void* stream, int32_t dims, const int64_t* extent, int64_t bat
   });
 }
 
+int sl_site_order(void* stream, int32_t dims, const int64_t* extent, const int64_t* coords, int64_t rows,
+                  int64_t* out_coords, int64_t* order, int64_t* rank, char* error, int64_t error_size) {
+  return Guarded(error, error_size, [&] {
+    const bodies::GridShape grid = CheckedGrid(dims, extent);
+    kernels::SiteOrder<Backend>(StreamOf(stream), grid, CoordsView{coords, rows, 1 + dims}, out_coords, order, rank);
+    return 0;
+  });
+}
+
 int sl_active_sites(void* stream, const float* x, int64_t batch, int64_t channels, int32_t dims, const int64_t* extent,
                     int64_t capacity, int64_t* count, int64_t* coords, int64_t* sites, char* error,
                     int64_t error_size) {

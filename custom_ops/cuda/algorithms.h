@@ -342,6 +342,23 @@ int64_t* Iota(typename B::Stream s, int64_t* values, int64_t count) {
   return values;
 }
 
+// SiteOrder: out_coords [rows, 1 + D], the rows of coords by ascending site; order [rows], the row each
+// is; rank [rows], the place of each row in that order. Each coordinate checked, no two rows equal.
+template <typename B>
+void SiteOrder(typename B::Stream s, const GridShape& grid, CoordsView coords, int64_t* out_coords, int64_t* order,
+               int64_t* rank) {
+  const int64_t rows = coords.rows, width = coords.width;
+  typename B::template Buffer<int64_t> sites(s, rows);
+  LinearSites<B>(s, coords, grid, MaxBatch(grid), 0, "coords", "grid", sites.data());
+  { IndexedSites<B> distinct(s, coords, sites.data(), "coords"); }
+  B::StableSortByKey(s, sites.data(), Iota<B>(s, order, rows), rows);
+  const int64_t* sorted = sites.data();
+  B::ForEach(s, rows, SL_LAMBDA(int64_t i) {
+    bodies::DecodeSite(sorted[i], grid, out_coords + i * width);
+    rank[order[i]] = i;
+  });
+}
+
 // flags [rows]: whether each position of the sorted sites starts a group (CoalesceMap).
 template <typename B>
 const uint8_t* GroupStarts(typename B::Stream s, const int64_t* sorted, int64_t rows, uint8_t* flags) {

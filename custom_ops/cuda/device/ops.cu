@@ -21,6 +21,7 @@
 #include "index/active_sites.h"
 #include "index/coalesce_map.h"
 #include "index/site_index.h"
+#include "index/site_order.h"
 #include "index/strided_map.h"
 #include "index/submanifold_map.h"
 #include "index/target_map.h"
@@ -104,6 +105,19 @@ struct SiteIndexCuda : Named<SiteIndex> {
     const Coords coords = ReadCoords(ctx, 0, "coords", grid_.Dims());
     int64_t* sites = AllocateOutput<int64_t>(ctx, 0, {coords.rows});
     kernels::SiteIndex<Backend>(this->Begin(ctx), Shape(grid_), batch_size_, View(coords), sites);
+  }
+};
+
+struct SiteOrderCuda : Named<SiteOrder> {
+  static constexpr const char* kProvider = kCuda;
+  using Named<SiteOrder>::Named;
+
+  void Compute(const Ort::KernelContext& ctx) const {
+    const Coords coords = ReadPaired(ctx);
+    int64_t* out_coords = AllocateOutput<int64_t>(ctx, 0, {coords.rows, coords.width});
+    int64_t* order = AllocateOutput<int64_t>(ctx, 1, {coords.rows, 1});
+    int64_t* rank = AllocateOutput<int64_t>(ctx, 2, {coords.rows, 1});
+    kernels::SiteOrder<Backend>(this->Begin(ctx), Shape(grid_), View(coords), out_coords, order, rank);
   }
 };
 
@@ -197,6 +211,7 @@ void AddProviderOps(Ort::CustomOpDomain& domain) {
   static const Op<ReachedMapCuda<TransposedMap>> transposed_map;
   static const Op<TargetMapCuda> target_map;
   static const Op<SiteIndexCuda> site_index;
+  static const Op<SiteOrderCuda> site_order;
   static const Op<CoalesceMapCuda> coalesce_map;
   static const Op<IndexedUnfoldCuda> indexed_unfold;
   static const Op<IndexedFoldCuda> indexed_fold;
@@ -204,7 +219,7 @@ void AddProviderOps(Ort::CustomOpDomain& domain) {
   static const Op<IndexedConvInt8Cuda> indexed_conv_int8;
   for (const OrtCustomOp* op : std::initializer_list<const OrtCustomOp*>{
            &active_sites, &submanifold_map, &strided_map, &transposed_map, &target_map, &site_index, &coalesce_map, &indexed_unfold,
-           &indexed_fold, &indexed_conv, &indexed_conv_int8}) {
+           &indexed_fold, &indexed_conv, &indexed_conv_int8, &site_order}) {
     domain.Add(op);
   }
 }

@@ -24,7 +24,7 @@ from ..graph import constant_value
 ROWWISE = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Identity", "Add", "Sub", "Mul", "Div", "Neg"}
 
 
-def _broadcasts_over_rows(value: np.ndarray) -> bool:
+def broadcasts_over_rows(value: np.ndarray) -> bool:
     """A constant operand that does not depend on the row (a per-channel vector or a scalar)."""
     return value.ndim <= 1 or (value.ndim == 2 and value.shape[0] == 1)
 
@@ -39,7 +39,7 @@ def _propagated(ctx: LoweringContext, rows: gs.Tensor, capacity: int) -> gs.Tens
     inputs = []
     for tensor in producer.inputs:
         value = constant_value(tensor)
-        if not tensor.name or (value is not None and _broadcasts_over_rows(value)):
+        if not tensor.name or (value is not None and broadcasts_over_rows(value)):
             inputs.append(tensor)
             continue
         padded = None if value is not None else _propagated(ctx, tensor, capacity)
