@@ -15,7 +15,7 @@ cmake --build "$build" -j "$(nproc)"
 
 tests=()
 for name in test_custom_ops test_cuda_bodies test_lower_gpu test_lower_nna test_errors test_hostile test_concurrency \
-            test_properties; do
+            test_properties test_site_order; do
   tests+=("$repo/tests/$name.py")
 done
 
