@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import json
 import sys
 
@@ -261,14 +263,15 @@ def test_the_vector_paths_are_the_cpus():
 
 
 @real_frames
-def test_the_portable_suite_measures_the_three_forms():
-    from sparse_lower.bench.portable import SYSTEMS, measure
+def test_the_portable_suite_measures_the_three_forms_and_openvino():
+    from sparse_lower.bench.portable import OPENVINO, SYSTEMS, measure
 
     result = measure(repeat=1, log=lambda *_: None)
+    openvino = [OPENVINO] if importlib.util.find_spec("openvino") else []  # the openvino extra
     for frame in ("centerpoint", "bevfusion"):
         record = result["frames"][frame]
         assert record["difference"] < 1e-5
-        assert list(record["systems"]) == list(SYSTEMS)
+        assert list(record["systems"]) == [*SYSTEMS, *openvino]
         assert all(entry["median_ms"] > 0 and entry["peak_mb"] > 100 for entry in record["systems"].values())
 
 
