@@ -69,8 +69,7 @@ def _cases() -> dict[str, tuple[onnx.ModelProto, dict, str]]:
         real = {"features": features, "coords": coords}
         lowered = sparse_lower.lower(head)
         cases["head_stack.real_frame.outputs"] = (lowered, real, "float")
-        tables = index_only(lowered)
-        cases["head_stack.real_frame.tables"] = (tables, {v.name: real[v.name] for v in tables.graph.input}, "bits")
+        cases["head_stack.real_frame.tables"] = (index_only(lowered), {"coords": real["coords"]}, "bits")
         quantized, _ = sparse_lower.quantize(lowered, [real])
         cases["head_stack.real_frame.int8"] = (quantized, real, "bits")
         standard = sparse_lower.lower(head, target="nna", max_active=level_rows(head, [real]), tables="standard")

@@ -159,8 +159,7 @@ def test_site_order(seed):
     rng = np.random.default_rng(seed)
     spatial_shape = random_geometry(rng, "submanifold")["spatial_shape"]
     coords = random_coords(rng, spatial_shape, int(rng.integers(1, 4)), 0 if seed % 10 == 0 else None)
-    inputs = {"coords": coords} if seed % 2 else {"coords": coords, "X": np.zeros((len(coords), 3), np.float32)}
-    for got, want in zip(run("SiteOrder", inputs, 3, spatial_shape=spatial_shape),
+    for got, want in zip(run("SiteOrder", {"coords": coords}, 3, spatial_shape=spatial_shape),
                          ref.site_order(coords, spatial_shape), strict=True):
         assert_same(got, want)
 
@@ -709,9 +708,6 @@ ERRORS = {
     "site order outside the grid": (
         "SiteOrder", {"coords": np.array([[0, 1, 1], [0, 4, 0]], np.int64)}, 3, {"spatial_shape": [4, 4]},
         r"SiteOrder: coordinate \(0, 4, 0\) of row 1 of coords is outside the grid \[4, 4\]"),
-    "site order of features that do not pair": (
-        "SiteOrder", {"coords": np.array([[0, 1, 1], [0, 3, 0]], np.int64), "X": np.zeros((3, 4), np.float32)}, 3,
-        {"spatial_shape": [4, 4]}, r"SiteOrder: X has 3 rows but coords has 2: features and coords must pair row by row"),
     "batch at or above batch_size": (
         "SiteIndex", {"coords": GOOD}, 1, {"spatial_shape": [4, 4], "batch_size": 1},
         r"SiteIndex: row 2 of coords has batch 1, not below batch_size 1"),

@@ -130,7 +130,7 @@ def test_coords_of_the_wrong_width_computed_in_the_graph_fail_in_the_kernel(spar
 
 
 @pytest.mark.parametrize("target, message", [
-    ("gpu", "SiteOrder: X has 7 rows but coords has 10: features and coords must pair row by row"),
+    ("gpu", "IndexedUnfold: X has 7 rows but coords has 10: features and coords must pair row by row"),
     ("nna", "PairRows: features have 7 rows but coords have 10: features and coords must pair row by row"),
 ], ids=["gpu", "nna"])
 def test_feature_rows_must_pair_with_the_coords(target, message, sparse_input):

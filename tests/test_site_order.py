@@ -71,7 +71,7 @@ def test_rows_the_graph_returns_from_the_first_level_come_back_in_the_frames_ord
     names = [i.name for i in model.graph.input]
     lowered = assert_same_run(model, dict(zip(names, (features, coords))), monkeypatch)
     assert [n.name for n in lowered.graph.node if n.op_type == "IndexedUnfold" and "/back_" in n.name]
-    tables = ops(index_only(lowered))  # the benchmarks' index tables: SiteOrder reads the features' shape only
+    tables = ops(index_only(lowered))  # the benchmarks' index tables: SiteOrder among them
     assert "SiteOrder" in tables and tables.count("SubmanifoldMap") == 3
 
 
@@ -105,6 +105,17 @@ def test_rows_of_another_input_paired_with_the_level_keep_it_in_the_frames_order
     expected = reference.run(model, feeds)
     got = session(lowered).run(None, feeds)
     np.testing.assert_allclose(got[0], expected[lowered.graph.output[0].name], rtol=1e-5, atol=1e-5)
+
+
+def test_features_that_do_not_pair_with_the_coords_are_refused(rng):
+    """Their gather into site order pairs them with the coords, as the convs did: more rows or fewer."""
+    model, grid = block_then_stride(rng, 2)
+    features, coords = random_sparse(rng, 1, 3, grid, count=6)
+    for rows in (5, 7):
+        feeds = {"features": rng.standard_normal((rows, 3)).astype(np.float32), "coords": coords}
+        with pytest.raises(Exception, match=f"IndexedUnfold: X has {rows} rows but coords has 6: features and coords "
+                                            "must pair row by row"):
+            session(sparse_lower.lower(model)).run(None, feeds)
 
 
 def test_duplicated_coords_are_refused_by_the_site_order(rng):

@@ -2,30 +2,18 @@
 #include "index/site_order.h"
 
 #include <algorithm>
-#include <vector>
 
 #include "common/attributes.h"
 #include "common/parallel.h"
 #include "common/sorted_sites.h"
-#include "common/status.h"
 #include "common/tensor.h"
 
 namespace sparse_lower {
 
 SiteOrder::SiteOrder(const Ort::ConstKernelInfo& info) : grid_(Required(SpatialShape(info), "spatial_shape")) {}
 
-Coords SiteOrder::ReadPaired(const Ort::KernelContext& ctx) const {
-  const Coords coords = ReadCoords(ctx, 0, "coords", grid_.Dims());
-  if (HasInput(ctx, 1)) {
-    const std::vector<int64_t> x = InputShape(ctx, 1);
-    if (x.size() != 2) Fail("X must have shape [N, C], got ", List(x));
-    CheckCoordsPairing(ctx, 0, x[0]);
-  }
-  return coords;
-}
-
 void SiteOrder::Compute(const Ort::KernelContext& ctx) const {
-  const Coords coords = ReadPaired(ctx);
+  const Coords coords = ReadCoords(ctx, 0, "coords", grid_.Dims());
   const SortedSites sorted = SortSites(LinearSites(ctx, coords, grid_, "coords", grid_.max_batch), coords, "coords");
   int64_t* out_coords = AllocateOutput<int64_t>(ctx, 0, {coords.rows, coords.width});
   int64_t* order = AllocateOutput<int64_t>(ctx, 1, {coords.rows, 1});

@@ -11,8 +11,6 @@ namespace sparse_lower {
 // rank [N, 1]: the position of each row of coords in that order (rank[order[i, 0], 0] = i). Every
 // coordinate is checked as the map builders check theirs (inside spatial_shape, batch ≥ 0, no two rows
 // equal). order and rank are one-tap tables, so that IndexedUnfold moves rows into the order and back.
-// X (optional, shape only): the features that pair with coords, refused as IndexedConv refuses them when
-// their rows do not pair (the gather through order would otherwise name an index, not the mismatch).
 //
 // Why: a frame's rows come in its sensor's scan order, and the first level's tables and convs keep it,
 // so the neighbours of consecutive rows lie anywhere in the features. The gpu target takes that level's
@@ -21,7 +19,7 @@ namespace sparse_lower {
 class SiteOrder {
  public:
   static constexpr const char* kName = "SiteOrder";
-  static constexpr InputSpec kInputs[] = {{kInt64, false}, {kAnyType, true}};  // coords, X (shape only)
+  static constexpr InputSpec kInputs[] = {{kInt64, false}};
   static constexpr ONNXTensorElementDataType kOutputs[] = {kInt64, kInt64, kInt64};
 
   explicit SiteOrder(const Ort::ConstKernelInfo& info);
@@ -29,9 +27,6 @@ class SiteOrder {
   static void InferShapes(const ShapeContext& ctx);
 
  protected:  // the CUDA kernel (cuda/device/ops.cu) derives from it, sharing its checks
-  // coords [N, 1 + D], after checking that X (where given) has N rows.
-  Coords ReadPaired(const Ort::KernelContext& ctx) const;
-
   Grid grid_;
 };
 

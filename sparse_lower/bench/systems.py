@@ -34,26 +34,18 @@ def session_options(threads: int = THREADS) -> ort.SessionOptions:
     return options
 
 
-# Inputs read for their shape alone where the features fed go in: SiteOrder checks that they pair with
-# the coords, and is an index table all the same.
-SHAPE_ONLY = {("SiteOrder", 1)}
-
-
 def index_only(lowered: onnx.ModelProto) -> onnx.ModelProto:
-    """The lowered model cut down to the nodes that do not depend on the features' values (every
-    floating-point input: a point transformer's positions too): the index tables and the int64 index
-    arithmetic, every output of theirs made a graph output so none is pruned."""
+    """The lowered model cut down to the nodes that do not depend on the features (every floating-point
+    input: a point transformer's positions too): the index tables and the int64 index arithmetic, every
+    output of theirs made a graph output so none is pruned."""
     model = onnx.ModelProto()
     model.CopyFrom(lowered)
     constant = {t.name for t in model.graph.initializer}
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
     tainted = {v.name for v in model.graph.input if v.type.tensor_type.elem_type in floats}
-    fed = set(tainted)
     keep = []
     for node in model.graph.node:  # topologically sorted
-        values = [i for position, i in enumerate(node.input)
-                  if i and not ((node.op_type, position) in SHAPE_ONLY and i in fed)]
-        if any(i in tainted for i in values):
+        if any(i in tainted for i in node.input if i):
             tainted.update(node.output)
         else:
             keep.append(node)

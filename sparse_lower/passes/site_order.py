@@ -15,8 +15,8 @@ model without the pass.
 
 Where it applies, all of it or nothing: a coords input of the graph read by index builders of rows
 (source "rows"), at least one `SubmanifoldMap` among them, and the pairing input of `IndexedConv`s; one
-features input of the graph read by those convs, and by nothing else (SiteOrder checks that it pairs with
-the coords, as the convs did); every tensor in the level's row order (those features, the outputs of
+features input of the graph read by those convs, and by nothing else (its gather into site order checks
+that it pairs with the coords, as the convs did); every tensor in the level's row order (those features, the outputs of
 convs over a table whose rows are the level's) read only as the rows or the residual of an `IndexedConv`
 over a table of the level, by a row-wise standard op (a `Relu`, an `Add` of two such tensors or of a
 per-channel constant: its output is in the level's order too), as the rows of a dense `IndexedFold` at
@@ -167,9 +167,10 @@ class _Level:
             (name not in self.rows_read or node.inputs[CONV_ROWS].name in self.ordered)
 
 
-def _unfold(graph: gs.Graph, rows: gs.Variable, table: gs.Variable, name: str, output: gs.Variable) -> None:
-    """output = rows through a one-tap table (IndexedUnfold: the library's parallel gather)."""
-    graph.nodes.append(gs.Node("IndexedUnfold", name, inputs=[rows, table], outputs=[output], domain=CUSTOM_DOMAIN))
+def _unfold(graph: gs.Graph, inputs: list[gs.Variable], name: str, output: gs.Variable) -> None:
+    """output = rows through a one-tap table (IndexedUnfold: the library's parallel gather; given the coords
+    too, it refuses rows that do not pair with them)."""
+    graph.nodes.append(gs.Node("IndexedUnfold", name, inputs=inputs, outputs=[output], domain=CUSTOM_DOMAIN))
 
 
 def _sort(graph: gs.Graph, level: _Level) -> None:
@@ -184,12 +185,12 @@ def _sort(graph: gs.Graph, level: _Level) -> None:
     (features,) = level.features
     readers = [n for n in coords.outputs if n not in level.kept]
     graph.nodes.append(gs.Node("SiteOrder", f"{prefix}/SiteOrder", {"spatial_shape": level.spatial_shape},
-                               inputs=[coords, features], outputs=[in_order, order, rank], domain=CUSTOM_DOMAIN))
+                               inputs=[coords], outputs=[in_order, order, rank], domain=CUSTOM_DOMAIN))
     for reader in readers:
         reader.inputs = [in_order if t is coords else t for t in reader.inputs]
     gathered = gs.Variable(f"{features.name}/in_site_order", dtype=features.dtype, shape=features.shape)
-    readers = [n for n in features.outputs if n.op != "SiteOrder"]
-    _unfold(graph, features, order, f"{prefix}/{features.name}", gathered)
+    readers = list(features.outputs)
+    _unfold(graph, [features, order, in_order], f"{prefix}/{features.name}", gathered)
     for reader in readers:
         reader.inputs = [gathered if t is features else t for t in reader.inputs]
     for output in graph.outputs:
@@ -201,7 +202,7 @@ def _sort(graph: gs.Graph, level: _Level) -> None:
         producer.outputs = [sorted_rows if t is output else t for t in producer.outputs]
         for reader in readers:
             reader.inputs = [sorted_rows if t is output else t for t in reader.inputs]
-        _unfold(graph, sorted_rows, rank, f"{prefix}/back_{output.name}", output)
+        _unfold(graph, [sorted_rows, rank], f"{prefix}/back_{output.name}", output)
 
 
 class SortFirstSites:

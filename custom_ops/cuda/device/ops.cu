@@ -113,7 +113,7 @@ struct SiteOrderCuda : Named<SiteOrder> {
   using Named<SiteOrder>::Named;
 
   void Compute(const Ort::KernelContext& ctx) const {
-    const Coords coords = ReadPaired(ctx);
+    const Coords coords = ReadCoords(ctx, 0, "coords", grid_.Dims());
     int64_t* out_coords = AllocateOutput<int64_t>(ctx, 0, {coords.rows, coords.width});
     int64_t* order = AllocateOutput<int64_t>(ctx, 1, {coords.rows, 1});
     int64_t* rank = AllocateOutput<int64_t>(ctx, 2, {coords.rows, 1});
