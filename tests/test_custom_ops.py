@@ -79,6 +79,27 @@ def test_maps_on_large_grids(spatial_shape, count, op_type, kind, reference):
     assert_same(nbr, expected_nbr)
 
 
+# SubmanifoldNeighbours takes the rows of one grid line together, in groups of at most 4096 sites along
+# x: lines longer than that, with gaps and runs of neighbours, several groups on one line, dilated taps
+# crossing a group's edge, 1, 2 and 3 dimensions, and a kernel line wider than a group (a lookup per tap).
+@pytest.mark.parametrize("spatial_shape, kernel_shape, dilations", [([3, 2, 20000], [3, 3, 3], [1, 1, 1]),
+                                                                    ([2, 30000], [3, 5], [1, 3]),
+                                                                    ([50000], [7], [2]),
+                                                                    ([40000], [3], [2500])])
+def test_submanifold_map_on_long_lines(spatial_shape, kernel_shape, dilations):
+    rng = np.random.default_rng(len(spatial_shape))
+    starts = rng.integers(0, spatial_shape[-1] - 40, 400)
+    runs = [np.arange(start, start + int(rng.integers(1, 40))) for start in starts]
+    x = np.unique(np.concatenate([*runs, rng.integers(0, spatial_shape[-1], 3000)]))
+    lines = rng.integers(0, [2, *spatial_shape[:-1]], (len(x), len(spatial_shape)))
+    coords = np.unique(np.concatenate([lines, x[:, None]], axis=1), axis=0)
+    coords = coords[rng.permutation(len(coords))].astype(np.int64)
+    attributes = {"spatial_shape": spatial_shape, "kernel_shape": kernel_shape, "dilations": dilations}
+    for threads in (1, 2):
+        (nbr,) = run("SubmanifoldMap", {"coords": coords}, 1, threads=threads, **attributes)
+        assert_same(nbr, ref.submanifold_map(coords, **attributes))
+
+
 def test_maps_without_popcnt():
     """The site bits counted without POPCNT (the library routine an x86-64 CPU without it runs, forced by
     SPARSE_LOWER_PORTABLE_KERNELS in a fresh process: the library reads it once) against the reference,

@@ -44,6 +44,7 @@ class MapGeometry {
   int64_t Taps() const { return taps_; }
   const std::vector<Axis>& Axes() const { return axes_; }
   bool Dense() const { return dense_; }  // source = "dense": nbr holds linear sites, not rows
+  bool Transposed() const { return axes_.front().transposed; }
   const Grid& In() const { return in_; }
   const Grid& Out() const { return out_; }
   // The largest batch for which linear sites of both grids fit in int64.

@@ -20,6 +20,15 @@ class ReachedMap {
   ReachedMap(const Ort::ConstKernelInfo& info, MapKind kind) : geometry_(info, kind) {}
 
   MapGeometry geometry_;
+
+ private:
+  // Whether a strided map of `inputs` rows and `outputs` outputs fills at least one in 9 of its table's
+  // slots. Then looking each output's taps up (LineNeighbours), which writes each row of the table once
+  // while it is in cache, beats scattering each input's pairs (SiteBits::ScatterNeighbours), which fills
+  // the whole table with -1 first and costs per pair rather than per slot. On the real frames, 2 threads:
+  // the CenterPoint frame's first StridedMap (1 slot in 7 filled) 4.0 → 3.8 ms by lookups, the BEVFusion
+  // frame's (1 in 12.5) 1.6 ms by the scatter, 1.9 ms by lookups.
+  bool Filled(int64_t inputs, int64_t outputs) const;
 };
 
 }  // namespace sparse_lower

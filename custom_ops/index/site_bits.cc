@@ -111,6 +111,19 @@ void SiteBits::WriteCoords(const Ort::KernelContext& ctx, const Grid& grid, int6
   });
 }
 
+std::vector<int64_t> SiteBits::Sites(const Ort::KernelContext& ctx) const {
+  std::vector<int64_t> sites(static_cast<size_t>(Count()));
+  ParallelFor(ctx, static_cast<int64_t>(words_.size()), kWordGrain, [&](int64_t begin, int64_t end) {
+    int64_t* site = sites.data() + rank_[static_cast<size_t>(begin)];
+    for (int64_t w = begin; w < end; ++w) {
+      for (uint64_t bits = words_[static_cast<size_t>(w)]; bits != 0; bits &= bits - 1) {
+        *site++ = w * 64 + __builtin_ctzll(bits);
+      }
+    }
+  });
+  return sites;
+}
+
 void SiteBits::ScatterNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry,
                                  const IndexedInput& inputs, int64_t* nbr) const {
   const int64_t taps = geometry.Taps();

@@ -36,6 +36,9 @@ class SiteBits {
   // out_coords [Count(), 1 + D]: the marked sites' coordinates in ascending site order.
   void WriteCoords(const Ort::KernelContext& ctx, const Grid& grid, int64_t* out) const;
 
+  // The marked sites in ascending order.
+  std::vector<int64_t> Sites(const Ort::KernelContext& ctx) const;
+
   // nbr [Count(), K] for source "rows": -1, then each input's row at (the row of an output it reaches, the tap).
   void ScatterNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry, const IndexedInput& inputs,
                          int64_t* nbr) const;

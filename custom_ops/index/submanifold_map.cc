@@ -13,7 +13,7 @@ void SubmanifoldMap::Compute(const Ort::KernelContext& ctx) const {
   if (geometry_.Dense()) {  // linear sites of a dense input: arithmetic, no lookups to halve
     GatherNeighbours(ctx, geometry_, inputs.coords, &inputs.sites.row, inputs, nbr);
   } else {
-    SubmanifoldNeighbours(ctx, geometry_, inputs, nbr);
+    LineNeighbours(ctx, geometry_, inputs.coords, inputs.sites, inputs, nbr);
   }
 }
 
