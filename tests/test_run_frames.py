@@ -180,6 +180,21 @@ def test_outputs_appear_whole_or_not_at_all(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_ctrl_c_inside_the_zip_writer_stays_an_interrupt(tmp_path, monkeypatch):
+    """An interrupt whose clean-up in zipfile raises another error (seen under SIGINT: ValueError "seek of
+    closed file") reaches the caller as the KeyboardInterrupt, not as a failed frame."""
+    def interrupted(stream, **arrays):
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise ValueError("seek of closed file")
+
+    monkeypatch.setattr(frame_files.np, "savez", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_outputs(tmp_path / "f000.npz", {"y": np.zeros(3)})
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_run_reports_the_bad_frames_and_exits_1(frames, tmp_path, capsys):
     code = main(["run", str(Path(__file__).resolve().parents[1] / "models" / "centerpoint_head.onnx"), str(frames),
                  "-o", str(tmp_path / "out"), "--threads", "1"])

@@ -206,6 +206,14 @@ def write_outputs(path: Path, outputs: dict[str, np.ndarray], compress: bool = F
         with open(partial, "xb") as stream:
             save(stream, **outputs)
         os.replace(partial, path)
-    except BaseException:
+    except BaseException as error:
         partial.unlink(missing_ok=True)
+        # Ctrl-C inside the zip writer can surface as the error its clean-up raises next ("seek of closed
+        # file"), the KeyboardInterrupt only its context: a frame's failure to the caller, and the
+        # interrupt lost. The interrupt is what happened.
+        interrupt = error
+        while interrupt is not None and not isinstance(interrupt, KeyboardInterrupt):
+            interrupt = interrupt.__context__
+        if interrupt is not None and interrupt is not error:
+            raise interrupt from None
         raise
