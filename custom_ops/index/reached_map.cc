@@ -12,10 +12,10 @@ namespace sparse_lower {
 
 bool ReachedMap::Filled(int64_t inputs, int64_t outputs) const {
   // An input reaches about K / Πs (output, tap) slots of a convolution, so the table holds about N / (M·Πs)
-  // of its slots filled.
-  int64_t reach = outputs;
-  for (const Axis& axis : geometry_.Axes()) reach *= axis.stride;
-  return 9 * inputs >= reach;
+  // of its slots filled. In double: M·Πs can pass int64.
+  auto reach = static_cast<double>(outputs);
+  for (const Axis& axis : geometry_.Axes()) reach *= static_cast<double>(axis.stride);
+  return 9.0 * static_cast<double>(inputs) >= reach;
 }
 
 void ReachedMap::Compute(const Ort::KernelContext& ctx) const {
