@@ -79,7 +79,7 @@ def test_maps_on_large_grids(spatial_shape, count, op_type, kind, reference):
     assert_same(nbr, expected_nbr)
 
 
-# SubmanifoldNeighbours takes the rows of one grid line together, in groups of at most 4096 sites along
+# LineNeighbours takes the rows of one grid line together, in groups of at most 4096 sites along
 # x: lines longer than that, with gaps and runs of neighbours, several groups on one line, dilated taps
 # crossing a group's edge, 1, 2 and 3 dimensions, and a kernel line wider than a group (a lookup per tap).
 @pytest.mark.parametrize("spatial_shape, kernel_shape, dilations", [([3, 2, 20000], [3, 3, 3], [1, 1, 1]),

@@ -176,9 +176,9 @@ void LineNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry, 
     const int64_t span = out_extent > kSpan / x.stride ? kSpan : out_extent * x.stride;
     std::vector<int64_t> near(static_cast<size_t>(span + window), -1);
     std::vector<int64_t> cursors(static_cast<size_t>(lines), 0);  // per kernel line, where its last seek ended
+    const size_t lead = kCube ? 0 : skipped;                       // the spatial columns a grid of < 3D lacks
     for (int64_t i = begin; i < end;) {
       const int64_t* const c = outputs.Row(out_row[i]);  // the batch, then D spatial coordinates
-      const size_t lead = kCube ? 0 : skipped;
       const int64_t cz = lead > 0 ? 0 : c[1];
       const int64_t cy = lead > 1 ? 0 : c[2 - lead];
       const int64_t origin = out_site[i] - c[3 - lead];  // the output grid line's x = 0

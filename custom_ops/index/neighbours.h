@@ -61,9 +61,10 @@ void GatherNeighbours(const Ort::KernelContext& ctx, const MapGeometry& geometry
 // nbr [M, taps] for source "rows" of a convolution's outputs (not transposed; a submanifold map is one,
 // outputs = inputs), `outputs` at the rows of `ascending` in ascending site order. The outputs of one grid
 // line (batch, z, y) read the same input grid lines, so they are taken a grid line at a time (groups
-// whose taps span at most 4096 input sites along x; a wider kernel line, GatherNeighbours): a cursor per kernel line finds each input grid
-// line's sites once per group, they are spread by x into a small table, and every output of the group
-// copies its kernel line's slots from there, with no search and no branch per tap. Each row of nbr is
+// whose taps span at most 4096 input sites along x; a wider kernel line goes to GatherNeighbours): a
+// cursor per kernel line finds each input grid line's sites once per group, they are spread by x into a
+// small table, and every output of the group copies its kernel line's slots from there, with no search
+// and no branch per tap. Each row of nbr is
 // written once, while it is in cache. On the real CenterPoint frame, 2 threads, the backbone's four
 // SubmanifoldMaps: 18.8 → 13.8 ms for a cursor step per kernel line and row instead of a search per
 // tap; 13.0 → 10.3 ms with a 3³ kernel's sizes as constants; 10.1 → 6.0 ms a grid line at a time (and
