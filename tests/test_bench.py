@@ -265,6 +265,7 @@ def test_the_vector_paths_are_the_cpus():
 @real_frames
 def test_the_portable_suite_measures_the_three_forms_and_openvino():
     from sparse_lower.bench.portable import OPENVINO, SYSTEMS, measure
+    from sparse_lower.bench.tables import portable_table
 
     result = measure(repeat=1, log=lambda *_: None)
     openvino = [OPENVINO] if importlib.util.find_spec("openvino") else []  # the openvino extra
@@ -273,6 +274,13 @@ def test_the_portable_suite_measures_the_three_forms_and_openvino():
         assert record["difference"] < 1e-5
         assert list(record["systems"]) == [*SYSTEMS, *openvino]
         assert all(entry["median_ms"] > 0 and entry["peak_mb"] > 100 for entry in record["systems"].values())
+        split = record["split"]  # every kernel in one part; the unfold multiplies every tap, the pairs fewer
+        parts = [split[part] for part in ("products_ms", "unfold_ms", "tables_ms")]
+        assert min(parts) > 0 and sum(parts) + split["rest_ms"] == pytest.approx(split["total_ms"])
+        assert split["dense_gflop"] > 1.5 * split["pairs_gflop"] > 0
+    assert result["peak_gflops"] == max(result["peaks"]) > 0
+    assert "every tap at the peak" in portable_table({**result, "cpu": "x", "vector_units": "x", "date": "x",
+                                                      "commit": "x", "machine": "x", "cores": 2, "repeat": 1})
 
 
 @real_frames

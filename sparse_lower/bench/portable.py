@@ -10,6 +10,13 @@ system's median is given with its ratio to the gpu target's and the largest diff
 outputs. Each system's peak memory is measured in a process of its own, which lowers the model,
 creates the session and runs the frame twice (the high-water mark of a process cannot tell two
 systems sharing it apart).
+
+Where the dynamic portable model's time goes is measured beside it (`time_split`): onnxruntime's
+profile of it on each frame, split into the products (its MatMuls), the unfolds (the Gathers of
+feature rows by a neighbour table), the index tables and the rest; with the products' work counted
+two ways, every tap (what the unfold multiplies) and the taps that have a neighbour (what the gpu
+target multiplies), and the two-thread GEMM peak, best of its runs before and after. The products
+alone at that peak bound what the portable form can reach against the gpu target.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ from ..runtime import create_session, pad_rows
 from ..toolchains.prepare import fed
 from .cases import BEVFUSION_FILE, CENTERPOINT_FILE
 from .memory import process_peak_mb
-from .systems import session_options
+from .profile import profile
+from .systems import gemm_peak_gflops, index_only, session_options
 from .timing import alternating_medians
 
 FRAMES = {"centerpoint": CENTERPOINT_FILE, "bevfusion": BEVFUSION_FILE}
@@ -40,6 +48,7 @@ SYSTEMS = ("gpu target, library", "portable, plain onnxruntime", "portable stati
 OPENVINO = "portable, OpenVINO (f32)"
 LEVELS = (80_000, 70_000, 30_000, 11_000, 9_000)  # both real frames' sites per level, with a margin
 THREADS = 2
+PRODUCTS = ("MatMul", "Gemm", "FusedGemm", "FusedMatMul")  # onnxruntime fuses a MatMul and its bias into a Gemm
 
 
 class Padded:
@@ -79,12 +88,19 @@ def systems() -> tuple[str, ...]:
     return (*SYSTEMS, OPENVINO)
 
 
-def session(system: str, threads: int = THREADS):
-    """The backbone lowered for `system`, in its session."""
+def backbone(system: str) -> onnx.ModelProto:
+    """The backbone lowered for `system`."""
     model = sp_middle_resnet_fhd(CanonicalEmitter(), np.random.default_rng(0))
     if system == SYSTEMS[0]:
-        return create_session(lower(model, target="gpu"), sess_options=session_options(threads))
-    lowered = lower(model, target="portable", max_active=LEVELS if system == SYSTEMS[2] else None)
+        return lower(model, target="gpu")
+    return lower(model, target="portable", max_active=LEVELS if system == SYSTEMS[2] else None)
+
+
+def session(system: str, threads: int = THREADS):
+    """The backbone lowered for `system`, in its session."""
+    lowered = backbone(system)
+    if system == SYSTEMS[0]:
+        return create_session(lowered, sess_options=session_options(threads))
     if system == OPENVINO:
         return OpenVinoRun(lowered, threads)
     plain = ort.InferenceSession(lowered.SerializeToString(), session_options(threads),
@@ -99,11 +115,62 @@ def peak_mb(system: str, frame: str, threads: int = THREADS) -> float:
     return json.loads(child.stdout.strip().splitlines()[-1])["peak_mb"]
 
 
+def unfolds(lowered: onnx.ModelProto) -> list[tuple[onnx.NodeProto, int, int]]:
+    """(Gather, K·Cin, Cout) of every unfold of a portable model: a Gather of feature rows by an index table
+    (a node of bench.systems.index_only), whose Flatten feeds a MatMul by constant `[K·Cin, Cout]` weights."""
+    tables = {o for node in index_only(lowered).graph.node for o in node.output}
+    weights = {t.name: tuple(t.dims) for t in lowered.graph.initializer}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in lowered.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    found = []
+    for node in lowered.graph.node:
+        if node.op_type != "Gather" or node.input[0] in tables or node.input[1] not in tables:
+            continue
+        matmuls = [m for flat in readers.get(node.output[0], []) if flat.op_type == "Flatten"
+                   for m in readers.get(flat.output[0], []) if m.op_type == "MatMul" and m.input[1] in weights]
+        if matmuls:
+            rows, cout = weights[matmuls[0].input[1]]
+            found.append((node, rows, cout))
+    return found
+
+
+def time_split(lowered: onnx.ModelProto, feeds: dict, threads: int = THREADS, runs: int = 3) -> dict:
+    """Where a portable model's kernel time goes on `feeds` (onnxruntime's profile, the mean of `runs`):
+    {"total_ms", "products_ms", "unfold_ms", "tables_ms", "rest_ms", "dense_gflop", "pairs_gflop"}. The
+    products are the MatMul kernels (and the Gemms onnxruntime fuses them into); the unfolds the Gathers of
+    `unfolds`; the tables the nodes that do not read the features. `dense_gflop`: 2·M·K·Cin·Cout over the
+    unfolds, every tap multiplied; `pairs_gflop`: 2·pairs·Cin·Cout, the taps with a neighbour (entry > 0)."""
+    found = profile(lowered, feeds, session_options(threads), runs=runs)
+    tables = {node.name for node in index_only(lowered).graph.node}
+    gathers = unfolds(lowered)
+    split = {"total_ms": found["total_ms"],
+             "products_ms": sum(found["by_op"].get(op, 0.0) for op in PRODUCTS),
+             "unfold_ms": sum(found["by_node"].get(node.name, 0.0) for node, _, _ in gathers),
+             "tables_ms": sum(ms for name, ms in found["by_node"].items() if name in tables)}
+    split["rest_ms"] = split["total_ms"] - split["products_ms"] - split["unfold_ms"] - split["tables_ms"]
+    listed = onnx.ModelProto()
+    listed.CopyFrom(lowered)
+    names = sorted({node.input[1] for node, _, _ in gathers})
+    listed.graph.output.extend(onnx.helper.make_empty_tensor_value_info(name) for name in names)
+    plain = ort.InferenceSession(listed.SerializeToString(), session_options(threads),
+                                 providers=["CPUExecutionProvider"])
+    nbr = dict(zip(names, plain.run(names, feeds)))
+    work = [(nbr[node.input[1]], rows // nbr[node.input[1]].shape[1], cout) for node, rows, cout in gathers]
+    split["dense_gflop"] = sum(2 * table.size * cin * cout for table, cin, cout in work) / 1e9
+    split["pairs_gflop"] = sum(2 * np.count_nonzero(table) * cin * cout for table, cin, cout in work) / 1e9
+    return split
+
+
 def measure(repeat: int, threads: int = THREADS, log=print) -> dict:
-    """{"threads", "frames": {frame: {"voxels", "difference", "systems": {system: {"median_ms",
-    "peak_mb"}}}}}; `difference`: the portable outputs' largest distance from the gpu target's, relative
-    to its largest magnitude."""
+    """{"threads", "peak_gflops", "frames": {frame: {"voxels", "difference", "systems": {system: {"median_ms",
+    "peak_mb"}}, "split": time_split}}}; `difference`: the portable outputs' largest distance from the gpu
+    target's, relative to its largest magnitude; `peak_gflops`: the two-thread GEMM peak, the best before and
+    after."""
+    peaks = [gemm_peak_gflops(2048, 9, threads=threads)]
     sessions = {system: session(system, threads) for system in systems()}
+    dynamic = backbone(SYSTEMS[1])
     result = {"threads": threads, "frames": {}}
     for frame, file in FRAMES.items():
         feeds = real_feeds(file)
@@ -113,9 +180,11 @@ def measure(repeat: int, threads: int = THREADS, log=print) -> dict:
             "voxels": len(feeds["coords"]),
             "difference": max(float(np.abs(out - outputs[0]).max() / np.abs(outputs[0]).max()) for out in outputs[1:]),
             "systems": {system: {"median_ms": medians[system], "peak_mb": peak_mb(system, file, threads)}
-                        for system in sessions}}
+                        for system in sessions},
+            "split": time_split(dynamic, feeds, threads)}
         log(f"{frame} frame: " + ", ".join(f"{system} {ms:,.0f} ms" for system, ms in medians.items()))
-    return result
+    peaks.append(gemm_peak_gflops(2048, 9, threads=threads))
+    return {**result, "peak_gflops": max(peaks), "peaks": peaks}
 
 
 if __name__ == "__main__":  # one system's process (see `peak_mb`)
