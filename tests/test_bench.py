@@ -295,4 +295,6 @@ def test_the_nna_tables_suite_times_both_forms(monkeypatch):
     record = result["frames"]["bevfusion"]
     assert record["voxels"] == 17_748 and record["difference"] < 1e-6
     assert list(record["systems"]) == list(nna_tables.SYSTEMS.values())
-    assert all(entry["median_ms"] > entry["tables_ms"] > 0 for entry in record["systems"].values())
+    # the standard tables are most of their run, so one run of each (repeat=1) can put the index part
+    # above the whole on a loaded machine: only a part far above the whole is wrong
+    assert all(1.5 * entry["median_ms"] > entry["tables_ms"] > 0 for entry in record["systems"].values())

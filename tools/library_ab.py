@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-NETWORKS = ("centerpoint", "unet")
+NETWORKS = ("centerpoint", "unet", "voxelnext")
 FRAMES = ("centerpoint", "bevfusion")
 
 
@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("a", type=Path, help="library A (e.g. the build before a change)")
     parser.add_argument("b", type=Path, help="library B")
     parser.add_argument("--network", choices=NETWORKS, default="centerpoint",
-                        help="the CenterPoint backbone (default) or the sparse UNet")
+                        help="the CenterPoint backbone (default), the sparse UNet or VoxelNeXt")
     parser.add_argument("--frame", choices=FRAMES, default="centerpoint", help="the real frame (default centerpoint)")
     parser.add_argument("--rounds", type=int, default=7, help="rounds of A then B (default 7)")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads (default 2)")
@@ -50,12 +50,12 @@ def main() -> None:
     from sparse_lower.bench.profile import profile
     from sparse_lower.bench.systems import index_only, session_options
     from sparse_lower.frames.sample import real_feeds
-    from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd, sparse_unet
+    from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd, sparse_unet, voxelnext
     from sparse_lower.passes.site_order import SortFirstSites
     from sparse_lower.runtime import LIBRARY_ENV, create_session
 
     feeds = real_feeds(CENTERPOINT_FILE if args.frame == "centerpoint" else BEVFUSION_FILE)
-    network = sp_middle_resnet_fhd if args.network == "centerpoint" else sparse_unet
+    network = {"centerpoint": sp_middle_resnet_fhd, "unet": sparse_unet, "voxelnext": voxelnext}[args.network]
     lowered = {"B": lower(network(CanonicalEmitter(), np.random.default_rng(0)), target="gpu")}
     with mock.patch.object(SortFirstSites, "call", lambda self, model: model) if args.a_unsorted else \
             contextlib.nullcontext():

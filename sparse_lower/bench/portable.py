@@ -15,8 +15,9 @@ Where the dynamic portable model's time goes is measured beside it (`time_split`
 profile of it on each frame, split into the products (its MatMuls), the unfolds (the Gathers of
 feature rows by a neighbour table), the index tables and the rest; with the products' work counted
 two ways, every tap (what the unfold multiplies) and the taps that have a neighbour (what the gpu
-target multiplies), and the two-thread GEMM peak, best of its runs before and after. The products
-alone at that peak bound what the portable form can reach against the gpu target.
+target multiplies), and the two-thread GEMM peak, the best of its measures before the first frame and
+after each. The products alone at that peak bound what the portable form can reach against the gpu
+target.
 """
 
 from __future__ import annotations
@@ -166,8 +167,8 @@ def time_split(lowered: onnx.ModelProto, feeds: dict, threads: int = THREADS, ru
 def measure(repeat: int, threads: int = THREADS, log=print) -> dict:
     """{"threads", "peak_gflops", "frames": {frame: {"voxels", "difference", "systems": {system: {"median_ms",
     "peak_mb"}}, "split": time_split}}}; `difference`: the portable outputs' largest distance from the gpu
-    target's, relative to its largest magnitude; `peak_gflops`: the two-thread GEMM peak, the best before and
-    after."""
+    target's, relative to its largest magnitude; `peak_gflops`: the two-thread GEMM peak, the best of its
+    measures before the first frame and after each."""
     peaks = [gemm_peak_gflops(2048, 9, threads=threads)]
     sessions = {system: session(system, threads) for system in systems()}
     dynamic = backbone(SYSTEMS[1])
@@ -183,7 +184,7 @@ def measure(repeat: int, threads: int = THREADS, log=print) -> dict:
                         for system in sessions},
             "split": time_split(dynamic, feeds, threads)}
         log(f"{frame} frame: " + ", ".join(f"{system} {ms:,.0f} ms" for system, ms in medians.items()))
-    peaks.append(gemm_peak_gflops(2048, 9, threads=threads))
+        peaks.append(gemm_peak_gflops(2048, 9, threads=threads))
     return {**result, "peak_gflops": max(peaks), "peaks": peaks}
 
 

@@ -156,19 +156,20 @@ def _portable_split(result: dict) -> str:
     peak, rows = result["peak_gflops"], []
     for frame, record in result["frames"].items():
         split, gpu = record["split"], next(iter(record["systems"].values()))["median_ms"]
-        floor = split["dense_gflop"] / peak * 1e3
+        dense, pairs = split["dense_gflop"], split["pairs_gflop"]
+        floor = dense / peak * 1e3
         rows.append([FRAME_TITLES[frame], *(f"{split[k]:,.0f} ms" for k in ("total_ms", "products_ms", "unfold_ms",
                                                                               "tables_ms", "rest_ms")),
-                     f"{split['dense_gflop']:.1f}", f"{split['pairs_gflop']:.1f}",
-                     f"{100 * split['dense_gflop'] / split['products_ms'] * 1e3 / peak:.0f} %",
-                     f"{floor:,.0f} ms", f"{floor / gpu:.2f}×",
-                     f"{100 * split['pairs_gflop'] / gpu * 1e3 / peak:.0f} %"])
+                     f"{dense:.1f}", f"{pairs:.1f}", f"{dense / pairs:.2f}×",
+                     f"{100 * dense / split['products_ms'] * 1e3 / peak:.0f} %", f"{floor:,.0f} ms",
+                     f"{floor / gpu:.2f}×", f"{100 * pairs / gpu * 1e3 / peak:.0f} %"])
     table = markdown_table(["frame", "kernels", "products", "unfolds", "index tables", "rest", "GFLOP, every tap",
-                            "GFLOP, taps with a neighbour", "products' rate, of the peak", "every tap at the peak",
-                            "/ gpu target", "gpu target's useful rate, of the peak"], rows)
+                            "GFLOP, taps with a neighbour", "ratio", "products' rate, of the peak",
+                            "every tap at the peak", "/ gpu target", "gpu target's useful rate, of the peak"], rows)
     return (f"\n\nWhere the dynamic portable form's kernel time goes (onnxruntime's profile, the mean of 3 runs), "
             f"and its products' floor: every tap's work at the GEMM peak of the same run (onnxruntime's MatMul "
-            f"2048³ on {result['threads']} threads, {peak:.1f} GFLOP/s, the best before and after):\n\n{table}")
+            f"2048³ on {result['threads']} threads, {peak:.1f} GFLOP/s, the best of its measures before the frames "
+            f"and after each):\n\n{table}")
 
 
 def kernel_instructions_table(result: dict) -> str:
