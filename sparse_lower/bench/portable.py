@@ -116,10 +116,10 @@ def peak_mb(system: str, frame: str, threads: int = THREADS) -> float:
     return json.loads(child.stdout.strip().splitlines()[-1])["peak_mb"]
 
 
-def unfolds(lowered: onnx.ModelProto) -> list[tuple[onnx.NodeProto, int, int]]:
+def unfolds(lowered: onnx.ModelProto, tables: set[str]) -> list[tuple[onnx.NodeProto, int, int]]:
     """(Gather, K·Cin, Cout) of every unfold of a portable model: a Gather of feature rows by an index table
-    (a node of bench.systems.index_only), whose Flatten feeds a MatMul by constant `[K·Cin, Cout]` weights."""
-    tables = {o for node in index_only(lowered).graph.node for o in node.output}
+    (one of `tables`, the outputs of bench.systems.index_only's nodes), whose Flatten feeds a MatMul by
+    constant `[K·Cin, Cout]` weights."""
     weights = {t.name: tuple(t.dims) for t in lowered.graph.initializer}
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in lowered.graph.node:
@@ -144,12 +144,13 @@ def time_split(lowered: onnx.ModelProto, feeds: dict, threads: int = THREADS, ru
     `unfolds`; the tables the nodes that do not read the features. `dense_gflop`: 2·M·K·Cin·Cout over the
     unfolds, every tap multiplied; `pairs_gflop`: 2·pairs·Cin·Cout, the taps with a neighbour (entry > 0)."""
     found = profile(lowered, feeds, session_options(threads), runs=runs)
-    tables = {node.name for node in index_only(lowered).graph.node}
-    gathers = unfolds(lowered)
+    tables = index_only(lowered).graph.node
+    gathers = unfolds(lowered, {o for node in tables for o in node.output})
+    table_nodes = {node.name for node in tables}
     split = {"total_ms": found["total_ms"],
              "products_ms": sum(found["by_op"].get(op, 0.0) for op in PRODUCTS),
              "unfold_ms": sum(found["by_node"].get(node.name, 0.0) for node, _, _ in gathers),
-             "tables_ms": sum(ms for name, ms in found["by_node"].items() if name in tables)}
+             "tables_ms": sum(ms for name, ms in found["by_node"].items() if name in table_nodes)}
     split["rest_ms"] = split["total_ms"] - split["products_ms"] - split["unfold_ms"] - split["tables_ms"]
     listed = onnx.ModelProto()
     listed.CopyFrom(lowered)
