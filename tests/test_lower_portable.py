@@ -175,10 +175,52 @@ def test_to_dense_batch_beyond_batch_size_gives_nan(rng):
 
 # -- refusals ---------------------------------------------------------------------------------------------
 
-def test_a_grid_over_the_limit_is_refused_naming_the_node():
+def test_a_static_grid_over_the_limit_is_refused_naming_the_node():
+    """The static form's grids span the op's whole grid, so their memory is known, and refused, when lowering."""
     model = model_with("SubmanifoldConv", {"kernel_shape": [3, 3, 3], "spatial_shape": [4096, 4096, 4096]}, ndim=3)
     with pytest.raises(SparseLowerError, match=r"node 'bad_node'.*site grid of \[4096, 4096, 4096\].*GiB per batch"):
-        sparse_lower.lower(model, target="portable")
+        sparse_lower.lower(model, target="portable", max_active=100)
+
+
+def _clusters(rng, origins, extent=(6, 12, 12), count=150):
+    """A frame of one cluster of `count` sites per batch, batch b's cluster in `extent` from `origins[b]`: close
+    enough for every tap to find neighbours, far apart on a large grid."""
+    parts = [random_sparse(rng, 1, 5, extent, count=count) for _ in origins]
+    features = np.concatenate([f for f, _ in parts])
+    coords = np.concatenate([c + np.array([b, *origin]) for b, ((_, c), origin) in enumerate(zip(parts, origins))])
+    return features, coords
+
+
+@pytest.mark.parametrize("origins", [[(65000, 65000, 65000)], [(3, 5, 7), (20, 20000, 30)], []],
+                         ids=["far-out", "two-batches-apart", "empty"])
+def test_a_grid_of_two_to_the_sixteen_costs_what_the_frame_spans(origins, rng):
+    """A grid of 2^16 per axis, as an export bounds one computed from the frame: its grid of the bound would
+    take 64 TiB, the dynamic form's grids span the frame's own rows, and the outputs match the reference. (The
+    strided conv's output marks span the box of every batch's reached sites: batches 20,000 cells apart.)"""
+    model = centerpoint_head_stack(spatial_shape=(65536,) * 3)
+    features, coords = _clusters(rng, origins) if origins else (np.zeros((0, 5), np.float32), np.zeros((0, 4), np.int64))
+    feeds = {"features": features, "coords": coords}
+    got = plain_run(portable(model), feeds, threads=2)
+    want = reference.run(model, feeds)
+    np.testing.assert_array_equal(got["sparseconv4.coords"], want["sparseconv4.coords"])
+    np.testing.assert_allclose(got["sparseconv4.features"], want["sparseconv4.features"], rtol=1e-4, atol=1e-5)
+
+
+def test_a_frame_whose_grid_passes_the_limit_gets_nan(rng, monkeypatch):
+    """The limit holds at run time in the dynamic form: a frame whose grid would take more than MAX_GRID_BYTES
+    gets NaN (and its grid is not allocated); a compact frame on the same model does not."""
+    from sparse_lower.lowering.portable import grid, sites
+
+    monkeypatch.setattr(grid, "MAX_GRID_BYTES", 2**16)
+    monkeypatch.setattr(sites, "MAX_GRID_BYTES", 2**16)
+    model = centerpoint_head_stack(spatial_shape=(41, 1440, 1440))
+    lowered = portable(model)
+    compact = _clusters(rng, [(10, 100, 100)])
+    got = plain_run(lowered, dict(zip(["features", "coords"], compact)))["sparseconv4.features"]
+    np.testing.assert_allclose(got, reference.run(model, dict(zip(["features", "coords"], compact)))[
+        "sparseconv4.features"], rtol=1e-4, atol=1e-5)
+    wide = _clusters(rng, [(10, 100, 100), (10, 1300, 1300)])  # 1,200 × 1,200 columns in batch 1
+    assert np.isnan(plain_run(lowered, dict(zip(["features", "coords"], wide)))["sparseconv4.features"]).all()
 
 
 def test_a_static_grid_past_float32_counting_is_refused():

@@ -22,9 +22,19 @@ its depth. One batch costs 8 bytes per column cell plus 4·P per occupied column
 CenterPoint frame; at worst (every column occupied) 4·(P + 2) per column cell (`grid_bytes`), which
 the portable target refuses over `MAX_GRID_BYTES`.
 
-In the static form (`Fixed`: `max_active`) every size is a constant: the grid holds `batches` batches,
-the table as many columns as the tensor has rows, and `sorted_cells` numbers the occupied columns
-with a `CumSum` rather than `NonZero`. Padding rows (batch −1) are left out.
+In the dynamic form the grid is sized by the frame, not by the op's `spatial_shape` (a bound, which
+may be far larger than any frame: an export's default bound is what its coordinates can hold). Each
+dimension spans the frame's own rows, from their smallest to their largest position (window.py), with a
+halo of one empty cell on each side; a position is clamped into that span, so a neighbour past it reads
+an empty cell. Its memory follows the frame: the columns its rows span, and a slice per occupied
+column. A frame whose grid would take more than `MAX_GRID_BYTES` flags itself, as a frame that breaks a
+rule does, and its grid collapses to one empty cell per dimension instead of being allocated.
+
+In the static form (`Fixed`: `max_active`) every size is a constant: the grid spans the op's whole
+grid with the halo its taps reach, and holds `batches` batches, the table as many columns as the
+tensor has rows, and `sorted_cells` numbers the occupied columns with a `CumSum` rather than
+`NonZero`. Padding rows (batch −1) are left out. Its memory is said when lowering, and refused past
+`MAX_GRID_BYTES` per batch at worst.
 
 Rows that break the rules of a sparse tensor (a coordinate outside the grid, a negative batch, two
 rows on one site) cannot raise an error in a standard graph. The grid finds them: the rows outside
@@ -44,7 +54,8 @@ import onnx_graphsurgeon as gs
 from ..context import FLOAT, INT64
 from ..nna.sites import row_count
 from .emit import BOOL, INT32, Emit
-from .taps import over_taps, row_major_strides
+from .taps import over_taps
+from .window import Size, as_tensor, over_limit, row_major, span, unless, vector
 
 MAX_GRID_BYTES = 2**31  # per batch, at worst (every column occupied); the CenterPoint frame's finest grid: 2.1 GB
 
@@ -77,62 +88,49 @@ class Fixed:
 
 @dataclass(frozen=True)
 class SiteGrid:
-    """The rows of one sparse tensor by site (see the module docstring)."""
+    """The rows of one sparse tensor by site (see the module docstring). Per dimension, a position p is
+    cell `p + offsets[i]` of `sizes[i]` cells; where `clamped` (the dynamic form's window), positions
+    past the span are clamped into its empty edge cells, else the halo holds every position a tap
+    reaches."""
 
     columns: gs.Tensor  # int32 [B·Vc + 1]
     table: gs.Tensor  # int32 [(C + 1)·P + 1]
-    extents: tuple[int, ...]  # the grid's spatial_shape S
-    low: tuple[int, ...]  # the halo before each dimension
-    high: tuple[int, ...]  # and after it
+    depth: int  # the dimension of the table's slices
+    offsets: tuple[Size, ...]
+    sizes: tuple[Size, ...]
+    clamped: bool
     batches: gs.Tensor  # int64 [1]: B, one more than the largest batch index (0 for no rows)
     invalid: gs.Tensor | None  # bool [1]: whether a row breaks the rules; None: the rows are right by construction
     inside: gs.Tensor | None  # bool [N]: each row inside the grid with a batch >= 0 (None: all are)
+    strides: dict[int, Size]  # the stride of each column dimension in the column cells
+    volume: Size  # Vc, the column cells of one batch
 
-    @property
-    def padded(self) -> tuple[int, ...]:
-        return tuple(s + a + b for s, a, b in zip(self.extents, self.low, self.high))
+    def cells(self, e: Emit, dim: int, positions: gs.Tensor) -> gs.Variable:
+        """The cells of `positions` along dimension `dim` (any shape)."""
+        cells = e("Add", positions, as_tensor(e, self.offsets[dim]))
+        if not self.clamped:
+            return cells
+        last = e("Sub", self.sizes[dim], e.const([1]), shape=[1], name="last_cell")
+        return e("Max", e("Min", cells, last), e.const(0), name="cells")
 
-    @property
-    def depth(self) -> int:
-        return depth_dimension(self.padded)
 
-    @property
-    def column_dims(self) -> list[int]:
-        return [i for i in range(len(self.extents)) if i != self.depth]
-
-    @property
-    def column_volume(self) -> int:
-        return prod(self.padded[i] for i in self.column_dims)
-
-    @property
-    def column_strides(self) -> dict[int, int]:
-        """The stride of each column dimension in the column cells."""
-        strides = row_major_strides([self.padded[i] for i in self.column_dims])
-        return dict(zip(self.column_dims, strides.tolist()))
+def _layout(e: Emit, depth: int, sizes: list[Size]) -> tuple[dict[int, Size], Size]:
+    """(the strides of the column dimensions, the column volume) of a grid of `sizes` cells per dimension."""
+    dims = [i for i in range(len(sizes)) if i != depth]
+    strides, volume = row_major(e, [sizes[i] for i in dims])
+    return dict(zip(dims, strides)), volume
 
 
 def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inherited: gs.Tensor | None,
                fixed: Fixed | None = None) -> SiteGrid:
-    """The grid of `coords` (int64 [N, 1+D]). `check`: whether the coords come from outside (a graph
-    input) and are checked; coords that the lowering made itself (unique sites inside their grid)
-    are not, and carry the `inherited` flag of the coords they were made from. `fixed`: the static
-    form, whose every size is a constant (its padding rows are left out)."""
-    shell = SiteGrid(None, None, tuple(extents), tuple(low), tuple(high), None, None, None)
-    ndim, depth, size = len(extents), shell.depth, shell.padded[shell.depth]
-    strides = shell.column_strides
-    weights = [shell.column_volume] + [strides.get(i, 0) for i in range(ndim)]
-    offset = sum(low[i] * stride for i, stride in strides.items())
-    column_keys = e("ReduceSum", e("Mul", coords, e.const(weights), shape=[None, 1 + ndim]), e.const([1]),
-                    shape=[None], name="column_keys", keepdims=0)
-    if offset:
-        column_keys = e("Add", column_keys, e.const(offset), shape=[None], name="column_keys")
+    """The grid of `coords` (int64 [N, 1+D]) in the op's grid of `extents`: in the dynamic form spanning
+    the frame's rows (`low` and `high` unused), in the static form (`fixed`, whose every size is a
+    constant, its padding rows left out) the whole grid with the halo `low` before and `high` after
+    each dimension. `check`: whether the coords come from outside (a graph input) and are checked;
+    coords that the lowering made itself (unique sites inside their grid) are not, and carry the
+    `inherited` flag of the coords they were made from."""
+    ndim = len(extents)
     batch = e.column(coords, 0)
-    if fixed:  # every size a constant, so that shape inference finds every shape
-        batches = e.const([fixed.batches])
-    else:
-        largest = e("ReduceMax", e("Concat", batch, e.const([-1]), shape=[None], axis=0), shape=[1], keepdims=1)
-        batches = e("Add", largest, e.const([1]), shape=[1], name="batches")
-    end = cells_end(e, batches, shell.column_volume)
     inside, invalid = None, inherited
     padding = e("Equal", batch, e.const(-1), dtype=BOOL, shape=[None], name="padding") if fixed else None
     if check:
@@ -142,6 +140,42 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
         inside = e.all_of_row(e("And", above, below, dtype=BOOL, shape=[None, 1 + ndim]), shape=[None])
     elif fixed:
         inside = e("Not", padding, dtype=BOOL, shape=[None], name="inside")
+    if fixed:  # every size a constant, so that shape inference finds every shape
+        batches = e.const([fixed.batches])
+    else:
+        largest = e("ReduceMax", e("Concat", batch, e.const([-1]), shape=[None], axis=0), shape=[1], keepdims=1)
+        batches = e("Add", largest, e.const([1]), shape=[1], name="batches")
+    if fixed:
+        depth = depth_dimension([s + a + b for s, a, b in zip(extents, low, high)])
+        offsets, sizes = tuple(low), tuple(s + a + b for s, a, b in zip(extents, low, high))
+        strides, volume = _layout(e, depth, list(sizes))
+        shifted, offset = coords, sum(low[i] * stride for i, stride in strides.items())
+    else:
+        depth = depth_dimension([s + 2 for s in extents])
+        spans = [span(e, e.column(coords, 1 + i), inside, extent) for i, extent in enumerate(extents)]
+        widths = [width for _, width in spans]
+        strides, volume = _layout(e, depth, [e("Add", w, e.const([2]), shape=[1]) for w in widths])
+        slices = e("Add", e.rows(coords), e.const([1]), shape=[1], name="slices")  # the table's, at most
+        held = e("Add", e("Mul", batches, as_tensor(e, volume), shape=[1]),
+                 e("Mul", slices, e("Add", widths[depth], e.const([2]), shape=[1]), shape=[1]), shape=[1])
+        over = over_limit(e, held, MAX_GRID_BYTES // 4)  # int32 cells: the columns and the table
+        invalid = e.either(invalid, over)
+        sizes = tuple(e("Add", unless(e, over, w), e.const([2]), shape=[1], name="size") for w in widths)
+        offsets = tuple(e("Sub", e.const([1]), first, shape=[1], name="offset") for first, _ in spans)
+        strides, volume = _layout(e, depth, list(sizes))
+        # every row's cells, clamped into the grid (rows outside the bound are left out below, and a grid over
+        # the limit, which holds none, flags the frame)
+        shift = vector(e, [0, *offsets])
+        top = vector(e, [int(np.iinfo(np.int64).max), *[e("Sub", size, e.const([1]), shape=[1]) for size in sizes]])
+        shifted = e("Max", e("Min", e("Add", coords, shift, shape=[None, 1 + ndim]), top, shape=[None, 1 + ndim]),
+                    e.const(0), shape=[None, 1 + ndim], name="shifted")
+        offset = 0
+    weights = vector(e, [volume] + [strides.get(i, 0) for i in range(ndim)])
+    column_keys = e("ReduceSum", e("Mul", shifted, weights, shape=[None, 1 + ndim]), e.const([1]),
+                    shape=[None], name="column_keys", keepdims=0)
+    if offset:
+        column_keys = e("Add", column_keys, e.const(offset), shape=[None], name="column_keys")
+    end = cells_end(e, batches, volume)
     if inside is not None:
         column_keys = e("Where", inside, column_keys, end, shape=[None], name="column_keys")
     occupied, _ = sorted_cells(e, column_keys, end, fixed.rows if fixed else None)  # columns <= rows: no overflow
@@ -154,13 +188,14 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
     columns = e("ScatterElements", e.zeros(_plus_one(e, end), INT32), occupied,
                 numbers, dtype=INT32, shape=[None], name="columns", axis=0)
     column = e.cast(e.gather_like(columns, column_keys, INT32, shape=[None]), INT64, shape=[None])
-    depths = e("Add", e.column(coords, 1 + depth), e.const(low[depth]), shape=[None])
-    cells = e("Add", e("Mul", column, e.const(size), shape=[None]), depths, shape=[None], name="cells")
+    depths = e.column(shifted, 1 + depth) if not fixed else \
+        e("Add", e.column(coords, 1 + depth), e.const(low[depth]), shape=[None])
+    cells = e("Add", e("Mul", column, as_tensor(e, sizes[depth]), shape=[None]), depths, shape=[None], name="cells")
     if fixed:
-        last = e.const([(fixed.rows + 1) * size])  # the table's last cell
+        last = e.const([(fixed.rows + 1) * sizes[depth]])  # the table's last cell
     else:
         slices = e("Add", e.cast(e.rows(occupied), INT64, shape=[1]), e.const([1]), shape=[1])
-        last = e("Mul", slices, e.const([size]), shape=[1], name="last")
+        last = e("Mul", slices, sizes[depth], shape=[1], name="last")
     if inside is not None:
         cells = e("Where", inside, cells, last, shape=[None], name="cells")
     numbers = _numbers(e, e.const(fixed.rows, INT32)) if fixed else numbers_like(e, coords)
@@ -172,16 +207,17 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
         broken = e("Not", own, dtype=BOOL, shape=[None])
         if fixed:
             broken = e("And", broken, e("Not", padding, dtype=BOOL, shape=[None]), dtype=BOOL, shape=[None])
-        invalid = e.any(broken)
-    return SiteGrid(columns, table, tuple(extents), tuple(low), tuple(high), batches, invalid, inside)
+        invalid = e.either(invalid, e.any(broken))
+    return SiteGrid(columns, table, depth, offsets, sizes, not fixed, batches, invalid, inside, strides, volume)
 
 
-def cells_end(e: Emit, batches: gs.Tensor, volume: int) -> gs.Tensor:
+def cells_end(e: Emit, batches: gs.Tensor, volume: Size) -> gs.Tensor:
     """int64 [1]: batches·volume, the first cell past every batch's `volume` cells; a constant where
-    `batches` is one (the static form keeps every shape inferable)."""
-    if isinstance(batches, gs.Constant):
+    both are (the static form keeps every shape inferable)."""
+    if isinstance(batches, gs.Constant) and isinstance(volume, (int, np.integer)):
         return e.const(np.asarray(batches.values) * volume)
-    return e("Mul", batches, e.const([volume]), shape=[1], name="end")
+    return e("Mul", batches, vector(e, [volume]) if isinstance(volume, (int, np.integer)) else volume, shape=[1],
+             name="end")
 
 
 def _plus_one(e: Emit, size: gs.Tensor) -> gs.Tensor:
@@ -240,25 +276,25 @@ def lookup(e: Emit, grid: SiteGrid, batch: gs.Tensor, positions: list[gs.Tensor]
            known: gs.Tensor | None = None) -> gs.Variable:
     """nbr int32 [M, K]: 1 + the row at every tap's site (0 where none), the taps in the kernel's
     row-major order. `batch [M]` and `positions[i] [M, K_i]` (dimension i of tap index k_i) give the
-    sites, every position within the halo; `known [M]` (None: all): rows whose taps are looked up,
-    the others read the empty column."""
+    sites, every position within the halo (or, in a clamped grid, anywhere); `known [M]` (None: all):
+    rows whose taps are looked up, the others read the empty column."""
     shape = [None, prod(kernel)]
-    depth, strides = grid.depth, grid.column_strides
-    parts = [e("Mul", e("Add", positions[i], e.const(grid.low[i])), e.const(strides[i])) if i != depth else None
+    depth, strides = grid.depth, grid.strides
+    parts = [e("Mul", grid.cells(e, i, positions[i]), as_tensor(e, strides[i])) if i != depth else None
              for i in range(len(kernel))]
-    row_cells = e("Mul", batch, e.const(grid.column_volume), shape=[None])
+    row_cells = e("Mul", batch, as_tensor(e, grid.volume), shape=[None])
     row_cells = e("Unsqueeze", row_cells, e.const(list(range(1, 1 + len(kernel)))), shape=[None, *[1] * len(kernel)])
     spread = over_taps(e, "Add", parts, kernel)  # [M, K_0, …, 1 at the depth, …]
     cells = row_cells if spread is None else e("Add", spread, row_cells, name="column_cells")
     depth_axes = [1 + i for i in range(len(kernel)) if i != depth]
-    depths = e("Add", positions[depth], e.const(grid.low[depth]), name="depths")  # [M, K_depth]
+    depths = grid.cells(e, depth, positions[depth])  # [M, K_depth]
     depths = e("Unsqueeze", depths, e.const(depth_axes), name="depths") if depth_axes else depths
     if known is not None:  # the others: the empty column's first cell, whatever their positions
         known = e("Unsqueeze", known, e.const(list(range(1, 1 + len(kernel)))), dtype=BOOL)
-        end = cells_end(e, grid.batches, grid.column_volume)
+        end = cells_end(e, grid.batches, grid.volume)
         cells = e("Where", known, cells, end, name="column_cells")
         depths = e("Where", known, depths, e.const(0), name="depths")
     column = e.cast(e.gather_like(grid.columns, cells, INT32), INT64)
-    starts = e("Mul", column, e.const(grid.padded[depth]), name="starts")  # the slices' first cells
+    starts = e("Mul", column, as_tensor(e, grid.sizes[depth]), name="starts")  # the slices' first cells
     keys = e("Flatten", e("Add", starts, depths), shape=shape, name="keys", axis=1)
     return e.gather_like(grid.table, keys, INT32, shape=shape, name="nbr")

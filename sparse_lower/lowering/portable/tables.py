@@ -93,19 +93,20 @@ class StandardOpTables:
 
     def grid(self, ctx: LoweringContext, base: str, coords: gs.Tensor, extents: tuple,
              low: tuple | None = None, high: tuple | None = None) -> SiteGrid:
-        """The site grid of `coords` in a grid of `extents`, with at least the halo asked for, refused
-        (naming the node `base`) where one batch of it would take more than MAX_GRID_BYTES."""
+        """The site grid of `coords` in a grid of `extents`: in the dynamic form spanning the frame's rows
+        (grid.py), in the static form the whole grid with at least the halo asked for, refused (naming the
+        node `base`) where one batch of it would take more than MAX_GRID_BYTES."""
+        fixed = self.fixed(ctx.level(coords))
         zeros = (0,) * len(extents)
-        known_low, known_high = self.halos.get(extents, (zeros, zeros))
-        low = tuple(map(max, known_low, low or zeros))
-        high = tuple(map(max, known_high, high or zeros))
+        known_low, known_high = self.halos.get(extents, (zeros, zeros)) if fixed else (zeros, zeros)
+        low = tuple(map(max, known_low, low or zeros)) if fixed else zeros
+        high = tuple(map(max, known_high, high or zeros)) if fixed else zeros
         key = (coords.name, extents, low, high)
         if key not in self._grids:
-            _within_limit(base, f"site grid of {list(extents)} (with its halo {list(low)}, {list(high)})",
-                          grid_bytes(extents, low, high))
             checked = coords.name not in self._made
-            fixed = self.fixed(ctx.level(coords))
             if fixed:
+                _within_limit(base, f"site grid of {list(extents)} (with its halo {list(low)}, {list(high)})",
+                              grid_bytes(extents, low, high))
                 _within_counting(base, "site grid's columns", fixed.batches * column_volume(extents, low, high))
                 if checked:
                     fix_rows(ctx, coords, fixed.rows)
@@ -126,9 +127,9 @@ class StandardOpTables:
     def _output_sites(self, e, grid, geometry, coords, positions, reachable, counts, level: int):
         """The sorted output coords of a strided or transposed conv (sites.reached_sites), made here, at
         `level` (their capacity in the static form)."""
-        _within_limit(e.base, f"output marks of {list(geometry.output_shape)}", marks_bytes(geometry))
         fixed = self.fixed(level)
         if fixed:
+            _within_limit(e.base, f"output marks of {list(geometry.output_shape)}", marks_bytes(geometry))
             _within_counting(e.base, "output marks", fixed.batches * prod(geometry.output_shape))
         out_coords, overflow = reached_sites(e, grid, coords, positions, reachable, counts, geometry.output_shape,
                                              fixed.rows if fixed else None)
