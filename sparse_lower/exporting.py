@@ -33,7 +33,8 @@ def export(module, example, path: str | os.PathLike | None = None, *, max_spatia
     `SparseTensor`, or the tuple
     of the module's positional arguments), checked against the module on it unless `check=False`, and
     saved to `path` when given. `max_spatial_shape`: the largest grid a frame may have, where the module
-    computes its grid from the frame or runs on MinkowskiEngine, which has none (default: the example's). docs/formats.md#sparse_lowerexport."""
+    computes its grid from the frame or runs on an engine that has none (default: 2^(48 / D) per axis,
+    2^16 in 3-D, importers.traced_calls.default_bound). docs/formats.md#sparse_lowerexport."""
     if path is not None and Path(path).is_dir():
         raise SparseLowerError(f"path {path} is a folder, where the model file goes",
                                fix=f"give a file name, e.g. {Path(path) / 'model.onnx'}")

@@ -394,7 +394,9 @@ _NODE_FAILURE = re.compile(r"while running \w+ node\. Name:'(?P<node>[^']*)' Sta
 _WRAPPER = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
 # fixes for the library's run-time refusals that do not carry their own
 _FIXES = (("outside the grid", "voxelize the frame on the grid the model was built for: coords are the batch index, "
-                               "then one index per grid axis"),
+                               "then one index per grid axis; for a model from sparse_lower.export, whose grid is "
+                               "computed from the frame, that grid is a bound: export it again with a larger "
+                               "max_spatial_shape"),
           ("twice", "give each site one row: merge the voxels that share a site"))
 
 

@@ -5,6 +5,8 @@ cannot (an average pooling)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -214,13 +216,30 @@ def test_a_grid_computed_from_the_frame_follows_each_frame_on_every_target():
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{target} {options} {extent}")
 
 
-def test_a_frame_past_the_bound_is_refused_at_run_time():
+def test_the_default_bound_is_what_the_coordinates_hold_not_the_example():
+    """Without max_spatial_shape, a grid computed from the frame is bounded by 2^16 per axis (default_bound),
+    not by the example's: a frame larger than the example runs, on gpu and in the portable form's frame-sized
+    grids, and one past the bound is refused naming the bound and the option that raises it."""
     torch.manual_seed(3)
     net = FrameGrid().eval()
     features, coords = _frame_grid_frame(0, (7, 10, 12))
     model = sparse_lower.export(net, (torch.from_numpy(features), torch.from_numpy(coords.astype(np.int32))))
-    features, coords = _frame_grid_frame(1, (7, 10, 13))
-    with pytest.raises(Exception, match=r"outside the grid \[7, 10, 12\]"):
-        run_lowered(model, {"features": features, "coords": coords}, target="gpu")
+    grids = [list(next(a.ints for a in n.attribute if a.name == "spatial_shape")) for n in model.graph.node
+             if n.domain == "sparse"]
+    assert grids[0] == [65536] * 3
+    for extent in [(7, 10, 13), (20, 300, 6000)]:
+        features, coords = _frame_grid_frame(1, extent)
+        with spconv_inference(net):
+            want = net(torch.from_numpy(features), torch.from_numpy(coords.astype(np.int32))).numpy()
+        for target in ("gpu", "portable"):
+            got = run_lowered(model, {"features": features, "coords": coords}, target=target)["output"]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{target} {extent}")
+    features, coords = _frame_grid_frame(1, (7, 10, 70000))
+    session = sparse_lower.create_session(sparse_lower.lower(model, target="gpu"))
+    with pytest.raises(Exception) as refused:
+        session.run(None, {"features": features, "coords": coords})
+    said = str(sparse_lower.runtime.runtime_refusal(refused.value))
+    assert re.search(r"outside the grid \[65536, 65536, 65536\].*export it again with a larger max_spatial_shape",
+                     said), said
     portable = run_lowered(model, {"features": features, "coords": coords}, target="portable")["output"]
     assert np.isnan(portable).all()

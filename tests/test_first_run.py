@@ -293,7 +293,7 @@ def test_a_coordinate_outside_the_grid_is_told_in_the_ops_words_with_the_fix(low
     assert re.fullmatch(r"failed: \S+outside.npz: node '[^']+SiteOrder': SiteOrder: coordinate \(0, \d+, "
                         r"2000, \d+\) of row 0 of coords is outside the grid \[41, 1440, 1440\] \(fix: voxelize the "
                         r"frame on the grid the model was built for: coords are the batch index, then one index per "
-                        r"grid axis\)", line), line
+                        r"grid axis; for a model from sparse_lower.export, .* max_spatial_shape\)", line), line
 
 
 def test_a_frame_voxelized_for_another_grid_is_refused_in_every_command(lowered_head, head_model, tmp_path):

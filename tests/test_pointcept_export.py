@@ -2,8 +2,9 @@
 codes the graph computes, against the Hilbert curve's own properties and, with a checkout, against
 Pointcept's `encode`; the patches of its attention against Pointcept's; the network itself (its layers as
 the nuScenes configuration has them, narrower) and Sonata's encoder against Pointcept's module on both real
-frames, a frame of another size and a batch of two, on gpu and portable, and across an OpenVINO partition;
-the relative position encoding; the refusal of flash attention.
+frames at Pointcept's own grid (its GridSample at 0.05 m, checked against Pointcept's), a frame of another size
+and a batch of two, each exported once with the export's defaults, on gpu and portable, and across an
+OpenVINO partition; the relative position encoding; the refusal of flash attention.
 
 Pointcept is not on PyPI: $SPARSE_LOWER_POINTCEPT names a checkout (tools/pointcept_networks.py); the
 network also needs torch-scatter (`pip install --no-build-isolation torch-scatter==2.1.2`, built from its
@@ -88,6 +89,42 @@ def test_the_patches_are_pointcepts(counts):
     assert int(size) == attention.patch_size
     np.testing.assert_array_equal(ours_pad.numpy(), pad.numpy())
     np.testing.assert_array_equal(ours_unpad.numpy(), unpad.numpy())
+
+
+def _pointcept_grid_sample(grid_size: float):
+    """Pointcept's own GridSample from the checkout's pointcept/datasets/transform.py (its torchvision import,
+    unused by GridSample, stood in for)."""
+    import importlib
+    import sys
+    import types
+
+    networks.load_pointcept(Path(CHECKOUT))
+    if "torchvision" not in sys.modules:
+        stand_in = types.ModuleType("torchvision")
+        stand_in.transforms = types.ModuleType("torchvision.transforms")
+        sys.modules.update({"torchvision": stand_in, "torchvision.transforms": stand_in.transforms})
+    datasets = types.ModuleType("pointcept.datasets")
+    datasets.__path__ = [str(Path(CHECKOUT) / "pointcept" / "datasets")]
+    sys.modules.setdefault("pointcept.datasets", datasets)
+    return importlib.import_module("pointcept.datasets.transform").GridSample(
+        grid_size=grid_size, hash_type="fnv", mode="train", return_grid_coord=True)
+
+
+@needs_checkout
+@pytest.mark.parametrize("frame", ["centerpoint", "bevfusion"])
+def test_the_points_are_pointcepts_grid_sample_of_the_frame(frame):
+    """What the tests, the bench and the demo feed the point transformers is what Pointcept's nuScenes pipeline
+    feeds them: its GridSample at 0.05 m of the metric x, y, z, each frame from its own minimum."""
+    features = next(iter(TOOL.frame_cases(DATA, [frame]).values()))
+    voxels = np.load(DATA / TOOL.FRAMES[frame])["features"].astype(np.float32)
+    ours, coords = networks.grid_sampled(voxels, seed=7)
+    np.random.seed(7)
+    theirs = _pointcept_grid_sample(networks.GRID_SIZE)({"coord": voxels[:, :3].copy(), "strength": voxels[:, 3:4].copy()})
+    np.testing.assert_array_equal(ours[:, :3], theirs["coord"])
+    np.testing.assert_array_equal(coords[:, 1:][:, ::-1], theirs["grid_coord"])
+    assert features[0][1][:, 1:].max(0).tolist() == coords[:, 1:].max(0).tolist()
+    if frame == "centerpoint":  # Pointcept's own grid of the frame (z, y, x), past the 0.075 m one's [41, 1440, 1440]
+        assert (coords[:, 1:].max(0) + 1).tolist() == [160, 2104, 1420]
 
 
 @needs_checkout

@@ -4,9 +4,10 @@ against Pointcept's own module in PyTorch (spconv on one thread).
 The networks are read from a Pointcept checkout (`--pointcept`, or $SPARSE_LOWER_POINTCEPT; nothing of it is
 copied here) and built as sparse_lower/bench/pointcept.py says: `PTv3` (the nuScenes configuration of
 `PT-v3m1`) and `Sonata` (the backbone of Sonata's pretraining configuration, `PT-v3m2` as an encoder), and
-their `-small` versions, which the tests run. Each is exported on the first frame (`max_spatial_shape` the
-grid plus Pointcept's margin of 96) and run on every frame, on a part of the last (another number of
-points) and on a batch of parts of the first and last, on each target, against the module: the
+their `-small` versions, which the tests run. Each frame is gridded as Pointcept's nuScenes pipeline grids it
+(GridSample at 0.05 m from the points' metric x, y, z, each from its own minimum). Each network is exported
+once, on the first frame, with the export's defaults, and run on every frame, on a part of the last (another
+number of points) and on a batch of parts of the first and last, on each target, against the module: the
 per-point features, the error relative to the largest value. Targets: gpu, portable, nna (a capacity per
 level, measured on the runs), and a toolchain's name (`--targets openvino`): the nna model's partition,
 its nna segments compiled by the toolchain, every run across its segments (the table of segments printed).
@@ -23,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import sparse_lower
-from sparse_lower.bench.pointcept import NETWORKS, build, export, point_input, run_module
+from sparse_lower.bench.pointcept import NETWORKS, build, export, grid_sampled, point_input, run_module
 from sparse_lower.capacity import level_rows, most_members
 from sparse_lower.toolchains.runner import compile_partition
 from sparse_lower.frames.sample import load_voxels
@@ -34,13 +35,13 @@ TOLERANCE = 1e-4
 
 
 def frame_cases(data: Path, frames: list[str]) -> dict:
-    """The runs: each frame, a part of the last (another number of points), a batch of parts of the first and last."""
-    loaded = {frame: load_voxels(data / FRAMES[frame])[:2] for frame in frames}
+    """The runs: each frame, a part of the last (another number of points), a batch of parts of the first and
+    last; every part as Pointcept's pipeline grids it (`grid_sampled`: 0.05 m from its own minimum)."""
+    loaded = {frame: load_voxels(data / FRAMES[frame])[0] for frame in frames}
     first, last = loaded[frames[0]], loaded[frames[-1]]
-    cases = {frame: [loaded[frame]] for frame in frames}
-    cases[f"{frames[-1]}[:{len(last[1]) * 2 // 5}]"] = [(last[0][:len(last[1]) * 2 // 5], last[1][:len(last[1]) * 2 // 5])]
-    cases["batch of 2"] = [(first[0][:len(first[1]) // 2], first[1][:len(first[1]) // 2]),
-                           (last[0][:len(last[1]) // 4], last[1][:len(last[1]) // 4])]
+    cases = {frame: [grid_sampled(loaded[frame])] for frame in frames}
+    cases[f"{frames[-1]}[:{len(last) * 2 // 5}]"] = [grid_sampled(last[:len(last) * 2 // 5])]
+    cases["batch of 2"] = [grid_sampled(first[:len(first) // 2]), grid_sampled(last[:len(last) // 4])]
     return cases
 
 

@@ -383,8 +383,10 @@ def pointcept_case(network: str, frame: str, name: str) -> Case:
             module = pointcept.build(pointcept.checkout(), network)
         except (ImportError, SparseLowerError) as error:
             raise Skip(f"the {network} row needs Pointcept's source and torch-scatter ({error})") from error
-        features, coords, grid = _frame(frame)
-        parts = [(features, coords)]
+        features, _, _ = _frame(frame)
+        parts = [pointcept.grid_sampled(features)]  # as Pointcept's pipeline grids it
+        coords = parts[0][1]
+        grid = tuple(int(v) + 1 for v in coords[:, 1:].max(0))
         feeds = {key: value.numpy() for key, value in pointcept.point_input(parts, module.channels).items()}
 
         def no_spconv():

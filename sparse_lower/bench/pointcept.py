@@ -13,8 +13,9 @@ PyPI has only for CUDA's). `-small` networks have the same layers, narrower and 
 
 Weights are Pointcept's own initialisation under a fixed seed, with batch-norm statistics drawn near a
 trained one's; `shuffle_orders` draws the orders' permutations from torch's generator, seeded alike for
-the export and the module. The input is a frame's voxels as Pointcept's nuScenes pipeline gives them:
-`coord` (the voxel's mean x, y, z), `grid_coord` (its x, y, z on nuScenes' grid), `feat` and `offset`.
+the export and the module. The input is a frame as Pointcept's nuScenes pipeline gives it (`grid_sampled`:
+its GridSample at 0.05 m of the frame's voxel means): `coord` (x, y, z in metres), `grid_coord` (the cell
+on that grid, from the frame's own minimum), `feat` and `offset`.
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ from .checkouts import namespace, trained_statistics
 CHECKOUT_VARIABLE = "SPARSE_LOWER_POINTCEPT"
 INSTALL = ('pip install "sparse-lower[pointcept]" && pip install --no-build-isolation torch-scatter==2.1.2, '
            "and a Pointcept checkout in $SPARSE_LOWER_POINTCEPT")
-GRID_XYZ = (1440, 1440, 41)
-MARGIN = 96  # Point.sparsify's pad
+GRID_SIZE = 0.05  # metres: GridSample's grid_size in configs/nuscenes/semseg-pt-v3m1-0-base.py
 NUSCENES = dict(in_channels=4, order=("z", "z-trans", "hilbert", "hilbert-trans"), stride=(2, 2, 2, 2),
                 enc_depths=(2, 2, 2, 6, 2), enc_channels=(32, 64, 128, 256, 512), enc_num_head=(2, 4, 8, 16, 32),
                 enc_patch_size=(1024,) * 5, dec_depths=(2, 2, 2, 2), dec_channels=(64, 64, 128, 256),
@@ -111,6 +111,30 @@ def build(checkout: Path, name: str, seed: int = 0) -> torch.nn.Module:
     return Features().eval()
 
 
+def grid_sampled(features: np.ndarray, grid_size: float = GRID_SIZE, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The points Pointcept's nuScenes pipeline gives its network, from points whose first three features are
+    metric x, y, z (a frame's voxel means): its `GridSample` (pointcept/datasets/transform.py, mode "train"
+    with `hash_type="fnv"`, as the configuration's train and val pipelines run it) at `grid_size`. Each
+    point's cell is floor(xyz / grid_size) less the points' own smallest cell, so every frame has another
+    extent (1515 × 2199 × 255 cells for the CenterPoint frame); the cells are ordered by their FNV-64 hash,
+    and one point is drawn per cell as GridSample draws it (NumPy's global generator, seeded by `seed`).
+    Returns the kept points' features and their coords (0, z, y, x) on that grid (`point_input` makes them
+    `grid_coord`, x, y, z)."""
+    cells = np.floor(features[:, :3].astype(np.float64) / grid_size).astype(np.int64)
+    cells -= cells.min(0) if len(cells) else 0
+    keys = np.full(len(cells), np.uint64(14695981039346656037))
+    with np.errstate(over="ignore"):
+        for column in cells.astype(np.uint64).T:
+            keys = (keys * np.uint64(1099511628211)) ^ column
+    order = np.argsort(keys)
+    _, counts = np.unique(keys[order], return_counts=True)
+    np.random.seed(seed)
+    firsts = np.cumsum(np.insert(counts, 0, 0)[:-1])
+    kept = order[firsts + np.random.randint(0, counts.max(initial=1), counts.size) % counts]
+    coords = np.concatenate([np.zeros((len(kept), 1), np.int64), cells[kept][:, ::-1]], axis=1)
+    return features[kept], coords
+
+
 def point_input(parts: list, channels: int = 4) -> dict:
     """Pointcept's input dict of the (features, coords) parts, one batch element each: `feat` of 4 channels
     (x, y, z, intensity) or 9 (Sonata's x, y, z, color, normal: the intensity as a gray color, normals 0)."""
@@ -134,11 +158,11 @@ def run_module(module, parts: list, seed: int = 1) -> np.ndarray:
 
 
 def export(module, parts: list, seed: int = 1):
+    """The module exported on the parts with the export's defaults: the grid `Point.sparsify` computes from the
+    frame is bounded by what the coordinates hold (2^16 per axis, Pointcept's deepest serialization), not by
+    the example's, so that one export takes every frame."""
     torch.manual_seed(seed)
-    return export_model(module, (point_input(parts, module.channels),),
-                               max_spatial_shape=[extent + MARGIN for extent in GRID_XYZ])
-
-
+    return export_model(module, (point_input(parts, module.channels),))
 
 
 def checkout() -> Path:

@@ -211,9 +211,9 @@ class DemoCommand:
         out.say(render(["stage", "time"], rows))
         result = first[0]
         if args.model == "ptv3":
-            print(f"output: {result.shape[0]:,} voxels x {result.shape[1]} features, mean {result.mean():.4f}, "
+            print(f"output: {result.shape[0]:,} points x {result.shape[1]} features, mean {result.mean():.4f}, "
                   f"max {result.max():.4f}")
-            drawn = save_points_picture(result, frame["features"], picture, half_width_m(grid))
+            drawn = save_points_picture(result, feeds["coord"], picture, half_width_m(grid))
         elif args.model == "voxelnext":
             sites = first[1]
             last = [n for n in imported.graph.node if n.domain == SOURCE_DOMAIN and n.op_type in CONV_OPS][-1]
@@ -254,18 +254,17 @@ def _point_transformer(frame: dict, clock: Stopwatch, check: bool):
     except ImportError as error:
         raise SparseLowerError(f"--model ptv3 needs spconv, torch-scatter and addict ({error})",
                                fix=pointcept.INSTALL) from error
-    parts = [(np.asarray(frame["features"], np.float32), np.asarray(frame["coords"]))]
+    parts = [pointcept.grid_sampled(np.asarray(frame["features"], np.float32))]  # as Pointcept's pipeline grids it
     model = clock.time("export (sparse_lower.export)", lambda: pointcept.export(module, parts))
     feeds = {key: value.numpy() for key, value in pointcept.point_input(parts, module.channels).items()}
     expected = clock.time("Pointcept's module in PyTorch", lambda: pointcept.run_module(module, parts)) if check else None
     return model, feeds, expected
 
 
-def save_points_picture(features: np.ndarray, voxels: np.ndarray, path: Path, half_m: float | None) -> Path:
-    """The voxels seen from above at their mean (x, y) in metres, coloured by the length of their output
-    features."""
+def save_points_picture(features: np.ndarray, points: np.ndarray, path: Path, half_m: float | None) -> Path:
+    """The points seen from above at their (x, y) in metres, coloured by the length of their output features."""
     def draw(axis):
         axis.set_aspect("equal")
-        return axis.scatter(voxels[:, 0], voxels[:, 1], c=np.linalg.norm(features, axis=1), s=0.5, cmap="magma")
-    return _picture(path, f"PTv3: {len(features):,} voxels, coloured by the length of their {features.shape[1]} "
+        return axis.scatter(points[:, 0], points[:, 1], c=np.linalg.norm(features, axis=1), s=0.5, cmap="magma")
+    return _picture(path, f"PTv3: {len(features):,} points, coloured by the length of their {features.shape[1]} "
                           "output features", draw, half_m if half_m is not None else 0.0)

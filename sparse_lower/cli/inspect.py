@@ -142,7 +142,8 @@ class InspectCommand:
                           "grid out", "params"], layers))
         memory = index_memory(graph)
         if memory:
-            print("index memory of the portable target (grows with the grid, not the active sites), per batch:")
+            print("index memory of the portable target's static form (max_active; the dynamic form's follows the "
+                  "frame), per batch:")
             print(render(["index tensor", "extent", "at most"],
                          [[what, "x".join(map(str, extent)), f"{size / 2**20:,.1f} MiB"] for what, extent, size in memory]))
         costs = layer_costs(model)

@@ -4,7 +4,7 @@ MinkowskiEngine keeps a sparse tensor's coordinates in its coordinate manager, o
 computes every kernel map in C++. For the duration of an export (`engine_calls`) each coordinate map key
 the module meets is given a traced coordinates tensor in the graph, at its own level (MinkowskiEngine's
 coordinates divided by the key's tensor stride, so that a level-2 site at (4, 6) is (2, 3)), on a grid
-(`max_spatial_shape`, or the example's extent, divided by the stride, rounded up). Then:
+(`max_spatial_shape`, or traced_calls.default_bound, divided by the stride, rounded up). Then:
 
 * `SparseTensor(features, coordinates)` gives the key of the input its traced coordinates and keeps the
   features as given (MinkowskiEngine gathers the rows it keeps by an index that the trace would fix to

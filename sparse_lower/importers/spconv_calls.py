@@ -15,7 +15,7 @@ sparse engine's calls. For the duration of an export (`engine_calls`), those are
 * `SparseConvTensor(...)` given a grid computed from the frame (a `spatial_shape` tensor, as
   mmdetection3d's MinkUNet writes `coors.max(0)[0][1:] + 1`): the grid stays a traced tensor; every
   layer's extent is computed from it in the graph (spconv's formulas, in torch), the source ops are
-  written on a bound of it (`max_spatial_shape`, or the example's grid) and each strided layer's rows
+  written on a bound of it (`max_spatial_shape`, or traced_calls.default_bound) and each strided layer's rows
   outside the frame's own extent are dropped in the graph, as spconv drops them (docs/formats.md);
 * `SparseConvTensor(features, indices, spatial_shape, …)` on indices that no spconv call wrote (the
   merged sites of a `torch.unique`) marks them with their declared grid (`Grid` in the export's own

@@ -140,8 +140,8 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
     """The source-op ONNX model of `module`, traced on `example`: a sparse tensor of the module's engine
     (spconv's `SparseConvTensor`, MinkowskiEngine's `SparseTensor`), or the tuple of the module's positional
     arguments. `max_spatial_shape`: where the grid is not fixed (a grid computed from the frame, or
-    MinkowskiEngine, which has none), the largest grid a frame may have (default: the example's); a frame
-    past it is refused at run time."""
+    MinkowskiEngine, which has none), the largest grid a frame may have (default: traced_calls.default_bound,
+    2^16 per axis in 3-D); a frame past it is refused at run time."""
     try:
         import torch
     except ImportError as error:

@@ -184,17 +184,31 @@ class TracedCalls:
         return self.names.get(id(module), type(module).__name__)
 
     def bound(self, example: list[int]) -> list[int]:
-        """The static grid the source ops are written on where the grid is not fixed: max_spatial_shape,
-        else the example's grid (found at the current call)."""
+        """The static grid the source ops are written on where the grid is not fixed (`example`: the
+        example's, found at the current call): max_spatial_shape, else `default_bound`."""
         site = call_site()
-        bound = list(self.max_spatial_shape) if self.max_spatial_shape is not None else example
+        given = self.max_spatial_shape is not None
+        bound = list(self.max_spatial_shape) if given else default_bound(len(example))
         if len(bound) != len(example):
             raise SparseLowerError(f"max_spatial_shape {bound} has {len(bound)} extents; the grid found at {site} "
                                    f"has {len(example)}", fix="give one extent per spatial dimension")
         if any(e > b for e, b in zip(example, bound)):
-            raise SparseLowerError(f"the example's grid {example}, found at {site}, exceeds max_spatial_shape "
-                                   f"{bound}", fix="give a max_spatial_shape that holds every frame's grid")
+            what = f"max_spatial_shape {bound}" if given else f"the default bound {bound}"
+            raise SparseLowerError(f"the example's grid {example}, found at {site}, exceeds {what}",
+                                   fix="give a max_spatial_shape that holds every frame's grid")
         return bound
+
+
+SITE_BITS = 48  # of a grid whose extent is not fixed, by default: 2^15 batches of it still number in int64
+
+
+def default_bound(ndim: int) -> list[int]:
+    """The grid a frame may have where the network computes it from the frame or its engine has none, unless
+    the export is given one: 2^(48 / D) per axis (2^16 in 3-D, Pointcept's deepest serialization), which
+    costs nothing where the index tables grow with the sites (the library's, the portable form's dynamic
+    grids), leaves 2^15 batches to int64 site numbers, and holds any frame a coordinate type of 16 bits or
+    more quantizes. The static forms, whose grids span the bound, want a tight one."""
+    return [2 ** (SITE_BITS // ndim)] * ndim
 
 
 def index_add_symbolic(g, data, dim, index, source, alpha=None):

@@ -14,27 +14,26 @@ others are the *column*:
   1 + the row at (column, depth), 0 where none (the last cell: where rows outside the grid are
   written).
 
-Each dimension is grown by a halo (`low` before it, `high` after it) whose cells hold no row, so a
-neighbour up to that far outside the grid is missing without a bounds check and stays in its own
-batch. The compute gathers from the features with a zero row put first, so what the table holds is
-the row to gather. A lookup is two `Gather`s: the column of each tap's column part, then the row at
-its depth. One batch costs 8 bytes per column cell plus 4·P per occupied column: 26 MB on the
-CenterPoint frame; at worst (every column occupied) 4·(P + 2) per column cell (`grid_bytes`), which
-the portable target refuses over `MAX_GRID_BYTES`.
+Each dimension has cells that hold no row before and after the positions the rows take, so a
+neighbour outside those positions is missing and stays in its own batch. The compute gathers from the
+features with a zero row put first, so what the table holds is the row to gather. A lookup is two
+`Gather`s: the column of each tap's column part, then the row at its depth.
 
 In the dynamic form the grid is sized by the frame, not by the op's `spatial_shape` (a bound, which
 may be far larger than any frame: an export's default bound is what its coordinates can hold). Each
-dimension spans the frame's own rows, from their smallest to their largest position (window.py), with a
-halo of one empty cell on each side; a position is clamped into that span, so a neighbour past it reads
-an empty cell. Its memory follows the frame: the columns its rows span, and a slice per occupied
-column. A frame whose grid would take more than `MAX_GRID_BYTES` flags itself, as a frame that breaks a
-rule does, and its grid collapses to one empty cell per dimension instead of being allocated.
+dimension spans the frame's own rows, from their smallest to their largest position (window.py), with
+one empty cell on each side; a position is clamped into that span, so a neighbour past it reads an
+empty cell. Its memory follows the frame: 4 bytes per column cell of the rows' span, plus 4·P per
+occupied column (26 MB on the CenterPoint frame). A frame whose grid would take more than
+`MAX_GRID_BYTES` flags itself, as a frame that breaks a rule does, and its grid collapses to one empty
+cell per dimension instead of being allocated.
 
 In the static form (`Fixed`: `max_active`) every size is a constant: the grid spans the op's whole
-grid with the halo its taps reach, and holds `batches` batches, the table as many columns as the
-tensor has rows, and `sorted_cells` numbers the occupied columns with a `CumSum` rather than
-`NonZero`. Padding rows (batch −1) are left out. Its memory is said when lowering, and refused past
-`MAX_GRID_BYTES` per batch at worst.
+grid, each dimension grown by a halo (`low` before it, `high` after it) as wide as its taps reach, so
+that no position needs clamping; it holds `batches` batches, the table as many columns as the tensor
+has rows, and `sorted_cells` numbers the occupied columns with a `CumSum` rather than `NonZero`.
+Padding rows (batch −1) are left out. Its memory is said when lowering: at worst (every column
+occupied) 4·(P + 2) per column cell (`grid_bytes`), refused past `MAX_GRID_BYTES` per batch.
 
 Rows that break the rules of a sparse tensor (a coordinate outside the grid, a negative batch, two
 rows on one site) cannot raise an error in a standard graph. The grid finds them: the rows outside
@@ -57,7 +56,9 @@ from .emit import BOOL, INT32, Emit
 from .taps import over_taps
 from .window import Size, as_tensor, over_limit, row_major, span, unless, vector
 
-MAX_GRID_BYTES = 2**31  # per batch, at worst (every column occupied); the CenterPoint frame's finest grid: 2.1 GB
+# A frame's grid or marks (the dynamic form), a batch of the static form's at worst; the CenterPoint backbone's
+# finest static grid: 357 MiB
+MAX_GRID_BYTES = 2**31
 
 
 def depth_dimension(padded) -> int:

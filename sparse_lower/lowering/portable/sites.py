@@ -41,12 +41,15 @@ def reached_sites(e: Emit, grid: SiteGrid, coords: gs.Tensor, positions: list[gs
         # even on no rows)
         sizes = [e("Max", unless(e, over, width), e.const([1]), shape=[1], name="size") for _, width in spans]
         starts: list[Size] = [first for first, _ in spans]
-        inside = e("And", inside, e("Not", over, dtype=BOOL, shape=[1]), dtype=BOOL)
+        # each candidate's cell along a dimension, clamped: no-op but where the marks are over the limit, whose one
+        # cell per batch then takes every candidate (rows that show the flag's NaN, not none)
+        places = [e("Max", e("Min", e("Sub", p, first), e("Sub", size, e.const([1]), shape=[1])), e.const(0))
+                  for p, first, size in zip(positions, starts, sizes)]
     else:
-        sizes, starts = list(extents), [0] * len(extents)
+        sizes, starts, places = list(extents), [0] * len(extents), positions
     strides, volume = row_major(e, sizes)
-    cells = over_taps(e, "Add", [e("Mul", p if isinstance(start, int) else e("Sub", p, start), as_tensor(e, stride))
-                                 for p, start, stride in zip(positions, starts, strides)], kernel)
+    cells = over_taps(e, "Add", [e("Mul", place, as_tensor(e, stride)) for place, stride in zip(places, strides)],
+                      kernel)
     batch_cells = e("Mul", e.column(coords, 0), as_tensor(e, volume), shape=[None])
     spread = list(range(1, 1 + len(kernel)))
     keys = e("Add", cells, e("Unsqueeze", batch_cells, e.const(spread), shape=[None, *[1] * len(kernel)]))

@@ -110,9 +110,27 @@ class StandardOpTables:
                 _within_counting(base, "site grid's columns", fixed.batches * column_volume(extents, low, high))
                 if checked:
                     fix_rows(ctx, coords, fixed.rows)
-            self._grids[key] = build_grid(Emit(ctx, f"{coords.name}/grid"), coords, extents, low, high, checked,
-                                          self._made.get(coords.name), fixed)
+            e = Emit(ctx, f"{coords.name}/grid")
+            inherited = self._made.get(coords.name) if not checked else e.either(*self._upstream_flags(coords))
+            self._grids[key] = build_grid(e, coords, extents, low, high, checked, inherited, fixed)
         return self._grids[key]
+
+    def _upstream_flags(self, tensor: gs.Tensor) -> list[gs.Tensor]:
+        """The flags of the coords made here from which standard ops computed `tensor` (an export's rows cut
+        to the frame's extent, a level moved onto a finer grid): a frame flagged there (a grid over the limit,
+        a level over its capacity) stays flagged through them."""
+        flags, seen, pending = [], set(), [tensor]
+        while pending:
+            value = pending.pop()
+            if value.name in seen:
+                continue
+            seen.add(value.name)
+            if value.name in self._made:
+                if self._made[value.name] is not None:
+                    flags.append(self._made[value.name])
+                continue
+            pending.extend(t for node in value.inputs for t in node.inputs)
+        return flags
 
     def _shared(self, key: tuple, build):
         if key not in self._tables:
