@@ -17,6 +17,7 @@ from helpers import run_lowered  # noqa: E402
 from oracle import random_sparse  # noqa: E402
 from sparse_lower.errors import SparseLowerError  # noqa: E402
 from sparse_lower.importers.spconv_calls import spconv_inference  # noqa: E402
+from sparse_lower.importers.traced_calls import untraced  # noqa: E402
 
 from torch import nn  # noqa: E402
 
@@ -233,3 +234,48 @@ def test_a_tail_reading_two_dense_results_exports_and_matches_torch():
     for target, options in TARGETS:
         got = run_lowered(model, feeds, target=target, **options)["output"]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{target} {options}")
+
+
+class Frozen(nn.Module):
+    """Values computed from the frame outside the trace, feeding the output: what SPVCNN's point branch does
+    through TorchSparse's C++ functions (NumPy stands in here), which the trace fixes at the example's values."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.conv = spconv.SubMConv2d(4, 4, 3, indice_key="a")
+
+    def forward(self, features, coords):
+        if self.how == "extension":  # as a C++ extension computes it: where the trace does not see it
+            with untraced():
+                return torch.bincount(coords[:, 0].long()).float() * features.sum()
+        if self.how == "numpy":  # every output from NumPy's view of the inputs: the model keeps no input
+            counts = np.bincount(coords[:, 0].numpy()).astype(np.float32)
+            return torch.from_numpy(counts) * torch.from_numpy(features.numpy().sum(0)[:1])
+        x = self.conv(spconv.SparseConvTensor(features, coords, list(SHAPES[2]), 2))
+        if self.how == "tolist":  # the features through a Python list, added to the conv's (which reads them)
+            return x.replace_feature(torch.tensor(features.tolist()) + x.features)
+        return x.replace_feature(x.features * (int(coords[:, 0].max()) + 1))  # the batch count fixed
+
+
+@pytest.mark.parametrize("check", [True, False])
+@pytest.mark.parametrize("how, said", [
+    ("numpy", r"copies a tensor's data out of torch while it is traced \(\S+test_export_tails.py:\d+"),
+    ("tolist", r"copies a tensor's data out of torch while it is traced \(\S+test_export_tails.py:\d+\)"),
+    ("extension", r"does not read its inputs 'features', 'coords': its outputs are constants: .* \(by code torch "
+                  r"does not see: a C\+\+ extension")])
+def test_a_value_computed_from_the_frame_outside_the_trace_is_refused_whatever_check_says(how, said, check):
+    _, feeds = _example(2, 2, 60)
+    with pytest.raises(SparseLowerError, match=said):
+        sparse_lower.export(Frozen(how), (torch.from_numpy(feeds["features"]),
+                                          torch.from_numpy(feeds["coords"].astype(np.int32))), check=check)
+
+
+def test_a_number_fixed_while_every_input_is_read_stays_a_warning():
+    """The batch count read as a Python number (mmdetection3d's `int(coors[-1, 0]) + 1`): its inputs are still
+    read, so the value is said (a SparseLowerWarning with its line), not refused."""
+    _, feeds = _example(2, 2, 60)
+    with pytest.warns(sparse_lower.errors.SparseLowerWarning, match=r"test_export_tails.py:\d+: Converting"):
+        model = sparse_lower.export(Frozen("count"), (torch.from_numpy(feeds["features"]),
+                                                      torch.from_numpy(feeds["coords"].astype(np.int32))))
+    assert {value.name for value in model.graph.input} == {"features", "coords"}

@@ -113,6 +113,42 @@ def test_a_minkowski_unet_on_the_real_frames():
     check_targets(model, net, frames)
 
 
+def quantized(features, voxel=0.1, batch=0):
+    """A real frame as MinkowskiEngine's users quantize it: floor(xyz / voxel) of the points' metric x, y, z
+    (signed, around the sensor), one row per site (the first, as ME.utils.sparse_quantize keeps one)."""
+    sites = np.floor(features[:, :3] / voxel).astype(np.int32)
+    _, first = np.unique(sites, axis=0, return_index=True)
+    first.sort()
+    coords = np.concatenate([np.full((len(first), 1), batch, np.int32), sites[first]], axis=1)
+    return features[first].astype(np.float32), coords
+
+
+def test_signed_coordinates_of_the_real_frames_match_minkowski_engine_on_every_target():
+    """MinkowskiEngine on its users' own quantization, negative for half of every frame: exported once, with
+    the export's defaults, and run on both frames and a batch of two, every target, against MinkowskiEngine."""
+    voxels = [sparse_lower.frames.sample.load_voxels(DATA / name)[0] for name in TOOL.FRAMES.values()]
+    frames = [quantized(v) for v in voxels]
+    assert all((coords[:, 1:] < 0).any() for _, coords in frames)
+    halves = [quantized(voxels[0][: len(voxels[0]) // 2]), quantized(voxels[1][: len(voxels[1]) // 3], batch=1)]
+    batch = (np.concatenate([f for f, _ in halves]), np.concatenate([c for _, c in halves]))
+    net = seeded(UNet(frames[0][0].shape[1]), 0)
+    model = sparse_lower.export(net, ME.SparseTensor(*(torch.from_numpy(a) for a in frames[0])))
+    check_targets(model, net, [*frames, batch])
+
+
+@pytest.mark.parametrize("shift", [(7, 5, 11), (600, 1, 12)])
+def test_signed_coordinates_keep_every_level_of_a_stride_three_network(shift):
+    """The frame's origin is a multiple of the deepest stride (2 · 3 here): a frame moved by any amount keeps
+    MinkowskiEngine's sites and values at every level."""
+    rng = np.random.default_rng(11)
+    extent = [14, 12, 10]
+    net = Classifier(3, ME.MinkowskiGlobalMaxPooling).eval()
+    first = frame(rng, extent, 400, batch=2)
+    model = sparse_lower.export(net, ME.SparseTensor(torch.from_numpy(first[0]), torch.from_numpy(first[1])))
+    moved = [(f, c - np.array([0, *shift], np.int32)) for f, c in [first, frame(rng, extent, 300, batch=3)]]
+    check_targets(model, net, [first, *moved])
+
+
 @pytest.mark.skipif(not os.environ.get("SPARSE_LOWER_MINKOWSKI"),
                     reason="MinkowskiEngine's MinkUNets are read from its examples: set SPARSE_LOWER_MINKOWSKI to a "
                            "checkout of NVIDIA/MinkowskiEngine at v0.5.4")

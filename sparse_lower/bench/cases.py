@@ -395,9 +395,12 @@ def pointcept_case(network: str, frame: str, name: str) -> Case:
         return Built(source=pointcept.export(module, parts), feeds=feeds, spconv=no_spconv, minkowski=no_spconv,
                      dense=None, rows_in=len(coords), grid=tuple(grid),
                      pointcept=lambda threads: pointcept.module_runner(module, parts, threads),
-                     ours=("ours-gpu-auto-2threads",))  # one: each session holds GiBs of attention rows
+                     # two: each session holds GiBs of attention rows; the portable form's grids at Pointcept's
+                     # own grid follow the frame
+                     ours=("ours-gpu-auto-2threads", "ours-portable-2threads"))
 
-    return Case(name, "network", build, f"{network} (Pointcept's PT-v3m1, nuScenes configuration)")
+    what = {"PTv3": "Pointcept's PT-v3m1, nuScenes configuration", "Sonata": "Sonata's encoder, PT-v3m2"}[network]
+    return Case(name, "network", build, f"{network} ({what}, GridSample at 0.05 m)")
 
 
 def all_cases(quick: bool = False, dense_budget=(40e9, 3 * 2**30)) -> list[Case]:
@@ -434,8 +437,9 @@ def all_cases(quick: bool = False, dense_budget=(40e9, 3 * 2**30)) -> list[Case]
             cases.append(network_case(network, frame, f"{network}/{label}"))
     for frame, label in ((CENTERPOINT_FILE, "centerpoint-frame"), (BEVFUSION_FILE, "bevfusion-frame")):
         cases.append(minkunet_case(frame, f"minkunet/{label}"))
-    for frame, label in ((CENTERPOINT_FILE, "centerpoint-frame"), (BEVFUSION_FILE, "bevfusion-frame")):
-        cases.append(pointcept_case("PTv3", frame, f"ptv3/{label}"))
+    for network in ("PTv3", "Sonata"):
+        for frame, label in ((CENTERPOINT_FILE, "centerpoint-frame"), (BEVFUSION_FILE, "bevfusion-frame")):
+            cases.append(pointcept_case(network, frame, f"{network.lower()}/{label}"))
     return cases
 
 

@@ -31,7 +31,8 @@ from .timing import median_of, timed
 
 # measured on network cases; a fitted nna system's peak includes measuring its capacities on the frame
 MEMORY_SYSTEMS = ("ours-gpu-auto", "ours-gpu-auto-2threads", "spconv-2.3.8", "ours-nna-levels-2threads",
-                  "ours-nna-pairs-2threads", "pointcept-torch-1thread", "pointcept-torch-2threads")
+                  "ours-nna-pairs-2threads", "ours-portable-2threads", "pointcept-torch-1thread",
+                  "pointcept-torch-2threads")
 PROFILED_SYSTEM = "ours-gpu-auto-2threads"  # how a user runs it; its profile is printed for network cases
 SCALING_SYSTEMS = ("ours-gpu-auto", "ours-gpu-auto-2threads", "spconv-2.3.8", "minkowski-0.5.4",
                    "ours-nna-levels-2threads", "ours-nna-pairs-2threads")

@@ -111,13 +111,15 @@ class Ours:
     (capacity.pair_rows), as a deployment measures them on its frames."""
 
     def __init__(self, name: str, target: str, nna_max_rows: int | None = None, threads: int = THREADS,
-                 fitted: bool = False, **options):
+                 fitted: bool = False, named_only: bool = False, **options):
         self.name, self.target, self.options, self.nna_max_rows = name, target, options, nna_max_rows
-        self.threads, self.fitted = threads, fitted
+        self.threads, self.fitted, self.named_only = threads, fitted, named_only
 
     def prepare(self, built: Built) -> Prepared:
         if built.ours is not None and self.name not in built.ours:
             raise Skip(f"this case runs {', '.join(built.ours)} of ours")
+        if self.named_only and built.ours is None:
+            raise Skip(f"{self.name} runs where a case names it (the point transformers' rows)")
         if self.target == "nna" and self.nna_max_rows is not None and built.rows_in > self.nna_max_rows:
             raise Skip(f"nna skipped above {self.nna_max_rows:,} input rows (has {built.rows_in:,}); "
                        "--nna-max-rows raises it")
@@ -213,6 +215,7 @@ def default_systems(nna_max_rows: int | None = 50_000) -> list:
                  layout="rows"),
             Ours("ours-nna-pairs-2threads", "nna", nna_max_rows, threads=2, fitted=True, combine="pairs",
                  layout="rows"),
+            Ours("ours-portable-2threads", "portable", threads=2, named_only=True),
             Spconv(), Minkowski(), TorchSparse(), PointceptTorch(1), PointceptTorch(2), DenseOrt()]
 
 

@@ -8,6 +8,9 @@
 * A value the tracer fixes into the model (`int(coors[-1, 0])`, a tensor turned into a Python number or
   list): torch's TracerWarning, with the user's line, becomes a SparseLowerWarning and a note in the
   model's import report: frames on which that value differs get the example's.
+* A tensor's data copied out as an array while the module is traced (`.numpy()`, `.tolist()`), a model
+  that reads none of its inputs, or one that lost an input while values were fixed (everything the module
+  computed from it ran outside the trace): refused, with the lines (refuse_frozen).
 """
 
 from __future__ import annotations
@@ -84,18 +87,57 @@ def explained(error: Exception, wrapper, wrapper_file: str) -> SparseLowerError:
     return SparseLowerError(f"torch.onnx cannot export {found.group(1)}::{operator}: {text}", fix=fix)
 
 
+def _fixed_values(caught, understood) -> list:
+    """The tracer's warnings of values it fixed in the user's code (not torch's, the engines' or the export's
+    own reading of constants), but those at the (file, line)s of `understood`, which no output depends on."""
+    return [warning for warning in caught if issubclass(warning.category, torch.jit.TracerWarning)
+            and not any(Path(warning.filename).is_relative_to(folder) for folder in LIBRARY_FOLDERS)
+            and (warning.filename, warning.lineno) not in understood]
+
+
+def _said(warning) -> str:
+    """What a tracer warning says was fixed: its first sentence."""
+    return str(warning.message).split(" might cause")[0].split(". ")[0]
+
+
+_ARRAYS = ("Converting a tensor to a Python list", "Converting a tensor to a NumPy array")
+_FIX = ("compute it with torch operations on the tensors (no .numpy() or .tolist() of them, no C++ extension "
+        "between the inputs and the outputs); the export refuses what it would freeze")
+
+
+def refuse_frozen(model: onnx.ModelProto, inputs: list[str], caught, understood=frozenset()) -> None:
+    """Refuse what the trace froze from the example (docs/formats.md#sparse_lowerexport), whatever the check:
+    * a tensor's data copied out as an array (`.numpy()`, `.tolist()`): a frame's data is never a constant,
+      and whatever the module computes from the copy is the example's on every frame;
+    * a model that reads none of its inputs, or that lost one while values were fixed: what the module
+      computed from it ran outside the trace (a C++ extension, NumPy), and its outputs are the example's.
+    An input the module never reads, with nothing fixed, is the module's choice: it is left out of the model.
+    A number read from a tensor (`int(coors[-1, 0]) + 1`) stays a warning (note_frozen)."""
+    fixed = _fixed_values(caught, understood)
+    arrays = [w for w in fixed if _said(w).startswith(_ARRAYS)]
+    if arrays:
+        where = "; ".join(dict.fromkeys(f"{w.filename}:{w.lineno}" for w in arrays))
+        raise SparseLowerError(f"the module copies a tensor's data out of torch while it is traced ({where}): "
+                               "the trace fixes what it computes from the copy at the example's values", fix=_FIX)
+    kept = {value.name for value in model.graph.input}
+    lost = [name for name in inputs if name not in kept]
+    if not lost or (kept and not fixed):
+        return
+    where = "; ".join(dict.fromkeys(f"{w.filename}:{w.lineno}: {_said(w)}" for w in fixed))
+    said = "its outputs are constants: " if not kept else ""
+    raise SparseLowerError(
+        f"the exported model does not read its input{'s' if len(lost) > 1 else ''} {', '.join(map(repr, lost))}: "
+        f"{said}what the module computes from {'them' if len(lost) > 1 else 'it'} ran outside the trace and was "
+        f"fixed at the example's values" + (f" ({where})" if where else " (by code torch does not see: a C++ "
+                                            "extension, or NumPy on a tensor's data)"), fix=_FIX)
+
+
 def note_frozen(model: onnx.ModelProto, caught, understood=frozenset()) -> None:
     """The tracer's warnings of values it fixed, as SparseLowerWarnings and notes in the import report;
     but those at the (file, line)s of `understood`, which no output depends on."""
     notes = []
-    for warning in caught:
-        if not issubclass(warning.category, torch.jit.TracerWarning):
-            continue
-        if any(Path(warning.filename).is_relative_to(folder) for folder in LIBRARY_FOLDERS):
-            continue  # torch's, spconv's and the export's own reading of constants
-        if (warning.filename, warning.lineno) in understood:
-            continue
-        message = str(warning.message).split(" might cause")[0]
+    for warning in _fixed_values(caught, understood):
+        message = _said(warning)
         note = (f"{warning.filename}:{warning.lineno}: {message} fixes a value of the example into the model. "
                 f"Where it changes from frame to frame and the outputs depend on it, compute it with torch operations")
         if note not in notes:

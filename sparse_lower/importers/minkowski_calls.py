@@ -3,8 +3,13 @@
 MinkowskiEngine keeps a sparse tensor's coordinates in its coordinate manager, out of torch's sight, and
 computes every kernel map in C++. For the duration of an export (`engine_calls`) each coordinate map key
 the module meets is given a traced coordinates tensor in the graph, at its own level (MinkowskiEngine's
-coordinates divided by the key's tensor stride, so that a level-2 site at (4, 6) is (2, 3)), on a grid
-(`max_spatial_shape`, or traced_calls.default_bound, divided by the stride, rounded up). Then:
+coordinates less the frame's origin, divided by the key's tensor stride, so that a level-2 site at (4, 6)
+is (2, 3)), on a grid (`max_spatial_shape`, or traced_calls.default_bound, divided by the stride, rounded
+up). MinkowskiEngine's coordinates are signed (users quantize metric points around the sensor,
+`floor(xyz / voxel)`), the source ops' start at 0: the origin, computed in the graph from each frame, is
+per dimension the largest multiple of the deepest tensor stride at or below both 0 and the frame's
+smallest coordinate (`_origin`; the strides come from an eager run of the module, `deepest_strides`), so
+every level keeps MinkowskiEngine's sites, and the module's coordinates get it back. Then:
 
 * `SparseTensor(features, coordinates)` gives the key of the input its traced coordinates and keeps the
   features as given (MinkowskiEngine gathers the rows it keeps by an index that the trace would fix to
@@ -20,8 +25,9 @@ coordinates divided by the key's tensor stride, so that a level-2 site at (4, 6)
   average: the sum over a `Coalesce` of ones), one row per batch;
 * `MinkowskiInstanceNorm`: each batch's mean and variance in torch (`index_add_` by the batch column, which
   the export writes as a ScatterElements add), gathered back by each row's batch;
-* `SparseTensor.C` (and `.coordinates`) is the traced coordinates times the tensor stride, as
-  MinkowskiEngine gives them, so the module's outputs and anything it computes from them are traced.
+* `SparseTensor.C` (and `.coordinates`) is the traced coordinates times the tensor stride plus the
+  origin, as MinkowskiEngine gives them, so the module's outputs and anything it computes from them are
+  traced.
 
 Everything else MinkowskiEngine's modules do on features alone (batch norms, activations, `MinkowskiLinear`,
 `ME.cat` and `+` of tensors on one key) is torch, and torch.onnx writes it. Weights are MinkowskiEngine's
@@ -33,6 +39,7 @@ naming the module, its call and what would work.
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from dataclasses import dataclass, field
 
@@ -78,12 +85,14 @@ def _key(tensor) -> tuple:
 
 @dataclass
 class Level:
-    """One coordinate map key in the graph: its traced coordinates (int32, divided by `stride`), the grid
-    its source ops are written on, and its tensor stride."""
+    """One coordinate map key in the graph: its traced coordinates (int32, less the frame's origin and
+    divided by `stride`), the grid its source ops are written on, its tensor stride, and whether its sites
+    are the frame's (a global pooling's (b, 0, …) are not moved by the origin)."""
 
     coords: torch.Tensor
     grid: list
     stride: list
+    moved: bool = True
 
 
 @dataclass
@@ -91,6 +100,9 @@ class EngineCalls(TracedCalls):
     """The state of one MinkowskiEngine export: besides TracedCalls', the level of every key met."""
 
     levels: dict = field(default_factory=dict)  # _key -> Level
+    deepest: list | None = None  # per dimension, a multiple of every tensor stride the module reaches
+    origin: torch.Tensor | None = None  # traced [1 + D]: (0, the frame's origin), set by the input's SparseTensor
+    origin_value: torch.Tensor | None = None  # its value on the example
 
     def level(self, tensor, module=None) -> Level:
         level = self.levels.get(_key(tensor))
@@ -116,6 +128,11 @@ class EngineCalls(TracedCalls):
                                    fix="give each site once (ME.utils.sparse_quantize the points beforehand)")
         tensor._F = features  # not MinkowskiEngine's gather of the rows it keeps: all of them, in order
         stride = [int(s) for s in tensor.tensor_stride]
+        if self.origin is None:
+            self.origin = _origin(coordinates, self.deepest or [1] * len(stride))
+            with untraced():
+                self.origin_value = _origin(coordinates, self.deepest or [1] * len(stride))
+        coordinates = coordinates - self.origin.to(coordinates.dtype)
         with untraced():
             example = [int(v) // s + 1 for v, s in zip(coordinates[:, 1:].max(0).values, stride)] \
                 if len(coordinates) else [1] * len(stride)
@@ -130,7 +147,8 @@ class EngineCalls(TracedCalls):
         level = self.levels.get(_key(tensor)) if torch._C._get_tracing_state() is not None else None
         if level is None:
             return original.fget(tensor)
-        return level.coords * torch.tensor([1, *level.stride], dtype=level.coords.dtype)
+        coords = level.coords * torch.tensor([1, *level.stride], dtype=level.coords.dtype)
+        return coords + self.origin.to(coords.dtype) if level.moved else coords
 
     # ----- convolutions and pooling
 
@@ -202,8 +220,8 @@ class EngineCalls(TracedCalls):
             op_type = "SparseConv" if weights else "SparseMaxPool"
             attrs.update(pads=begins + [0] * len(kernel), output_sites="floor")
         with untraced():
-            real_coords = torch.div(real.C, torch.tensor([1, *real.tensor_stride], dtype=real.C.dtype),
-                                    rounding_mode="floor")
+            real_coords = torch.div(real.C - self.origin_value.to(real.C.dtype),
+                                    torch.tensor([1, *real.tensor_stride], dtype=real.C.dtype), rounding_mode="floor")
         call = Call(op_type, attrs, (real.F, real_coords), ((None, int(real.F.shape[1])), (None, real.C.shape[1])),
                     coords_inputs)
         features, coords = self.apply(call, *inputs)
@@ -239,7 +257,7 @@ class EngineCalls(TracedCalls):
             count, _ = self.apply(Call("Coalesce", {"spatial_shape": grid, NAME_ATTRIBUTE: f"{name}.count"},
                                        (counts, real_coords), ((None, 1), sizes[1])), torch.ones_like(x.F[:, :1]), origin)
             features = features / count
-        self.levels[_key(real)] = Level(coords, grid, [int(s) for s in real.tensor_stride])
+        self.levels[_key(real)] = Level(coords, grid, [int(s) for s in real.tensor_stride], moved=False)
         return ME.SparseTensor(features, coordinate_map_key=real.coordinate_map_key,
                                coordinate_manager=real.coordinate_manager)
 
@@ -263,17 +281,49 @@ class EngineCalls(TracedCalls):
                                self.name(module), fix=f"use {_REFUSED[kind]}")
 
 
+def _origin(coordinates: torch.Tensor, deepest: list[int]) -> torch.Tensor:
+    """(0, o_1, …, o_D): per dimension the largest multiple of the deepest stride at or below both 0 and the
+    frame's smallest coordinate. The source ops take coordinates from 0; MinkowskiEngine's are signed
+    (`floor(xyz / voxel)` around the sensor): less this origin they are not, and since it is a multiple of
+    every tensor stride, ⌊(c − o) / s⌋ = ⌊c / s⌋ − o / s at every level, so each level keeps MinkowskiEngine's
+    sites and neighbours, moved by o / s; the module's coordinates get o back. A frame of coordinates from 0
+    (and an empty one) has the origin 0, as before signed coordinates were taken."""
+    step = torch.tensor(deepest, dtype=torch.int64)
+    spatial = torch.cat([coordinates[:, 1:].long(), torch.zeros(1, len(deepest), dtype=torch.int64)])
+    lowest = spatial.min(0).values
+    return torch.cat([torch.zeros(1, dtype=torch.int64), torch.div(lowest, step, rounding_mode="floor") * step])
+
+
 def _check_region(generator, name):
     if generator.region_type != ME.RegionType.HYPER_CUBE:
         raise SparseLowerError(f"kernel region {generator.region_type} cannot be exported yet", name,
                                fix="use the default region (RegionType.HYPER_CUBE)")
 
 
+def deepest_strides(run) -> dict:
+    """{"deepest": per dimension, the least common multiple of the tensor strides of every SparseTensor that
+    MinkowskiEngine makes while `run()` runs the module eagerly}: the step of the frame's origin (`_origin`),
+    a multiple of every level's stride (a global pooling's stride 0 left out: its sites do not move)."""
+    seen = []
+
+    def record(original, tensor, *args, **kwargs):
+        original(tensor, *args, **kwargs)
+        seen.append([int(s) for s in tensor.tensor_stride])
+
+    with replaced_methods([(ME.SparseTensor, "__init__", record)]):
+        try:
+            run()
+        except Exception:  # noqa: BLE001 - the trace that follows refuses it, naming the module and its line
+            pass
+    return {"deepest": [math.lcm(*(s for s in strides if s > 0)) for strides in zip(*seen)] if seen else None}
+
+
 @contextlib.contextmanager
-def engine_calls(module, max_spatial_shape=None):
-    """Inside: MinkowskiEngine's calls replaced as the module docstring says; yields the export's EngineCalls."""
+def engine_calls(module, max_spatial_shape=None, deepest=None):
+    """Inside: MinkowskiEngine's calls replaced as the module docstring says; yields the export's EngineCalls.
+    `deepest`: deepest_strides' step of the origin."""
     calls = EngineCalls({id(m): name or type(module).__name__ for name, m in module.named_modules()},
-                        max_spatial_shape=max_spatial_shape)
+                        max_spatial_shape=max_spatial_shape, deepest=deepest)
     replaced = [(me_conv.MinkowskiConvolutionBase, "forward", calls.conv),
                 (me_pool.MinkowskiPoolingBase, "forward", calls.pool),
                 (me_pool.MinkowskiGlobalPooling, "forward", calls.global_pool),

@@ -48,8 +48,10 @@ TORCHSPARSE_HINT = "bash tools/bench/install_torchsparse.sh CHECKOUT (TorchSpars
 @dataclass(frozen=True)
 class Engine:
     """The sparse engine a module runs on, as the export needs it: how to run the module for inference,
-    the replaced calls (`calls(module, max_spatial_shape)`, a context yielding the export's state), its
-    sparse tensor type, and how to build one from the graph's features and int64 coords."""
+    the replaced calls (`calls(module, max_spatial_shape, **settings)`, a context yielding the export's
+    state), its sparse tensor type, how to build one from the graph's features and int64 coords, and what
+    an eager run of the module tells the calls beforehand (`eager`: MinkowskiEngine's strides, the step of
+    the frame's origin), where the engine needs it."""
 
     name: str
     inference: Callable
@@ -57,6 +59,7 @@ class Engine:
     sparse_type: type
     build: Callable  # (features, coords int64, like: the example) -> the engine's sparse tensor
     parts: Callable  # (sparse tensor) -> (features, coords int64) as the graph outputs them
+    eager: Callable | None = None  # (run: the module on the example) -> what `calls` takes besides, by keyword
 
 
 def _spconv_engine() -> Engine:
@@ -74,13 +77,13 @@ def _spconv_engine() -> Engine:
 def _minkowski_engine() -> Engine:
     import MinkowskiEngine as ME
 
-    from .minkowski_calls import engine_calls, minkowski_inference
+    from .minkowski_calls import deepest_strides, engine_calls, minkowski_inference
 
     def build(features, coords, like):
         return ME.SparseTensor(features, coords.int(), tensor_stride=like.tensor_stride)
 
     return Engine("MinkowskiEngine", minkowski_inference, engine_calls, ME.SparseTensor, build,
-                  lambda x: (x.F, x.C.long()))
+                  lambda x: (x.F, x.C.long()), deepest_strides)
 
 
 def _torchsparse_engine() -> Engine:
@@ -154,10 +157,14 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
         raise SparseLowerError(f"the module must be a torch.nn.Module, got {type(module).__name__}",
                                fix="give the network (an nn.Module, e.g. spconv.SparseSequential(...))")
     wrapper = _wrapper(torch, engine, module, example)
+    settings = {}
+    if engine.eager is not None:
+        with engine.inference(module):
+            settings = engine.eager(lambda: wrapper(*wrapper.tensors))
     buffer = io.BytesIO()
     torch.onnx.register_custom_op_symbolic("aten::index_add", index_add_symbolic, OPSET)
     try:
-        with engine.inference(module), engine.calls(module, max_spatial_shape) as calls, \
+        with engine.inference(module), engine.calls(module, max_spatial_shape, **settings) as calls, \
                 _framework_calls(module, calls) as understood, warnings.catch_warnings(record=True) as caught:
             wrapper.kept = calls.results
             warnings.simplefilter("always")  # kept: the tracer's word on values it fixed; shown: none
@@ -174,6 +181,7 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
     model = export_cleanup.cleaned(onnx.load_from_string(buffer.getvalue()), wrapper.output_names)
     model.ir_version = IR_VERSION
     model.producer_name = "sparse_lower.export"
+    export_refusals.refuse_frozen(model, wrapper.input_names, caught, understood)
     export_refusals.note_frozen(model, caught, understood)
     onnx.checker.check_model(model)
     feeds = {name: tensor.detach().numpy() for name, tensor in zip(wrapper.input_names, wrapper.tensors)}
