@@ -372,9 +372,11 @@ def minkunet_case(frame: str, name: str) -> Case:
     return Case(name, "network", build, "MinkUNet (MinkowskiEngine's MinkUNet14 layout)")
 
 
-def pointcept_case(network: str, frame: str, name: str) -> Case:
+def pointcept_case(network: str, frame: str, name: str, ours: str = "ours-gpu-auto-2threads") -> Case:
     """Pointcept's `network` (bench/pointcept.py, from $SPARSE_LOWER_POINTCEPT) on a real frame: ours (its
-    export on the gpu target) against the module in PyTorch."""
+    export on the gpu target) against the module in PyTorch, or (`ours` "ours-portable-2threads") the
+    portable form alone: a case holds one of our sessions, each GiBs of attention rows (two and the
+    module's, Sonata's on the CenterPoint frame, pass this machine's 24 GiB)."""
 
     def build() -> Built:
         try:
@@ -392,12 +394,10 @@ def pointcept_case(network: str, frame: str, name: str) -> Case:
         def no_spconv():
             raise Skip(f"{network} is Pointcept's module: its PyTorch rows are the pointcept systems")
 
+        peer = None if ours == "ours-portable-2threads" else \
+            (lambda threads: pointcept.module_runner(module, parts, threads))
         return Built(source=pointcept.export(module, parts), feeds=feeds, spconv=no_spconv, minkowski=no_spconv,
-                     dense=None, rows_in=len(coords), grid=tuple(grid),
-                     pointcept=lambda threads: pointcept.module_runner(module, parts, threads),
-                     # two: each session holds GiBs of attention rows; the portable form's grids at Pointcept's
-                     # own grid follow the frame
-                     ours=("ours-gpu-auto-2threads", "ours-portable-2threads"))
+                     dense=None, rows_in=len(coords), grid=tuple(grid), pointcept=peer, ours=(ours,))
 
     what = {"PTv3": "Pointcept's PT-v3m1, nuScenes configuration", "Sonata": "Sonata's encoder, PT-v3m2"}[network]
     return Case(name, "network", build, f"{network} ({what}, GridSample at 0.05 m)")
@@ -440,6 +440,7 @@ def all_cases(quick: bool = False, dense_budget=(40e9, 3 * 2**30)) -> list[Case]
     for network in ("PTv3", "Sonata"):
         for frame, label in ((CENTERPOINT_FILE, "centerpoint-frame"), (BEVFUSION_FILE, "bevfusion-frame")):
             cases.append(pointcept_case(network, frame, f"{network.lower()}/{label}"))
+            cases.append(pointcept_case(network, frame, f"{network.lower()}-portable/{label}", "ours-portable-2threads"))
     return cases
 
 

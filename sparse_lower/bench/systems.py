@@ -185,7 +185,7 @@ class PointceptTorch:
 
     def prepare(self, built: Built) -> Prepared:
         if built.pointcept is None:
-            raise Skip("no Pointcept module in this case (only the Pointcept rows have one)")
+            raise Skip("no Pointcept module in this case (the point transformers' gpu rows have one)")
         run = built.pointcept(self.threads)
         return Prepared(run=run, rows_out=run())
 

@@ -131,7 +131,7 @@ class EngineCalls(TracedCalls):
         if self.origin is None:
             self.origin = _origin(coordinates, self.deepest or [1] * len(stride))
             with untraced():
-                self.origin_value = _origin(coordinates, self.deepest or [1] * len(stride))
+                self.origin_value = self.origin.clone()
         coordinates = coordinates - self.origin.to(coordinates.dtype)
         with untraced():
             example = [int(v) // s + 1 for v, s in zip(coordinates[:, 1:].max(0).values, stride)] \
@@ -284,7 +284,7 @@ class EngineCalls(TracedCalls):
 def _origin(coordinates: torch.Tensor, deepest: list[int]) -> torch.Tensor:
     """(0, o_1, …, o_D): per dimension the largest multiple of the deepest stride at or below both 0 and the
     frame's smallest coordinate. The source ops take coordinates from 0; MinkowskiEngine's are signed
-    (`floor(xyz / voxel)` around the sensor): less this origin they are not, and since it is a multiple of
+    (`floor(xyz / voxel)` around the sensor): less this origin they start at 0, and since it is a multiple of
     every tensor stride, ⌊(c − o) / s⌋ = ⌊c / s⌋ − o / s at every level, so each level keeps MinkowskiEngine's
     sites and neighbours, moved by o / s; the module's coordinates get o back. A frame of coordinates from 0
     (and an empty one) has the origin 0, as before signed coordinates were taken."""

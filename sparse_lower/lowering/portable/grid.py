@@ -156,9 +156,9 @@ def build_grid(e: Emit, coords: gs.Tensor, extents, low, high, check: bool, inhe
         spans = [span(e, e.column(coords, 1 + i), inside, extent) for i, extent in enumerate(extents)]
         widths = [width for _, width in spans]
         strides, volume = _layout(e, depth, [e("Add", w, e.const([2]), shape=[1]) for w in widths])
-        slices = e("Add", e.rows(coords), e.const([1]), shape=[1], name="slices")  # the table's, at most
+        most_slices = e("Add", e.rows(coords), e.const([1]), shape=[1], name="most_slices")  # the table's
         held = e("Add", e("Mul", batches, as_tensor(e, volume), shape=[1]),
-                 e("Mul", slices, e("Add", widths[depth], e.const([2]), shape=[1]), shape=[1]), shape=[1])
+                 e("Mul", most_slices, e("Add", widths[depth], e.const([2]), shape=[1]), shape=[1]), shape=[1])
         over = over_limit(e, held, MAX_GRID_BYTES // 4)  # int32 cells: the columns and the table
         invalid = e.either(invalid, over)
         sizes = tuple(e("Add", unless(e, over, w), e.const([2]), shape=[1], name="size") for w in widths)
