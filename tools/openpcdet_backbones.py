@@ -69,9 +69,9 @@ import torch
 
 
 def get_voxel_centers(voxel_coords, downsample_times, voxel_size, point_cloud_range):
-    coords = voxel_coords.cpu().numpy()[:, [2, 1, 0]]
+    centers = voxel_coords[:, [2, 1, 0]].float()
     size = torch.tensor(voxel_size, dtype=torch.float32) * downsample_times
-    return (torch.from_numpy(coords).float() + 0.5) * size + torch.tensor(point_cloud_range[0:3], dtype=torch.float32)
+    return (centers + 0.5) * size + torch.tensor(point_cloud_range[0:3], dtype=torch.float32)
 '''
 
 
