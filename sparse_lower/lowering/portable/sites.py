@@ -76,4 +76,3 @@ def decoded_sites(e: Emit, cells: gs.Tensor, end: gs.Tensor, sizes: list[Size], 
         return coords
     real = e("Unsqueeze", e("Less", cells, end, dtype=BOOL, shape=[None]), e.const([1]), dtype=BOOL, shape=[None, 1])
     return e("Where", real, coords, e.const(-1), shape=[None, 1 + ndim], name="out_coords")
-

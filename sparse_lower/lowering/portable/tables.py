@@ -311,12 +311,13 @@ class StandardOpTables:
 
 
 def _within_limit(base: str, what: str, size: int) -> None:
-    """Refuse (naming the node `base`) an index tensor of more than MAX_GRID_BYTES per batch."""
+    """Refuse (naming the node `base`) a static-form index tensor of more than MAX_GRID_BYTES per batch."""
     if size > MAX_GRID_BYTES:
-        raise SparseLowerError(f"the portable target's {what} takes up to {size / 2**30:.1f} GiB per batch, over "
-                               f"the limit of {MAX_GRID_BYTES / 2**30:.0f} GiB", base,
-                               "lower for the gpu or nna target, whose index tables grow with the active sites and "
-                               "not with the grid, or crop the grid")
+        raise SparseLowerError(f"the portable target's static {what} takes up to {size / 2**30:.1f} GiB per batch, "
+                               f"over the limit of {MAX_GRID_BYTES / 2**30:.0f} GiB", base,
+                               "leave out max_active (the dynamic form's grids follow the frame), lower for the gpu "
+                               "or nna target, whose index tables grow with the active sites, or write the model on "
+                               "a tighter grid (sparse_lower.export's max_spatial_shape)")
 
 
 COUNTING_LIMIT = 2**24  # float32 counts every integer up to here: the static form's CumSum of marks
