@@ -115,13 +115,15 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
       their custom ops). Same tables, same outputs; a frame the library would refuse gives NaN features,
       and the matmul combine needs `max_active` (docs/lowered_forms.md).
     * target "portable": standard ONNX ops only, no library: the index tables are built inside the graph
-      from a two-level site grid per coords tensor (refused where one batch of it could take more than
-      `lowering.portable.MAX_GRID_BYTES`), each conv is Gather → MatMul → Add. Any ONNX runtime runs
-      it (docs/portable.md). A frame that breaks the rules of sparse tensors gives NaN features. With
+      from a two-level site grid per coords tensor, sized by the frame's own rows (a frame whose grid would
+      take more than `lowering.portable.MAX_GRID_BYTES` gets NaN), each conv is Gather → MatMul → Add. Any
+      ONNX runtime runs it (docs/portable.md). A frame that breaks the rules of sparse tensors gives NaN
+      features. With
       `max_active` (one, or one per level, as for nna) every shape is static: the inputs take exactly
       that many rows, padding rows having coords −1 (`runtime.pad_rows` pads a frame,
-      `runtime.drop_padding` drops them from the outputs), and the grids hold `max_batch` batches
-      (default: the model's ToDense batch_size, else 1).
+      `runtime.drop_padding` drops them from the outputs), and the grids span the op's whole grid and hold
+      `max_batch` batches (default: the model's ToDense batch_size, else 1), refused where one batch of one
+      could take more than MAX_GRID_BYTES.
 
     * `layer_strategies` (gpu and hybrid targets): {source conv name: strategy}, a compute form per conv
       overriding `strategy` for those convs, as `sparse_lower.tune` measures them.
