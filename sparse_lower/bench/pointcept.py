@@ -116,7 +116,7 @@ def grid_sampled(features: np.ndarray, grid_size: float = GRID_SIZE, seed: int =
     metric x, y, z (a frame's voxel means): its `GridSample` (pointcept/datasets/transform.py, mode "train"
     with `hash_type="fnv"`, as the configuration's train and val pipelines run it) at `grid_size`. Each
     point's cell is floor(xyz / grid_size) less the points' own smallest cell, so every frame has another
-    extent (1515 × 2199 × 255 cells for the CenterPoint frame); the cells are ordered by their FNV-64 hash,
+    extent (1420 × 2104 × 160 cells for the CenterPoint frame, x, y, z); the cells are ordered by their FNV-64 hash,
     and one point is drawn per cell as GridSample draws it (NumPy's global generator, seeded by `seed`).
     Returns the kept points' features and their coords (0, z, y, x) on that grid (`point_input` makes them
     `grid_coord`, x, y, z)."""

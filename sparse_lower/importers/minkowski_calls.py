@@ -102,7 +102,6 @@ class EngineCalls(TracedCalls):
     levels: dict = field(default_factory=dict)  # _key -> Level
     deepest: list | None = None  # per dimension, a multiple of every tensor stride the module reaches
     origin: torch.Tensor | None = None  # traced [1 + D]: (0, the frame's origin), set by the input's SparseTensor
-    origin_value: torch.Tensor | None = None  # its value on the example
 
     def level(self, tensor, module=None) -> Level:
         level = self.levels.get(_key(tensor))
@@ -130,8 +129,6 @@ class EngineCalls(TracedCalls):
         stride = [int(s) for s in tensor.tensor_stride]
         if self.origin is None:
             self.origin = _origin(coordinates, self.deepest or [1] * len(stride))
-            with untraced():
-                self.origin_value = self.origin.clone()
         coordinates = coordinates - self.origin.to(coordinates.dtype)
         with untraced():
             example = [int(v) // s + 1 for v, s in zip(coordinates[:, 1:].max(0).values, stride)] \
@@ -220,7 +217,7 @@ class EngineCalls(TracedCalls):
             op_type = "SparseConv" if weights else "SparseMaxPool"
             attrs.update(pads=begins + [0] * len(kernel), output_sites="floor")
         with untraced():
-            real_coords = torch.div(real.C - self.origin_value.to(real.C.dtype),
+            real_coords = torch.div(real.C - self.origin.to(real.C.dtype),  # its value on the example
                                     torch.tensor([1, *real.tensor_stride], dtype=real.C.dtype), rounding_mode="floor")
         call = Call(op_type, attrs, (real.F, real_coords), ((None, int(real.F.shape[1])), (None, real.C.shape[1])),
                     coords_inputs)

@@ -205,8 +205,8 @@ SITE_BITS = 48  # of a grid whose extent is not fixed, by default: 2^15 batches 
 def default_bound(ndim: int) -> list[int]:
     """The grid a frame may have where the network computes it from the frame or its engine has none, unless
     the export is given one: 2^(48 / D) per axis (2^16 in 3-D, Pointcept's deepest serialization), which
-    costs nothing where the index tables grow with the sites (the library's, the portable form's dynamic
-    grids), leaves 2^15 batches to int64 site numbers, and holds any frame a coordinate type of 16 bits or
+    costs no memory where the index tables grow with the sites (the library's, the portable form's dynamic
+    grids) and little time (tools/bound_cost.py), leaves 2^15 batches to int64 site numbers, and holds any frame a coordinate type of 16 bits or
     more quantizes. The static forms, whose grids span the bound, want a tight one."""
     return [2 ** (SITE_BITS // ndim)] * ndim
 
