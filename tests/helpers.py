@@ -196,3 +196,14 @@ def voxelnext_like(rng, channels=4):
         helper.make_tensor_value_info("out_features", TensorProto.FLOAT, ["M", 3]),
         helper.make_tensor_value_info("out_coords", TensorProto.INT64, ["M", 3])], inits)
     return helper.make_model(graph, opset_imports=OPSET_IMPORTS, ir_version=IR_VERSION)
+
+
+def quantized(features, voxel=0.1, batch=0):
+    """A real frame as the engines without a grid (MinkowskiEngine, TorchSparse) are fed by their users:
+    (batch, floor(xyz / voxel)) of the points' metric x, y, z (signed, around the sensor), one row per site
+    (the first: ME.utils.sparse_quantize and TorchSparse's sparse_quantize keep one)."""
+    sites = np.floor(features[:, :3] / voxel).astype(np.int32)
+    _, first = np.unique(sites, axis=0, return_index=True)
+    first.sort()
+    coords = np.concatenate([np.full((len(first), 1), batch, np.int32), sites[first]], axis=1)
+    return features[first].astype(np.float32), coords

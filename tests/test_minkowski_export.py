@@ -19,7 +19,7 @@ import torch  # noqa: E402
 
 import sparse_lower  # noqa: E402
 from conftest import DATA  # noqa: E402
-from helpers import load_tool  # noqa: E402
+from helpers import load_tool, quantized  # noqa: E402
 from sparse_lower.errors import SparseLowerError  # noqa: E402
 from sparse_lower.importers.minkowski_calls import minkowski_inference  # noqa: E402
 
@@ -111,16 +111,6 @@ def test_a_minkowski_unet_on_the_real_frames():
     model = sparse_lower.export(net, ME.SparseTensor(*(torch.from_numpy(a) for a in frames[0])),
                                 max_spatial_shape=list(TOOL.GRID))
     check_targets(model, net, frames)
-
-
-def quantized(features, voxel=0.1, batch=0):
-    """A real frame as MinkowskiEngine's users quantize it: floor(xyz / voxel) of the points' metric x, y, z
-    (signed, around the sensor), one row per site (the first, as ME.utils.sparse_quantize keeps one)."""
-    sites = np.floor(features[:, :3] / voxel).astype(np.int32)
-    _, first = np.unique(sites, axis=0, return_index=True)
-    first.sort()
-    coords = np.concatenate([np.full((len(first), 1), batch, np.int32), sites[first]], axis=1)
-    return features[first].astype(np.float32), coords
 
 
 def test_signed_coordinates_of_the_real_frames_match_minkowski_engine_on_every_target():

@@ -38,3 +38,29 @@ def test_mmdet3ds_network_exports_and_matches_its_engine_on_every_target(name):
     worst = TOOL.check(Path(os.environ["SPARSE_LOWER_MMDET3D"]), name, DATA, list(TOOL.FRAMES),
                        ["gpu", "nna", "portable"])
     assert worst <= TOOL.TOLERANCE
+
+
+def test_spvcnns_point_voxel_functions_are_refused_by_name():
+    """SPVCNN's point branch (TorchSparse's sphash, sphashquery, spcount, spvoxelize, spdevoxelize) runs in
+    C++ out of the trace: the export refuses it at mmdetection3d's first call rather than fix its results."""
+    pytest.importorskip("torchsparse", reason="needs torchsparse: " + ENGINES["torchsparse"][1])
+    import importlib
+
+    import numpy as np
+    import torch
+    from mmengine.config import Config
+
+    import sparse_lower
+    from sparse_lower.errors import SparseLowerError
+    from sparse_lower.frames.sample import load_voxels
+
+    checkout = Path(os.environ["SPARSE_LOWER_MMDET3D"])
+    TOOL.load_mmdet3d(checkout)
+    options = dict(Config.fromfile(str(checkout / "configs/_base_/models/spvcnn.py")).model["backbone"])
+    options.pop("type")
+    network = importlib.import_module("mmdet3d.models.backbones.spvcnn_backone").SPVCNNBackbone(**options)
+    features, coords, _ = load_voxels(DATA / TOOL.FRAMES[list(TOOL.FRAMES)[1]])
+    example = (torch.from_numpy(features[:, :4].astype(np.float32)),
+               torch.from_numpy(np.ascontiguousarray(coords[:, [1, 2, 3, 0]]).astype(np.int32)))
+    with pytest.raises(SparseLowerError, match=r"torchsparse.nn.functional.sphash \(called at .*spvcnn_backone.py:"):
+        sparse_lower.export(network, example)

@@ -26,7 +26,7 @@ import torchsparse.nn as spnn  # noqa: E402
 
 import sparse_lower  # noqa: E402
 from conftest import DATA  # noqa: E402
-from helpers import load_tool  # noqa: E402
+from helpers import load_tool, quantized  # noqa: E402
 from sparse_lower.errors import SparseLowerError  # noqa: E402
 from sparse_lower.importers.torchsparse_calls import torchsparse_inference  # noqa: E402
 
@@ -111,6 +111,66 @@ def test_a_torchsparse_unet_on_the_real_frames():
     model = sparse_lower.export(net, torchsparse.SparseTensor(*(torch.from_numpy(a) for a in frames[0])),
                                 max_spatial_shape=list(TOOL.GRID))
     check_targets(model, net, frames)
+
+
+def theirs(frame):
+    """A (features, (batch, x, y, z)) frame with TorchSparse's coordinate columns, (x, y, z, batch)."""
+    return frame[0], np.ascontiguousarray(frame[1][:, [1, 2, 3, 0]])
+
+
+def test_signed_coordinates_of_the_real_frames_match_torchsparse_on_every_target():
+    """TorchSparse on its users' own quantization, floor(xyz / voxel) around the sensor, negative for half of
+    every frame: exported once with the export's defaults, run on both frames and a batch of two."""
+    voxels = [sparse_lower.frames.sample.load_voxels(DATA / name)[0] for name in TOOL.FRAMES.values()]
+    frames = [theirs(quantized(v)) for v in voxels]
+    assert all((coords[:, :3] < 0).any() for _, coords in frames)
+    halves = [quantized(voxels[0][: len(voxels[0]) // 2]), quantized(voxels[1][: len(voxels[1]) // 3], batch=1)]
+    batch = theirs((np.concatenate([f for f, _ in halves]), np.concatenate([c for _, c in halves])))
+    net = seeded(UNet(frames[0][0].shape[1]), 0)
+    model = sparse_lower.export(net, torchsparse.SparseTensor(*(torch.from_numpy(a) for a in frames[0])))
+    check_targets(model, net, [*frames, batch])
+
+
+@pytest.mark.parametrize("down, stride, shift", [(2, 2, (7, 5, 11)), (3, 3, (600, 1, 12)), (3, 2, (9, 4, 1))])
+def test_signed_coordinates_keep_every_level(down, stride, shift):
+    """The frame's origin is a multiple of the deepest stride: a frame moved by any amount keeps TorchSparse's
+    sites and values at every level, under the floor rule and under spconv's above the frame's minimum."""
+    rng = np.random.default_rng(down + stride)
+    extent = [13, 11, 9]
+    net = seeded(UNet(3, 3, down, stride), down)
+    first = frame(rng, extent, 300)
+    model = sparse_lower.export(net, torchsparse.SparseTensor(*(torch.from_numpy(a) for a in first)))
+    moved = [(f, c - np.array([*shift, 0], np.int32)) for f, c in [first, frame(rng, extent, 400, batch=2)]]
+    check_targets(model, net, [first, *moved])
+
+
+class PointVoxel(torch.nn.Module):
+    """SPVCNN's first step (initial_voxelize): points hashed onto voxels, counted and averaged there."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = spnn.Conv3d(3, 4, 3)
+
+    def forward(self, points, features):
+        import torchsparse.nn.functional as F
+
+        floored = torch.floor(points).int()
+        pc_hash = F.sphash(floored)
+        sparse_hash = torch.unique(pc_hash)
+        idx_query = F.sphashquery(pc_hash, sparse_hash)
+        counts = F.spcount(idx_query.int(), len(sparse_hash))
+        coords = F.spvoxelize(torch.floor(points), idx_query, counts).int()
+        return self.conv(torchsparse.SparseTensor(F.spvoxelize(features, idx_query, counts), coords)).F
+
+
+def test_point_voxel_functions_are_refused_by_name_and_line():
+    """Their results would be the example's constants: the export refuses the first, naming it and its line."""
+    rng = np.random.default_rng(0)
+    points = np.concatenate([rng.uniform(-4, 4, (200, 3)), np.zeros((200, 1))], axis=1).astype(np.float32)
+    features = rng.standard_normal((200, 3)).astype(np.float32)
+    with pytest.raises(SparseLowerError, match=r"torchsparse.nn.functional.sphash \(called at .*"
+                                               r"test_torchsparse_export.py:\d+\) cannot be exported yet"):
+        sparse_lower.export(PointVoxel(), (torch.from_numpy(points), torch.from_numpy(features)))
 
 
 @pytest.mark.skipif(not os.environ.get("SPARSE_LOWER_TORCHSPARSE"),

@@ -8,8 +8,9 @@ is (2, 3)), on a grid (`max_spatial_shape`, or traced_calls.default_bound, divid
 up). MinkowskiEngine's coordinates are signed (users quantize metric points around the sensor,
 `floor(xyz / voxel)`), the source ops' start at 0: the origin, computed in the graph from each frame, is
 per dimension the largest multiple of the deepest tensor stride at or below both 0 and the frame's
-smallest coordinate (`_origin`; the strides come from an eager run of the module, `deepest_strides`), so
-every level keeps MinkowskiEngine's sites, and the module's coordinates get it back. Then:
+smallest coordinate (traced_calls.frame_origin; the strides come from an eager run of the module,
+`deepest_strides`), so every level keeps MinkowskiEngine's sites, and the module's coordinates get it back.
+Then:
 
 * `SparseTensor(features, coordinates)` gives the key of the input its traced coordinates and keeps the
   features as given (MinkowskiEngine gathers the rows it keeps by an index that the trace would fix to
@@ -39,7 +40,6 @@ naming the module, its call and what would work.
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 from dataclasses import dataclass, field
 
@@ -47,8 +47,9 @@ import MinkowskiEngine as ME
 import torch
 
 from ..errors import SparseLowerError
-from .traced_calls import (NAME_ATTRIBUTE, Call, TracedCalls, call_site, constant, inference, onto_grid,
-                           replaced_methods, untraced)
+from .traced_calls import (NAME_ATTRIBUTE, Call, TracedCalls, call_site, constant, frame_origin, inference,
+                           onto_grid, replaced_methods, untraced)
+from .traced_calls import deepest_strides as shared_deepest_strides
 
 # MinkowskiEngine puts its own folder on sys.path and imports its files as top-level modules
 # (MinkowskiConvolution, MinkowskiPooling, ...): its classes are those modules', not MinkowskiEngine.*'s.
@@ -128,7 +129,8 @@ class EngineCalls(TracedCalls):
         tensor._F = features  # not MinkowskiEngine's gather of the rows it keeps: all of them, in order
         stride = [int(s) for s in tensor.tensor_stride]
         if self.origin is None:
-            self.origin = _origin(coordinates, self.deepest or [1] * len(stride))
+            spatial = frame_origin(coordinates[:, 1:], self.deepest or [1] * len(stride))
+            self.origin = torch.cat([torch.zeros(1, dtype=torch.int64), spatial])
         coordinates = coordinates - self.origin.to(coordinates.dtype)
         with untraced():
             example = [int(v) // s + 1 for v, s in zip(coordinates[:, 1:].max(0).values, stride)] \
@@ -278,19 +280,6 @@ class EngineCalls(TracedCalls):
                                self.name(module), fix=f"use {_REFUSED[kind]}")
 
 
-def _origin(coordinates: torch.Tensor, deepest: list[int]) -> torch.Tensor:
-    """(0, o_1, …, o_D): per dimension the largest multiple of the deepest stride at or below both 0 and the
-    frame's smallest coordinate. The source ops take coordinates from 0; MinkowskiEngine's are signed
-    (`floor(xyz / voxel)` around the sensor): less this origin they start at 0, and since it is a multiple of
-    every tensor stride, ⌊(c − o) / s⌋ = ⌊c / s⌋ − o / s at every level, so each level keeps MinkowskiEngine's
-    sites and neighbours, moved by o / s; the module's coordinates get o back. A frame of coordinates from 0
-    (and an empty one) has the origin 0, as before signed coordinates were taken."""
-    step = torch.tensor(deepest, dtype=torch.int64)
-    spatial = torch.cat([coordinates[:, 1:].long(), torch.zeros(1, len(deepest), dtype=torch.int64)])
-    lowest = spatial.min(0).values
-    return torch.cat([torch.zeros(1, dtype=torch.int64), torch.div(lowest, step, rounding_mode="floor") * step])
-
-
 def _check_region(generator, name):
     if generator.region_type != ME.RegionType.HYPER_CUBE:
         raise SparseLowerError(f"kernel region {generator.region_type} cannot be exported yet", name,
@@ -298,21 +287,8 @@ def _check_region(generator, name):
 
 
 def deepest_strides(run) -> dict:
-    """{"deepest": per dimension, the least common multiple of the tensor strides of every SparseTensor that
-    MinkowskiEngine makes while `run()` runs the module eagerly}: the step of the frame's origin (`_origin`),
-    a multiple of every level's stride (a global pooling's stride 0 left out: its sites do not move)."""
-    seen = []
-
-    def record(original, tensor, *args, **kwargs):
-        original(tensor, *args, **kwargs)
-        seen.append([int(s) for s in tensor.tensor_stride])
-
-    with replaced_methods([(ME.SparseTensor, "__init__", record)]):
-        try:
-            run()
-        except Exception:  # noqa: BLE001 - the trace that follows refuses it, naming the module and its line
-            pass
-    return {"deepest": [math.lcm(*(s for s in strides if s > 0)) for strides in zip(*seen)] if seen else None}
+    """frame_origin's step: the least common multiple of the strides of every SparseTensor of an eager run."""
+    return shared_deepest_strides(run, ME.SparseTensor, lambda tensor: tensor.tensor_stride)
 
 
 @contextlib.contextmanager

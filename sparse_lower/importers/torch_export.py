@@ -50,8 +50,8 @@ class Engine:
     """The sparse engine a module runs on, as the export needs it: how to run the module for inference,
     the replaced calls (`calls(module, max_spatial_shape, **settings)`, a context yielding the export's
     state), its sparse tensor type, how to build one from the graph's features and int64 coords, and what
-    an eager run of the module tells the calls beforehand (`eager`: MinkowskiEngine's strides, the step of
-    the frame's origin), where the engine needs it."""
+    an eager run of the module tells the calls beforehand (`eager`: MinkowskiEngine's and TorchSparse's
+    strides, the step of the frame's origin), where the engine needs it."""
 
     name: str
     inference: Callable
@@ -89,13 +89,13 @@ def _minkowski_engine() -> Engine:
 def _torchsparse_engine() -> Engine:
     import torchsparse
 
-    from .torchsparse_calls import engine_calls, torchsparse_inference
+    from .torchsparse_calls import engine_calls, torchsparse_deepest_strides, torchsparse_inference
 
     def build(features, coords, like):
         return torchsparse.SparseTensor(features, coords.int(), like.stride)
 
     return Engine("TorchSparse", torchsparse_inference, engine_calls, torchsparse.SparseTensor, build,
-                  lambda x: (x.F, x.C.long()))
+                  lambda x: (x.F, x.C.long()), torchsparse_deepest_strides)
 
 
 def engine_for(module, example) -> Engine:

@@ -1,12 +1,14 @@
-"""What the engines' calls (spconv_calls.py, minkowski_calls.py) share while torch.onnx traces a module: a
-call's results handed to the trace by an `autograd.Function` whose `symbolic` writes the source op, the
-pause of the tracer while the engine computes, and the user's line of a call, for messages.
+"""What the engines' calls (spconv_calls.py, minkowski_calls.py, torchsparse_calls.py) share while torch.onnx
+traces a module: a call's results handed to the trace by an `autograd.Function` whose `symbolic` writes the
+source op, the pause of the tracer while the engine computes, the user's line of a call, for messages, and
+the origin that moves an engine's signed coordinates onto the source ops' grid.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import math
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +45,7 @@ def _engine_folders() -> tuple[Path, ...]:
     return tuple(folders)
 
 
-ENGINES = ("spconv", "MinkowskiEngine")
+ENGINES = ("spconv", "MinkowskiEngine", "torchsparse")
 LIBRARY_FOLDERS = (Path(torch.__file__).parent, *_engine_folders(), Path(__file__).parents[1])
 
 
@@ -112,10 +114,6 @@ class SourceOp(torch.autograd.Function):
             value.setType(inputs[0].type().with_dtype(torch.int64 if coords else result.dtype).with_sizes(list(sizes)))
             written.append(g.op("Cast", value, to_i=INT32) if coords else value)
         return tuple(written) if len(written) > 1 else written[0]
-
-
-def _constant(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(array))
 
 
 @contextlib.contextmanager
@@ -209,6 +207,37 @@ def default_bound(ndim: int) -> list[int]:
     grids) and little time (tools/bound_cost.py), leaves 2^15 batches to int64 site numbers, and holds any frame a coordinate type of 16 bits or
     more quantizes. The static forms, whose grids span the bound, want a tight one."""
     return [2 ** (SITE_BITS // ndim)] * ndim
+
+
+def frame_origin(spatial: torch.Tensor, deepest: list[int]) -> torch.Tensor:
+    """Per dimension (int64 [D]), the largest multiple of the deepest stride at or below both 0 and the
+    frame's smallest coordinate (`spatial`: [N, D], traced). The source ops take coordinates from 0; the
+    engines without a grid (MinkowskiEngine, TorchSparse) take signed ones, as their users quantize metric
+    points around the sensor (`floor(xyz / voxel)`): less this origin they start at 0, and since it is a
+    multiple of every tensor stride, ⌊(c − o) / s⌋ = ⌊c / s⌋ − o / s at every level, so each level keeps
+    the engine's sites, neighbours and row order, moved by o / s; the module's coordinates get o back. A
+    frame of coordinates from 0 (and an empty one) has the origin 0."""
+    step = torch.tensor(deepest, dtype=torch.int64)
+    lowest = torch.cat([spatial.long(), torch.zeros(1, len(deepest), dtype=torch.int64)]).min(0).values
+    return torch.div(lowest, step, rounding_mode="floor") * step
+
+
+def deepest_strides(run, sparse_type, stride_of) -> dict:
+    """{"deepest": per dimension, the least common multiple of the tensor strides (`stride_of(tensor)`) of
+    every `sparse_type` the engine makes while `run()` runs the module eagerly}: the step of frame_origin,
+    a multiple of every level's stride (a global pooling's stride 0 left out: its sites do not move)."""
+    seen = []
+
+    def record(original, tensor, *args, **kwargs):
+        original(tensor, *args, **kwargs)
+        seen.append([int(s) for s in stride_of(tensor)])
+
+    with replaced_methods([(sparse_type, "__init__", record)]):
+        try:
+            run()
+        except Exception:  # noqa: BLE001 - the trace that follows refuses it, naming the module and its line
+            pass
+    return {"deepest": [math.lcm(*(s for s in strides if s > 0)) for strides in zip(*seen)] if seen else None}
 
 
 def index_add_symbolic(g, data, dim, index, source, alpha=None):
