@@ -4,14 +4,13 @@ with the lowering's cost table in its summary (docs/partitioning.md)."""
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from functools import partial
 
 import numpy as np
 import onnx
 
-from .errors import SparseLowerError, SparseLowerWarning
+from .errors import SparseLowerError
 from .importers import SOURCE_FORMAT, detect_format, format_title, nothing_to_lower
 from .layer_costs import method_report
 from .model_io import load, recorded_options
@@ -29,6 +28,24 @@ from .passes.scatter_to_dense import ScatterToDense
 from .passes.site_order import SortFirstSites
 from .passes.validate import ValidateSourceOps
 from .schemas import CONV_OPS, conv_geometry
+
+
+# The options each target reads, with their defaults: another target given one of them is refused (by
+# `lower` and by `sparse-lower convert`), since a user who gives an option expects it to count.
+TARGET_OPTIONS = {"strategy": ({"gpu", "hybrid"}, "auto"), "combine": ({"nna", "hybrid"}, "gather"),
+                  "layout": ({"nna", "hybrid"}, "image"), "fuse_taps": ({"nna", "hybrid"}, False),
+                  "max_active": ({"nna", "hybrid", "portable"}, None), "max_pairs": ({"nna", "hybrid"}, None),
+                  "max_members": ({"nna", "hybrid"}, None), "tables": ({"nna", "hybrid"}, "library"),
+                  "precision": ({"gpu"}, "float32")}
+
+
+def unread_option(target: str, given: Mapping[str, object]) -> tuple[str, set[str]] | None:
+    """The first of the options `given` (by name, with their values) that `target` does not read, and the
+    targets that read it; None where each is read or left at its default."""
+    for option, (targets, default) in TARGET_OPTIONS.items():
+        if option in given and given[option] not in (default, None) and target not in targets:
+            return option, targets
+    return None
 
 
 def _choice(name: str, value, allowed) -> None:
@@ -140,6 +157,13 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     _choice("nna layout", layout, LAYOUTS)
     _choice("tables", tables, TABLES)
     _choice("precision", precision, PRECISIONS)
+    unread = unread_option(target, {"strategy": strategy, "combine": combine, "layout": layout, "fuse_taps": fuse_taps,
+                                    "max_active": max_active, "max_pairs": max_pairs, "max_members": max_members,
+                                    "tables": tables, "precision": precision})
+    if unread:
+        option, targets = unread
+        raise SparseLowerError(f"{option}={locals()[option]!r} does nothing for target '{target}'",
+                               fix=f"leave {option} out, or use it with target {' or '.join(map(repr, sorted(targets)))}")
     if precision != "float32" and (target != "gpu" or strategy not in ("auto", "fused")):
         raise SparseLowerError(f"precision='{precision}' is the gpu target's fused convs' (IndexedConv), not "
                                f"target '{target}' with strategy '{strategy}'",
@@ -155,10 +179,6 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
                "unfold": "the unfold combine has one product for all taps already"}[combine]
         raise SparseLowerError(f"fuse_taps multiplies every row by all taps in one product, and {why}",
                                fix=f"leave fuse_taps (--fuse-taps) off with the {combine} combine")
-    if target == "gpu" and max_active is not None:
-        warnings.warn(f"max_active={max_active} has no effect on the gpu target, whose custom ops take any row "
-                      f"count; it fixes the rows of the nna part (target 'nna' or 'hybrid')", SparseLowerWarning,
-                      stacklevel=2)
     if max_batch is not None and (target != "portable" or max_active is None or not _positive(max_batch)):
         raise SparseLowerError(f"max_batch={max_batch!r} sizes the portable target's static form",
                                fix="give an int >= 1 together with target='portable' and max_active, or leave it out")

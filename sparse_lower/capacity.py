@@ -20,6 +20,7 @@ import onnx
 
 from .api import lower
 from .errors import SparseLowerError
+from .frames.files import feeds_given
 from .model_io import exposing, load
 from .onnx_conventions import SOURCE_DOMAIN
 from .reference import conv_pairs
@@ -65,6 +66,7 @@ def most_members(model: onnx.ModelProto | str | os.PathLike, frames: list[dict])
     """The most rows any site of any Coalesce of the model merges over `frames` (None: it has no Coalesce):
     the `max_members` of `lower(..., max_active=level_rows(...), max_members=...)`."""
     model = load(model)
+    frames = feeds_given(model, frames)
     merges = [n for n in sparse_nodes(model) if n.op_type == "Coalesce"]
     if not merges:
         return None
@@ -86,6 +88,7 @@ def level_and_pair_rows(model: onnx.ModelProto | str | os.PathLike,
 def _measured(model, frames: list[dict], pairs: bool) -> tuple[list[int], dict[str, list[int]]]:
     """The most rows per level and, with `pairs`, the most pairs per tap of every named conv."""
     model = load(model)
+    frames = feeds_given(model, frames)
     nodes = sparse_nodes(model)
     levels = coords_levels(model.graph)
     rows = [0] * (1 + max([0, *levels.values()]))

@@ -21,8 +21,8 @@ from .api import lower
 from .errors import SparseLowerError
 from .importers import nothing_to_lower
 from .importers.torch_export import trace
-from .runtime import session_for
-from .verify import relative_error
+from .runtime import RUNTIME_ERRORS, runtime_refusal, session_for
+from .verify import non_finite, relative_error
 
 CHECK_TOLERANCE = 1e-3  # of each output's largest value; the exports measured stay below 1e-5
 
@@ -41,12 +41,28 @@ def export(module, example, path: str | os.PathLike | None = None, *, max_spatia
     if path is not None and not Path(path).absolute().parent.is_dir():
         raise SparseLowerError(f"path {path}: the folder {Path(path).absolute().parent} does not exist",
                                fix="make the folder first, or give a path in an existing one")
+    if max_spatial_shape is not None:
+        max_spatial_shape = _bound(max_spatial_shape)
     traced = trace(module, example, max_spatial_shape)
+    said = non_finite(traced.feeds)
+    if check and said:
+        raise SparseLowerError(f"the example's {said}: the check cannot compare the model with the module on it",
+                               fix="export on a frame of finite values, or pass check=False")
     if check:
         _check(traced)
     if path is not None:
         onnx.save(traced.model, os.fspath(path))
     return traced.model
+
+
+def _bound(max_spatial_shape) -> list[int]:
+    """max_spatial_shape checked: a sequence of extents, each an int >= 1."""
+    extents = None if isinstance(max_spatial_shape, (str, bytes)) else np.asarray(max_spatial_shape, dtype=object)
+    if extents is None or extents.ndim != 1 or not len(extents) or not all(
+            isinstance(e, (int, np.integer)) and not isinstance(e, bool) and e >= 1 for e in extents):
+        raise SparseLowerError(f"max_spatial_shape {max_spatial_shape!r} is not a list of extents >= 1",
+                               fix="give one int >= 1 per spatial dimension, e.g. [41, 1440, 1440]")
+    return [int(e) for e in extents]
 
 
 def _site_order(coords: np.ndarray) -> np.ndarray:
@@ -57,7 +73,14 @@ def _check(traced) -> None:
     model = traced.model if nothing_to_lower(traced.model) else lower(traced.model, target="gpu")
     session = session_for(model)
     names = [o.name for o in session.get_outputs()]
-    got = dict(zip(names, session.run(names, traced.feeds)))
+    try:
+        got = dict(zip(names, session.run(names, traced.feeds)))
+    except RUNTIME_ERRORS as error:  # the example breaks a rule of sparse tensors (off its grid, a site twice)
+        refusal = runtime_refusal(error)
+        said = refusal if isinstance(refusal, SparseLowerError) else SparseLowerError(refusal)
+        raise SparseLowerError(f"the exported model refuses the example: {said.reason}", node=said.node,
+                               fix="give an example whose coordinates lie inside the module's grid, each site "
+                                   "once") from error
     sparse = {name[:-len("features")]: name for name in traced.outputs
               if name.endswith("_features") and f"{name[:-len('features')]}coords" in traced.outputs}
     for prefix in sparse:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -27,7 +28,42 @@ def recorded_options(model: onnx.ModelProto) -> dict:
 def load(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
     """A ModelProto from a ModelProto or a path, its default domain spelled "" (a copy where it was not:
     the caller's model is never changed)."""
+    if not isinstance(model, (onnx.ModelProto, str, os.PathLike)):
+        raise SparseLowerError(f"the model is of type {type(model).__name__}",
+                               fix="give an onnx.ModelProto or the path of an .onnx file")
     return default_domain_spelled_empty(model if isinstance(model, onnx.ModelProto) else _read(os.fspath(model)))
+
+
+def output_folder(path: str | os.PathLike, what: str) -> Path:
+    """The folder `path` (`what` it is for, in messages), made where missing; a file there is refused
+    rather than met as mkdir's FileExistsError."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise SparseLowerError(f"{what} {folder} is a file, where a folder goes",
+                               fix="give a folder (made where missing), or move the file")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _refused(path: str, what: str, fix: str = "give the .onnx file the exporter wrote") -> SparseLowerError:
+    return SparseLowerError(f"cannot read the model '{path}': {what}", fix=fix)
+
+
+def readable(path: str) -> str:
+    """`path`, once it is a file with something in it (refused as load refuses it otherwise)."""
+    if not os.path.exists(path):
+        raise _refused(path, "no such file", "check the path")
+    if os.path.isdir(path):
+        raise _refused(path, "a folder, not an ONNX model")
+    if os.path.getsize(path) == 0:
+        raise _refused(path, "the file is empty",
+                       "write the model again: the export or the copy stopped before writing it")
+    return path
+
+
+def unreadable(path: str) -> SparseLowerError:
+    """Why the file at `path` is no model, in the words load uses: what it is instead."""
+    return _refused(path, _what_it_is(path))
 
 
 def _read(path: str) -> onnx.ModelProto:
@@ -35,14 +71,9 @@ def _read(path: str) -> onnx.ModelProto:
     empty file as an empty model (which validation would then call "IR version 0") and says "Wire format
     was corrupt" of a text file, a frame or a cut copy alike."""
     def refused(what: str, fix: str = "give the .onnx file the exporter wrote") -> SparseLowerError:
-        return SparseLowerError(f"cannot read the model '{path}': {what}", fix=fix)
+        return _refused(path, what, fix)
 
-    if not os.path.exists(path):
-        raise refused("no such file", "check the path")
-    if os.path.isdir(path):
-        raise refused("a folder, not an ONNX model")
-    if os.path.getsize(path) == 0:
-        raise refused("the file is empty", "write the model again: the export or the copy stopped before writing it")
+    readable(path)
     try:
         model = onnx.load(path)
     except DecodeError as error:

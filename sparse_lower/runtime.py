@@ -23,7 +23,7 @@ import onnxruntime as ort
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
 from .errors import SparseLowerError, SparseLowerWarning
-from .model_io import recorded_options
+from .model_io import readable, recorded_options, unreadable
 from .onnx_conventions import CUSTOM_DOMAIN, DEFAULT_DOMAIN_ALIAS, SOURCE_DOMAIN, STANDARD_DOMAINS
 
 LIBRARY_ENV = "SPARSE_LOWER_LIBRARY"
@@ -166,12 +166,21 @@ def broken_frame(feeds: dict, outputs: list) -> bool:
         np.isnan(o).any() for o in map(np.asarray, outputs) if np.issubdtype(o.dtype, np.floating))
 
 
+def quiet_options() -> ort.SessionOptions:
+    """Session options whose log keeps to fatal errors: a refused run raises its error, naming the node,
+    which onnxruntime's log would print again in red, before the caller can word it."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    return options
+
+
 def session_for(model: onnx.ModelProto, **ort_kwargs) -> ort.InferenceSession:
     """A session as the model needs it: with the library where it holds the custom ops (create_session),
     a plain onnxruntime session, no library registered, for a portable model."""
     if needs_library(model):
         return create_session(model, **ort_kwargs)
     ort_kwargs.setdefault("providers", ["CPUExecutionProvider"])
+    ort_kwargs["sess_options"] = ort_kwargs.get("sess_options") or quiet_options()
     return ort.InferenceSession(model.SerializeToString(), **ort_kwargs)
 
 
@@ -224,7 +233,7 @@ def create_session(model, **ort_kwargs) -> ort.InferenceSession:
     host but the sizes its outputs need, and a refused input raises SparseLowerError at the run's end,
     naming the op (CudaSession).
     """
-    options = ort_kwargs.pop("sess_options", None) or ort.SessionOptions()
+    options = ort_kwargs.pop("sess_options", None) or quiet_options()
     providers = ort_kwargs.pop("providers", None) or ["CPUExecutionProvider"]
     library = _library_for(providers)
     register_library(options, library)
@@ -235,8 +244,11 @@ def create_session(model, **ort_kwargs) -> ort.InferenceSession:
             providers, stream = _on_library_stream(providers, library)
     if isinstance(model, onnx.ModelProto):
         model = model.SerializeToString()
-    elif isinstance(model, os.PathLike):
-        model = os.fspath(model)
+    elif isinstance(model, (str, os.PathLike)):
+        model = readable(os.fspath(model))
+    elif not isinstance(model, bytes):
+        raise SparseLowerError(f"the model is of type {type(model).__name__}",
+                               fix="give an onnx.ModelProto, its serialized bytes or the path of an .onnx file")
     try:
         if stream is None:
             session = ort.InferenceSession(model, sess_options=options, providers=providers, **ort_kwargs)
@@ -248,6 +260,11 @@ def create_session(model, **ort_kwargs) -> ort.InferenceSession:
             raise
         what, fix = unlowered
         raise SparseLowerError(f"{what}: onnxruntime cannot run it ({error})", fix=fix) from error
+    except (ort_state.InvalidProtobuf, ort_state.NoSuchFile) as error:
+        if isinstance(model, str):
+            raise unreadable(model) from error
+        raise SparseLowerError(f"the model bytes are no ONNX model ({error})",
+                               fix="give the bytes of a serialized onnx.ModelProto") from error
     if CUDA_PROVIDER in session.get_providers():
         _warn_of_custom_ops_off(session, CUDA_PROVIDER)
     return session

@@ -42,6 +42,7 @@ from .bench.profile import profile
 from .bench.systems import session_options
 from .bench.timing import alternating_runs
 from .errors import SparseLowerError
+from .frames.files import feeds_given
 from .importers import SOURCE_FORMAT, detect_format, import_model
 from .model_io import load
 from .onnx_conventions import CUSTOM_DOMAIN, SOURCE_DOMAIN
@@ -86,6 +87,9 @@ def tune(model: onnx.ModelProto | str | os.PathLike, frames: list[dict[str, np.n
     source = load(model)
     if detect_format(source) != SOURCE_FORMAT:
         source = import_model(source)
+    frames = feeds_given(source, frames)
+    if calibration_frames is not None:
+        calibration_frames = feeds_given(source, calibration_frames, "calibration_frames")
     if not frames:
         raise SparseLowerError("no frames to tune on", fix="give one or more frames of the model's inputs")
     convs = [n.name for n in source.graph.node if n.domain == SOURCE_DOMAIN and n.op_type in CONV_OPS]

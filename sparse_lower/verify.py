@@ -27,11 +27,33 @@ def _static_shape(value: onnx.ValueInfoProto) -> list:
 
 
 def random_coords(rng: np.random.Generator, count: int, batch: int, grid) -> np.ndarray:
-    """`count` distinct sites of a `batch × grid` volume, in random order, as int64 coords."""
+    """`count` distinct sites of a `batch × grid` volume (all of them where it holds fewer), in random
+    order, as int64 coords, drawn as a LiDAR frame lies: around one point per batch at every scale from one
+    cell to a few times the count's D-th root (within half the grid), so that each kernel tap finds
+    neighbour pairs at the first level and after every stride, and strided layers merge rows as a real
+    frame's do rather than multiplying them. Sites drawn uniformly over a 41 × 1440 × 1440 grid have no neighbours: a check on them
+    multiplies the centre taps alone and passes a lowering whose other taps are wrong."""
+    grid = np.asarray(grid, np.int64)
     volume = int(np.prod(grid))
     count = min(count, batch * volume)
-    sites = rng.choice(batch * volume, size=count, replace=False)
-    return np.column_stack([sites // volume, *np.unravel_index(sites % volume, grid)]).astype(np.int64)
+    widest = max(min(grid.max() / 2, 4 * max(count, 1) ** (1 / len(grid))), 1)  # a blob as dense as a frame's core
+    scales = 2.0 ** np.arange(int(np.log2(widest)) + 1)
+    anchors = rng.integers(0, grid, size=(batch, len(grid)))
+    keys = np.empty(0, np.int64)
+    for _ in range(8):  # each round draws twice what is missing; duplicates fall out
+        if len(keys) == count:
+            break
+        b = rng.integers(0, batch, 2 * (count - len(keys)))
+        spread = rng.standard_normal((len(b), len(grid))) * rng.choice(scales, (len(b), 1))
+        sites = np.clip(anchors[b] + np.rint(spread).astype(np.int64), 0, grid - 1)
+        keys = np.concatenate([keys, b * volume + np.ravel_multi_index(sites.T, grid)])
+        keys = keys[np.sort(np.unique(keys, return_index=True)[1])][:count]
+    while len(keys) < count:  # a grid the clusters cannot fill: the rest uniformly among the sites left
+        rest = np.setdiff1d(np.arange(batch * volume), keys) if batch * volume <= 4 * count else \
+            np.setdiff1d(rng.integers(0, batch * volume, 2 * (count - len(keys))), keys)
+        keys = np.concatenate([keys, rng.permutation(rest)[:count - len(keys)]])
+    keys = rng.permutation(keys)
+    return np.column_stack([keys // volume, *np.unravel_index(keys % volume, grid)]).astype(np.int64)
 
 
 def _described_coords(model: onnx.ModelProto) -> dict[str, dict]:
@@ -100,6 +122,20 @@ def _described_sites(rng: np.random.Generator, description: dict, active: int, b
     return np.column_stack(np.unravel_index(sites, extents)).astype(np.int64)
 
 
+def non_finite(feeds: dict[str, np.ndarray]) -> str:
+    """What of a frame's float inputs is NaN or infinite ("" where nothing is), e.g. "'features' holds 3
+    NaN values in 2 rows"."""
+    found = []
+    for name, value in feeds.items():
+        if value.dtype.kind != "f" or np.isfinite(value).all():
+            continue
+        nan, inf = int(np.isnan(value).sum()), int(np.isinf(value).sum())
+        rows = int((~np.isfinite(value)).reshape(len(value), -1).any(axis=1).sum()) if value.ndim else 1
+        kinds = " and ".join(part for part in (f"{nan} NaN" if nan else "", f"{inf} infinite" if inf else "") if part)
+        found.append(f"'{name}' holds {kinds} value{'s' if nan + inf > 1 else ''} in {rows} row{'s' if rows > 1 else ''}")
+    return "; ".join(found)
+
+
 @dataclass
 class Difference:
     output: str
@@ -110,11 +146,15 @@ class Difference:
 
 def cast_feed(value: np.ndarray, dtype) -> np.ndarray | None:
     """`value` as `dtype` where that is the cast the user means (float16 or float64 features to float32;
-    int32 coordinates to int64, or any integer cast that changes no value), else None."""
+    int32 coordinates to int64, float coordinates that hold whole numbers to int64, or any integer cast that
+    changes no value), else None."""
     value, dtype = np.asarray(value), np.dtype(dtype)
     if value.dtype == dtype:
         return value
-    if not (value.dtype.kind == dtype.kind or {value.dtype.kind, dtype.kind} <= {"i", "u"}):
+    whole = value.dtype.kind == "f" and dtype.kind in "iu" and bool(np.isfinite(value).all()) and \
+        bool((value == np.round(value)).all()) and (not value.size or (
+            np.iinfo(dtype).min <= value.min() and value.max() <= np.iinfo(dtype).max))
+    if not (value.dtype.kind == dtype.kind or {value.dtype.kind, dtype.kind} <= {"i", "u"} or whole):
         return None
     cast = value.astype(dtype)
     return None if dtype.kind in "iu" and not np.array_equal(cast, value) else cast
@@ -158,12 +198,17 @@ def snr_db(have: np.ndarray, want: np.ndarray) -> float:
     return float("inf") if noise == 0 else 10 * float(np.log10(float((want.astype(np.float64) ** 2).sum()) / noise))
 
 
-def compare(model: onnx.ModelProto, lowered: onnx.ModelProto, feeds: dict, **session_kwargs) -> list[Difference]:
+def compare(model: onnx.ModelProto, lowered: onnx.ModelProto, feeds: dict, taps: dict | None = None,
+            **session_kwargs) -> list[Difference]:
     """Run the reference on `model` and onnxruntime on `lowered`, output by output. A lowered model that
     imports no custom domain (the portable target) runs in a plain onnxruntime session, without the
     library: that is how its users run it. The feeds are cast to the lowered model's declared types (a
-    model converted to float16 is lowered to take float32)."""
-    expected = reference.run(model, feeds)
+    model converted to float16 is lowered to take float32). `taps`, where given, receives per conv node
+    the pairs each kernel tap multiplied on the feeds (reference.counting_pairs; see tap_coverage)."""
+    with reference.counting_pairs() as counted:
+        expected = reference.run(model, feeds)
+    if taps is not None:
+        taps.update(counted)
     session = session_for(lowered, **session_kwargs)
     names = [o.name for o in session.get_outputs()]
     got = dict(zip(names, session.run(names, pad_rows(lowered, given_inputs(lowered, feeds, "the inputs")))))
@@ -178,3 +223,19 @@ def compare(model: onnx.ModelProto, lowered: onnx.ModelProto, feeds: dict, **ses
         worst = float(np.abs(have.astype(np.float64) - want.astype(np.float64)).max(initial=0.0))
         differences.append(Difference(name, worst, relative_error(have, want), True))
     return differences
+
+
+def tap_coverage(taps: dict) -> tuple[str, bool]:
+    """What a comparison's pair counts (compare's `taps`) say of the weights it checked, and whether every
+    tap was: each tap of each convolution is compared only through the neighbour pairs the inputs give it."""
+    if not taps:
+        return "the model has no convolution", True
+    counts = np.concatenate(list(taps.values()))
+    unseen = {name: np.flatnonzero(per_tap == 0) for name, per_tap in taps.items() if (per_tap == 0).any()}
+    if not unseen:
+        return (f"every tap of the {len(taps)} convolution{'s' if len(taps) > 1 else ''} multiplied neighbour "
+                f"pairs ({counts.min()} to {counts.max()} per tap)"), True
+    name, missing = next(iter(unseen.items()))
+    return (f"{sum(len(m) for m in unseen.values())} of {len(counts)} kernel taps, in {len(unseen)} of {len(taps)} "
+            f"convolutions (e.g. '{name}', taps {missing[:6].tolist()}), met no neighbour pair on these inputs: "
+            "their weights were not compared"), False

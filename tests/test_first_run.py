@@ -88,8 +88,7 @@ def test_convert_inputs_under_other_names_are_told_the_models_names(head_model, 
 def test_convert_takes_voxel_files_as_they_are_stored(head_model, tmp_path):
     """The voxel files (int32 coordinates, float16 features) are cast to the model's int64 and float32."""
     rng = np.random.default_rng(0)
-    sites = rng.choice(41 * 1440 * 1440, size=300, replace=False)
-    coords = np.column_stack([np.zeros(300, np.int64), *np.unravel_index(sites, (41, 1440, 1440))]).astype(np.int32)
+    coords = random_coords(rng, 300, 1, (41, 1440, 1440)).astype(np.int32)  # clustered, as a frame's voxels are
     np.savez(tmp_path / "frame.npz", features=rng.standard_normal((300, 5)).astype(np.float16), coords=coords)
     run = sparse_lower_cli("convert", str(head_model), "-o", "out.onnx", "--inputs", "frame.npz", cwd=tmp_path)
     assert run.returncode == 0 and run.stdout.rstrip().splitlines()[-1].startswith("verify: ok ("), run.stdout + run.stderr
@@ -141,10 +140,15 @@ def test_dump_dir_says_where_it_wrote(head_model, tmp_path):
             "07_check.onnx)") in run.stdout
 
 
-def test_max_active_on_the_gpu_target_is_said_to_do_nothing():
-    with pytest.warns(sparse_lower.errors.SparseLowerWarning, match="max_active=1000 has no effect on the gpu "
-                                                                    "target"):
-        sparse_lower.lower(centerpoint_head_stack(), target="gpu", max_active=1000)
+@pytest.mark.parametrize("options, said", [
+    ({"target": "gpu", "max_active": 1000}, "max_active=1000 does nothing for target 'gpu'"),
+    ({"target": "gpu", "combine": "scatter"}, "combine='scatter' does nothing for target 'gpu'"),
+    ({"target": "nna", "strategy": "unfold"}, "strategy='unfold' does nothing for target 'nna'"),
+    ({"target": "portable", "fuse_taps": True}, "fuse_taps=True does nothing for target 'portable'"),
+])
+def test_an_option_the_target_does_not_read_is_refused_as_the_cli_refuses_it(options, said):
+    with pytest.raises(sparse_lower.SparseLowerError, match=said):
+        sparse_lower.lower(centerpoint_head_stack(), **options)
 
 
 def test_partition_reasons_are_grouped(head_model, tmp_path):

@@ -40,6 +40,7 @@ SCALING_SYSTEMS = ("ours-gpu-auto", "ours-gpu-auto-2threads", "spconv-2.3.8", "m
 
 def run_case(case, systems, repeat: int, log=print, quick: bool = False) -> dict:
     record = {"case": case.name, "group": case.group, "description": case.description, "systems": {}}
+    log("  building the case's model and frame…")
     try:
         built = case.build()
     except Skip as reason:
@@ -50,6 +51,7 @@ def run_case(case, systems, repeat: int, log=print, quick: bool = False) -> dict
     prepared = {}
     for system in systems:
         entry = record["systems"].setdefault(system.name, {})
+        log(f"  preparing {system.name}…")
         try:
             start = time.perf_counter()
             prepared[system.name] = system.prepare(built)
@@ -64,7 +66,8 @@ def run_case(case, systems, repeat: int, log=print, quick: bool = False) -> dict
     for name, p in prepared.items():  # warm-up of the table models
         if p.table is not None:
             p.table()
-    for _ in range(repeat):
+    for round_ in range(repeat):
+        log(f"  timing round {round_ + 1} of {repeat}…")
         for name, p in prepared.items():
             samples[name].append(timed(p.run))
             if p.table is not None:

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
-from ..api import load, lower
+from ..api import TARGET_OPTIONS, load, lower, unread_option
 from ..assumed_active import assumed_active
 from ..errors import SparseLowerError
 from ..frames.files import feeds_of, read_frames
@@ -29,7 +29,7 @@ from ..quantization.gpu import quantize
 from ..report import render
 from ..runtime import create_session, needs_library
 from ..spconv_rules import LEAKY_RELU_ALPHA
-from ..verify import compare, example_inputs, relative_error, snr_db
+from ..verify import compare, example_inputs, non_finite, relative_error, snr_db, tap_coverage
 from .active import add_active_argument
 from .counts import count
 from .op_counts import before_after
@@ -225,9 +225,13 @@ class ConvertCommand:
             raise SparseLowerError("--leaky-relu-alpha does nothing for a model in source ops (it is the slope an "
                                    "exporter's file does not record)", fix="leave --leaky-relu-alpha out")
         given = feeds_of(source, inputs)  # the model's inputs are known now
-        for option, frames in (("--tune", tuning), ("--calibrate", calibration)):
+        for option, frames in (("--inputs", inputs), ("--tune", tuning), ("--calibrate", calibration)):
             for (path, _), feeds in zip(frames, feeds_of(source, frames)):
-                if no_voxels(source, feeds):
+                said = non_finite(feeds)
+                if said:
+                    raise SparseLowerError(f"{option}: the frame {path}: {said}, which no comparison or timing can "
+                                           "use", fix=f"give {option} frames of finite values")
+                if option != "--inputs" and no_voxels(source, feeds):
                     raise SparseLowerError(f"{option}: the frame {path} has no voxels, so there is nothing to "
                                            f"{'time' if option == '--tune' else 'calibrate'} on",
                                            fix=f"give {option} frames that have voxels")
@@ -279,10 +283,12 @@ class ConvertCommand:
         plain = "" if needs_library(lowered) else " (plain, no library)"
         empty = bool(given) and no_voxels(source, given[0])
         with status.step("verifying (NumPy reference against onnxruntime)"):
-            differences = self._differences(args, source, lowered, given[0] if given else None, out)
+            taps: dict = {}
+            differences = self._differences(args, source, lowered, given[0] if given else None, out, taps)
             if empty:  # a frame without voxels compares no value: its shapes, then random inputs that have some
                 shapes = [d.output for d in differences if not d.shape_ok]
-                differences = self._differences(args, source, lowered, None, out)
+                taps.clear()
+                differences = self._differences(args, source, lowered, None, out, taps)
         out.say(render(["output", "max abs error", "max rel error", "shape"],
                        [[d.output, f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", "ok" if d.shape_ok else "MISMATCH"]
                         for d in differences]))
@@ -299,21 +305,28 @@ class ConvertCommand:
             print(f"verify: the --inputs frame {args.inputs} has no voxels: on it only the outputs' shapes were "
                   f"compared ({'they differ for ' + ', '.join(shapes) if shapes else 'they match'}); the values "
                   f"are compared on random inputs with {args.active or assumed_active(source)} sites instead")
+        coverage, every_tap = tap_coverage(taps)
+        if every_tap:
+            out.say(f"verify: {coverage}")
+        else:  # a warning: said under -q too
+            print(f"verify: {coverage}; give a frame where they have neighbours (--inputs)")
         for value, nodes in assumed_values(source).items():
             print(f"verify: the import assumed {value} ({len(nodes)} node{'s' if len(nodes) > 1 else ''}, e.g. "
                   f"'{nodes[0]}'): the file does not record it, and this check cannot tell (--leaky-relu-alpha)")
-        print(f"verify: {'FAILED for ' + ', '.join(failed) if failed else 'ok'} ({compared})")
+        verdict = f"FAILED for {', '.join(failed)}" if failed else "ok" if every_tap else "ok on the taps it reached"
+        print(f"verify: {verdict} ({compared})")
         return 1 if failed else 0
 
     @staticmethod
-    def _differences(args, source, lowered, given: dict | None, out: Verbosity):
-        """Compare on the given inputs, or on random ones. Random inputs that overflow --max-active
+    def _differences(args, source, lowered, given: dict | None, out: Verbosity, taps: dict):
+        """Compare on the given inputs, or on random ones (`taps` receives the pairs each tap multiplied:
+        verify.compare). Random inputs that overflow --max-active
         somewhere in the network (a strided or transposed conv can have more output than input rows)
         are drawn again with half the sites, so that the default check fits any capacity; sizes the user
         chose (--active, --inputs) are kept and the refusal is theirs to see."""
         batch = recorded_options(lowered).get("max_batch") or 2  # the static form holds only its batches
         if given is not None:
-            return compare(source, lowered, given)
+            return compare(source, lowered, given, taps)
         first = args.max_active[0] if isinstance(args.max_active, tuple) else args.max_active  # the inputs' level
         active = args.active or assumed_active(source)
         if not args.active and first:
@@ -321,7 +334,8 @@ class ConvertCommand:
         while True:
             feeds = example_inputs(source, np.random.default_rng(args.seed or 0), active=active, batch=batch)
             try:
-                differences = compare(source, lowered, feeds)
+                taps.clear()
+                differences = compare(source, lowered, feeds, taps)
             except ort_state.InvalidArgument as error:  # the nna target's CapacityPads / PairLists refuse an overflow
                 if args.active or active == 1 or not re.search(r"\((max_active|max_members|max_pairs\[.*\])\)",
                                                                str(error)):
@@ -337,11 +351,6 @@ class ConvertCommand:
                     f"sites")
 
 
-# The options each target reads; another target given one of them is told it does nothing
-_TARGET_OPTIONS = {"strategy": {"gpu", "hybrid"}, "combine": {"nna", "hybrid"}, "layout": {"nna", "hybrid"},
-                   "fuse_taps": {"nna", "hybrid"}, "max_active": {"nna", "hybrid", "portable"},
-                   "max_pairs": {"nna", "hybrid"}, "max_members": {"nna", "hybrid"}, "tables": {"nna", "hybrid"},
-                   "precision": {"gpu"}}
 DEFAULT_TOLERANCE = 1e-4
 MAX_VERIFY_ACTIVE = 2_000_000  # random sites per input: 25 times the largest real frame; more runs out of memory
 BF16_TOLERANCE = 1e-2  # --precision bf16: 8 bits of mantissa in each product's operands
@@ -362,11 +371,12 @@ def assumed_values(imported: onnx.ModelProto) -> dict[str, list[str]]:
 def _check_options(args) -> None:
     """Refuse an option that would do nothing with the rest of the command line, or is out of range:
     a user who wrote it expects it to count."""
-    for option, targets in _TARGET_OPTIONS.items():
-        if getattr(args, option) not in (None, False) and args.target not in targets:
-            flag = "--" + option.replace("_", "-")
-            raise SparseLowerError(f"{flag} does nothing for --target {args.target}",
-                                   fix=f"leave {flag} out, or use it with --target {' or '.join(sorted(targets))}")
+    unread = unread_option(args.target, {option: getattr(args, option) for option in TARGET_OPTIONS})
+    if unread:
+        option, targets = unread
+        flag = "--" + option.replace("_", "-")
+        raise SparseLowerError(f"{flag} does nothing for --target {args.target}",
+                               fix=f"leave {flag} out, or use it with --target {' or '.join(sorted(targets))}")
     if args.active is not None and args.active > MAX_VERIFY_ACTIVE:
         raise SparseLowerError(f"--active {args.active:,}: the verification draws that many random sites and runs the "
                                f"NumPy reference on them; it takes at most {MAX_VERIFY_ACTIVE:,}",

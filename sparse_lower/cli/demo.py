@@ -12,6 +12,7 @@ import onnx
 from ..api import lower
 from ..errors import SparseLowerError
 from ..frames.files import COORDS_KEY, FEATURES_KEY, feeds_of, read_frames
+from ..verify import non_finite
 from ..frames.sample import CENTERPOINT_GRID, NUSCENES_HALF_WIDTH_M, data_places, find_data, synthetic_voxels
 from ..importers import import_model
 from ..onnx_conventions import SOURCE_DOMAIN
@@ -168,6 +169,10 @@ class DemoCommand:
                 raise SparseLowerError(f"frame {path}: spatial_shape {list(grid)} is not a 3-D grid",
                                        fix="store the voxel grid as spatial_shape=[z, y, x], or leave it out for "
                                            f"CenterPoint's {list(CENTERPOINT_GRID)}")
+            said = non_finite({FEATURES_KEY: np.asarray(frame[FEATURES_KEY])})
+            if said:
+                raise SparseLowerError(f"frame {path}: {said}", fix="give a frame of finite features (a voxelizer's "
+                                       "NaN marks a voxel it had no point for: drop those rows)")
             count = len(frame.get("coords", ()))
             out.say(f"frame: {path}: {count:,} voxels on a {'x'.join(map(str, grid))} grid")
         else:
@@ -226,7 +231,7 @@ class DemoCommand:
             print(f"output: {list(result.shape)} float32, {int(occupied.sum()):,} of {occupied.size:,} BEV cells "
                   f"non-zero, mean {result.mean():.4f}, max {result.max():.4f}")
             drawn = save_bev_picture(result, picture, half_width_m(grid))
-        if not all(np.array_equal(run, result) for run in runs):
+        if not all(np.array_equal(run, result, equal_nan=True) for run in runs):
             raise SparseLowerError("runs of the same frame gave different outputs",
                                    fix="report it: every kernel is meant to give the same bits on every run")
         print(f"picture: {drawn.absolute()} (--picture PATH to put it elsewhere)")

@@ -22,6 +22,7 @@ from ..quantization.mixed_precision import choose_wide_layers
 from ..verify import relative_error
 from .active import add_active_argument
 from .outputs import output_folder
+from .status import Status
 from .verbosity import Verbosity
 
 
@@ -104,7 +105,9 @@ class PartitionCommand:
         calibration = read_frames(args.calibrate) if args.calibrate else []
         inputs = read_frames([args.inputs], folders=False) if args.inputs else []
         output_folder(args.out_dir, "--out-dir", out)
-        parts = partition(args.input, devices=devices, static_shapes=not args.dynamic)
+        status = Status(out.quiet)
+        with status.step("partitioning"):
+            parts = partition(args.input, devices=devices, static_shapes=not args.dynamic)
         if args.toolchain and not any(s.device == ACCELERATOR for s in parts.segments):
             raise SparseLowerError(f"--for {args.toolchain} compiles the {ACCELERATOR} segments, and this model has "
                                    f"none: its ops all run on {', '.join(sorted({s.device for s in parts.segments}))}",
@@ -116,28 +119,32 @@ class PartitionCommand:
         wide = [layer.strip() for layer in (args.wide_layers or "").split(",") if layer.strip()]
         samples = None  # what the nna segments read on the calibration frames, once the search has run them
         if wide == ["auto"]:
-            plan = choose_wide_layers(parts, calibration_feeds, log=out.say, form=toolchain(args.toolchain).int8_form())
+            with status.step("choosing the wide layers on the calibration frames"):
+                plan = choose_wide_layers(parts, calibration_feeds, log=out.say,
+                                          form=toolchain(args.toolchain).int8_form())
             print(f"wide layers (16-bit activations): {','.join(plan.wide) or 'none'}, {len(plan.wide)} of "
                   f"{len(plan.sensitivity)}; the calibration frames within {100 * plan.errors[-1]:.2f} % "
                   f"in onnxruntime")
             wide, samples = plan.wide, plan.samples
         if args.toolchain:
-            with out.captured():  # the toolchain's own build log: shown with -v
+            with status.step(f"compiling the {ACCELERATOR} segments with {args.toolchain}"), \
+                    out.captured():  # the toolchain's own build log: shown with -v
                 compiled = compile_partition(parts, args.toolchain, args.out_dir, calibration_feeds or None,
                                              args.activation_bits, wide, samples)
             manifest = compiled.directory / "manifest.json"
         else:
             compiled, manifest = None, parts.to_onnx(args.out_dir)
-        status = 0
+        code = 0
         if feeds is not None:
-            session = create_session(parts.model)
-            expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
-            if compiled is None:
-                status = _compared(parts.run(feeds), expected)
-            else:
-                with out.captured():
-                    got = compiled.run(feeds)
-                status = _within(compiled, got, expected)
+            with status.step("running the --inputs frame through the whole model and the segments"):
+                session = create_session(parts.model)
+                expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+                if compiled is None:
+                    got = parts.run(feeds)
+                else:
+                    with out.captured():
+                        got = compiled.run(feeds)
+            code = _compared(got, expected) if compiled is None else _within(compiled, got, expected)
         if compiled is not None:
             for segment, op, unit, name in compiled.fallbacks:
                 out.say(f"{compiled.toolchain.title} placed {op} '{name}' of segment {segment:02d} on its {unit}")
@@ -158,7 +165,7 @@ class PartitionCommand:
         print(f"wrote {count} segment{'s' if count != 1 else ''} and {manifest}")
         if args.picture:
             print(f"wrote {parts.save_picture(Path(args.out_dir) / 'picture.png')}")
-        return status
+        return code
 
 
 # what the table's device names mean (docs/partitioning.md)

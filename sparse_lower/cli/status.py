@@ -3,15 +3,20 @@ frame take seconds to minutes): what is running now, then how long it took.
 
 Status goes to stderr, so that stdout stays the result a script reads; `-q` silences it. On a terminal
 the line is rewritten in place when the step ends; elsewhere (a log, a pipe) each step prints one line
-when it ends.
+when it ends, and one when it starts if it is still running after LONG_STEP_S: a reader of the log
+never waits long without a line saying what runs.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator, TextIO
+
+
+LONG_STEP_S = 5.0
 
 
 class Status:
@@ -26,6 +31,10 @@ class Status:
         terminal = self.stream.isatty()
         if not self.quiet and terminal:
             print(f"{what} …", end="", file=self.stream, flush=True)
+        started = threading.Timer(LONG_STEP_S, lambda: print(f"{what} …", file=self.stream, flush=True))
+        if not self.quiet and not terminal:
+            started.daemon = True
+            started.start()
         start = time.perf_counter()
         try:
             yield
@@ -33,6 +42,8 @@ class Status:
             if not self.quiet and terminal:
                 print(file=self.stream)  # end the status line: the error comes on its own
             raise
+        finally:
+            started.cancel()
         if not self.quiet:
             prefix = "\r" if terminal else ""
             print(f"{prefix}{what}: {time.perf_counter() - start:.1f} s", file=self.stream, flush=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import uuid
 import zipfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,15 @@ def find_frames(paths) -> list[Path]:
     """The frame files of `paths` (files, or folders whose `*.npz` are taken, not recursively), in the
     order given and sorted within a folder. Frames that would write the same output name are refused
     now, before hours of work, not discovered when the second overwrites the first."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]  # one file or folder, not its characters
+    paths = list(paths) if isinstance(paths, Iterable) and not isinstance(paths, Mapping) else [paths]
+    for position, given in enumerate(paths):
+        if not isinstance(given, (str, os.PathLike)):
+            raise SparseLowerError(f"frame {position} is of type {type(given).__name__}, where a path to an {FRAME_SUFFIX} "
+                                   "file or a folder of them goes",
+                                   fix=f"save frames with numpy.savez(path, {FEATURES_KEY}=..., {COORDS_KEY}=...) "
+                                       "and give their paths")
     frames: list[Path] = []
     for given in map(Path, paths):
         if given.is_dir():
@@ -181,6 +191,27 @@ def read_frames(paths, folders: bool = True) -> list[tuple[Path, dict[str, np.nd
         except SparseLowerError as error:
             raise SparseLowerError(f"frame {path}: {error.reason}", fix=error.fix) from error
     return frames
+
+
+def feeds_given(model: onnx.ModelProto, frames, what: str = "frames") -> list[dict[str, np.ndarray]]:
+    """`frames` as a list of feeds of `model`, as a user gives them to the Python API: a list of feeds
+    (dicts of input name to array), one such dict, or `.npz` frames (a path, a folder, or a list of them),
+    read and fed as `run` feeds them (feeds_of). Anything else is refused naming what it is: a path is
+    never read character by character."""
+    if isinstance(frames, (str, os.PathLike, Mapping)):
+        frames = [frames]
+    elif isinstance(frames, np.ndarray) or not isinstance(frames, Iterable):
+        raise SparseLowerError(f"{what} is of type {type(frames).__name__}",
+                               fix="give a list of feeds ({input name: array}), or .npz frame files or folders")
+    frames = list(frames)
+    if frames and all(isinstance(frame, (str, os.PathLike)) for frame in frames):
+        return feeds_of(model, read_frames(frames))
+    for position, frame in enumerate(frames):
+        if not isinstance(frame, Mapping):
+            raise SparseLowerError(f"{what}[{position}] is of type {type(frame).__name__}",
+                                   fix="give every frame as feeds ({input name: array}), or every one as an .npz "
+                                       "path")
+    return [dict(frame) for frame in frames]
 
 
 def feeds_of(model: onnx.ModelProto, frames: list[tuple[Path, dict[str, np.ndarray]]]) -> list[dict[str, np.ndarray]]:

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from ..api import lower
 from ..errors import SparseLowerError
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model
-from ..model_io import load, recorded_options
+from ..model_io import load, output_folder, recorded_options
 from ..onnx_conventions import CUSTOM_DOMAIN, SOURCE_DOMAIN
 from .files import find_frames, output_paths
 from .worker import FrameResult, FrameWorker
@@ -125,8 +125,7 @@ def run_frames(model: onnx.ModelProto | str | os.PathLike, frames, out_dir: str 
     _count("threads", threads, least=0)
     _count("workers", workers, least=1)
     files = find_frames(frames)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = output_folder(out_dir, "the output folder")
     jobs = list(zip(files, output_paths(files, out_dir)))
     summary = RunSummary()
     if skip_existing:

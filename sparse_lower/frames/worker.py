@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 from ..errors import SparseLowerError
 from ..runtime import (BROKEN_FRAME, RUNTIME_ERRORS, broken_frame, create_session, drop_padding, fixed_rows, needs_library,
-                       pad_rows, runtime_refusal)
+                       pad_rows, quiet_options, runtime_refusal)
+from ..verify import non_finite
 from .files import frame_feeds, model_inputs, read_frame, write_outputs
 
 
@@ -40,10 +40,9 @@ class FrameWorker:
     default, one per core)."""
 
     def __init__(self, model: bytes, threads: int = 0, compress: bool = False):
-        options = ort.SessionOptions()
+        options = quiet_options()  # a refused frame is reported in its result; onnxruntime's log would repeat it
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-        options.log_severity_level = 4  # a refused frame is reported in its result; onnxruntime's log would repeat it
         self.session = create_session(model, sess_options=options)
         proto = onnx.load_from_string(model)
         self.inputs = model_inputs(proto)
@@ -65,7 +64,8 @@ class FrameWorker:
                 raise BROKEN_FRAME
             results = dict(zip(self.outputs, values))
             write_outputs(output, drop_padding(results) if self.proto is not None else results, self.compress)
-            warning = non_finite(feeds)
+            said = non_finite(feeds)
+            warning = f"{said}: the outputs they reach are not finite either" if said else ""
         except Exception as error:  # one bad frame must not stop the job: it is reported by name
             reason = (str(error) if isinstance(error, SparseLowerError) else str(runtime_refusal(error))
                       if isinstance(error, RUNTIME_ERRORS) else f"{type(error).__name__}: {error}")
@@ -78,17 +78,3 @@ class FrameWorker:
         return {"frame": np.array([r.frame for r in results]), "error": np.array([r.error for r in results]),
                 "latency_ms": np.array([r.latency_ms for r in results], np.float64),
                 "warning": np.array([r.warning for r in results])}
-
-
-def non_finite(feeds: dict[str, np.ndarray]) -> str:
-    """What of a frame's float inputs is NaN or infinite ("" where nothing is), e.g. "'features' holds 3
-    NaN values in 2 rows"."""
-    found = []
-    for name, value in feeds.items():
-        if value.dtype.kind != "f" or np.isfinite(value).all():
-            continue
-        nan, inf = int(np.isnan(value).sum()), int(np.isinf(value).sum())
-        rows = int((~np.isfinite(value)).reshape(len(value), -1).any(axis=1).sum()) if value.ndim else 1
-        kinds = " and ".join(part for part in (f"{nan} NaN" if nan else "", f"{inf} infinite" if inf else "") if part)
-        found.append(f"'{name}' holds {kinds} value{'s' if nan + inf > 1 else ''} in {rows} row{'s' if rows > 1 else ''}")
-    return "; ".join(found) + ": the outputs they reach are not finite either" if found else ""

@@ -178,6 +178,11 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
         raise export_refusals.explained(error, wrapper, __file__) from error
     finally:
         torch.onnx.unregister_custom_op_symbolic("aten::index_add", OPSET)
+    if max_spatial_shape is not None and not calls.bounded:
+        raise SparseLowerError(f"max_spatial_shape {list(max_spatial_shape)} does nothing: every grid of the module is "
+                               "fixed (the spatial_shape its sparse tensors are given)",
+                               fix="leave max_spatial_shape out; it bounds grids the module computes from the frame "
+                                   "or an engine without grids (MinkowskiEngine, TorchSparse)")
     model = export_cleanup.cleaned(onnx.load_from_string(buffer.getvalue()), wrapper.output_names)
     model.ir_version = IR_VERSION
     model.producer_name = "sparse_lower.export"

@@ -172,6 +172,7 @@ class TracedCalls:
     names: dict
     max_spatial_shape: list | None = None
     results: list = field(default_factory=list)
+    bounded: bool = False  # whether a grid was bounded (max_spatial_shape read)
 
     def apply(self, call: Call, *inputs):
         results = SourceOp.apply(call, *inputs)
@@ -185,6 +186,7 @@ class TracedCalls:
         """The static grid the source ops are written on where the grid is not fixed (`example`: the
         example's, found at the current call): max_spatial_shape, else `default_bound`."""
         site = call_site()
+        self.bounded = True
         given = self.max_spatial_shape is not None
         bound = list(self.max_spatial_shape) if given else default_bound(len(example))
         if len(bound) != len(example):

@@ -16,8 +16,10 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import SparseLowerError
+from ..model_io import output_folder
 from ..onnx_conventions import STANDARD_DOMAINS
-from ..runtime import session_for
+from ..runtime import RUNTIME_ERRORS, runtime_refusal, session_for
+from ..verify import given_inputs
 from . import picture, reports, segment_files
 from .node_costs import Seen
 from .segments import NodeGraph, Segment
@@ -67,8 +69,7 @@ class Partition:
     def to_onnx(self, directory: str | os.PathLike) -> Path:
         """Write one model per segment (`00_gpu.onnx`, `01_nna.onnx`, …) and `manifest.json` into
         `directory`; returns the manifest's path."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        directory = output_folder(directory, "the partition's folder")
         for segment in self.segments:
             onnx.save(self.segment_model(segment.index), directory / segment_files.segment_file(segment))
         path = directory / "manifest.json"
@@ -108,6 +109,7 @@ class Partition:
         if missing or unknown:
             raise SparseLowerError(f"feeds do not match the graph inputs: missing {missing}, unknown {unknown}",
                                    fix=f"feed exactly {self.graph.graph_inputs}")
+        feeds = given_inputs(self.model, dict(feeds), "the feeds")  # float16 features, int32 coords: as the CLI casts
         if session_kwargs != self._session_kwargs:
             self._sessions.clear()
             self._session_kwargs = dict(session_kwargs)
@@ -119,7 +121,12 @@ class Partition:
         for segment in self.segments:
             probes = self._probes(segment)
             inputs = {name: values[name] for name in segment.inputs}
-            results = self._session(segment).run(list(segment.outputs) + [SHAPE_PROBE + p for p in probes], inputs)
+            try:
+                results = self._session(segment).run(list(segment.outputs) + [SHAPE_PROBE + p for p in probes], inputs)
+            except RUNTIME_ERRORS as error:  # a frame over a capacity, off its grid: the op's words, its fix
+                refusal = runtime_refusal(error)
+                raise (refusal if isinstance(refusal, SparseLowerError) else
+                       SparseLowerError(f"segment {segment.index}: {refusal}")) from error
             outputs = dict(zip(segment.outputs, results))
             for name, value in {**inputs, **outputs}.items():
                 seen.shapes[name] = value.shape

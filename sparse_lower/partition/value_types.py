@@ -105,11 +105,17 @@ class ValueTypes:
 
     def describe(self, name: str) -> str:
         """A value's type as people write it, e.g. `float32[N, 16]`, with `?` for what is unknown."""
-        elem_type = self.elem_type(name)
-        dtype = helper.tensor_dtype_to_np_dtype(elem_type).name if elem_type else "?"
-        shape = self.shape(name)
-        dims = "?" if shape is None else ", ".join("?" if d is None else str(d) for d in shape)
-        return f"{dtype}[{dims}]"
+        return describe_type(self._types.get(name))
+
+
+def describe_type(type_proto: onnx.TypeProto | None) -> str:
+    """A type as people write it, e.g. `float32[N, 16]` or `int32[1024]`, with `?` for what is unknown."""
+    tensor = type_proto.tensor_type if type_proto is not None and type_proto.HasField("tensor_type") else None
+    dtype = helper.tensor_dtype_to_np_dtype(tensor.elem_type).name if tensor is not None and tensor.elem_type else "?"
+    if tensor is None or not tensor.HasField("shape"):
+        return f"{dtype}[?]"
+    dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim]
+    return f"{dtype}[{', '.join(dims)}]"
 
 
 def _onnxruntime_types(model: onnx.ModelProto, names: list[str]) -> dict[str, onnx.TypeProto]:

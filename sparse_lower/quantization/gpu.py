@@ -28,6 +28,7 @@ import onnx
 
 from ..api import lower
 from ..errors import SparseLowerError
+from ..frames.files import feeds_given
 from ..importers import SOURCE_FORMAT, detect_format, import_model
 from ..model_io import exposing, load
 from ..onnx_conventions import CUSTOM_DOMAIN, SOURCE_DOMAIN
@@ -98,6 +99,7 @@ def quantize(model: onnx.ModelProto | str | os.PathLike, calibration_frames: lis
         raise SparseLowerError("the model has no IndexedConv to quantize",
                                fix="quantize a model of source ops, or one lowered for the gpu target with the "
                                    "default strategy (fused)")
+    calibration_frames = feeds_given(model, calibration_frames, "calibration_frames")
     if not calibration_frames:
         raise SparseLowerError("no calibration frames", fix="give one or more frames of the model's inputs")
     if not headroom >= 1.0:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import SparseLowerError
+from ..frames.files import feeds_given
 from ..partition import Partition
 from ..runtime import create_session
 from ..verify import relative_error
@@ -59,7 +61,11 @@ class QuantizedRuns:
 
     def __init__(self, parts: Partition, frames: Iterable[Mapping[str, np.ndarray]],
                  form: QuantizedForm | None = None, calibration: Iterable[Mapping[str, np.ndarray]] | None = None):
-        self.parts, self.frames = parts, list(frames)
+        self.parts, self.frames = parts, feeds_given(parts.model, frames)
+        if not self.frames:
+            raise SparseLowerError("no frames to measure the quantized segments on",
+                                   fix="give one or more frames of the model's inputs")
+        calibration = None if calibration is None else feeds_given(parts.model, calibration, "calibration")
         self.form = (form.measured if form is not None else None) or PartialQdq()
         self.sessions = segment_sessions(parts)
         self.expected = [run_segments(parts, self.sessions, feeds) for feeds in self.frames]  # every segment's inputs too

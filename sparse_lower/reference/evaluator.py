@@ -13,6 +13,7 @@ import onnx
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
+from ..errors import SparseLowerError
 from ..float16 import holds_float16, to_float32
 from ..onnx_conventions import SOURCE_DOMAIN
 from ..schemas import attributes
@@ -76,6 +77,11 @@ def run(model: onnx.ModelProto | str | os.PathLike, feeds: dict) -> dict[str, np
     widened first, and float16 feeds of what are then float32 inputs are widened with it."""
     if not isinstance(model, onnx.ModelProto):
         model = onnx.load(os.fspath(model))
+    initialized = {t.name for t in model.graph.initializer}
+    missing = [v.name for v in model.graph.input if v.name not in initialized and v.name not in feeds]
+    if missing:
+        raise SparseLowerError(f"no feed for the model input{'s' if len(missing) > 1 else ''} "
+                               f"{', '.join(map(repr, missing))}", fix="feed every input of the model by its name")
     if holds_float16(model):
         model = to_float32(model)[0]
         floats = {v.name for v in model.graph.input if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}

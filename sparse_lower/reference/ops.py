@@ -12,6 +12,8 @@ Each convolution is written as the pairs (kernel tap, input row, output row) it 
 
 from __future__ import annotations
 
+import contextlib
+from contextvars import ContextVar
 from math import prod
 
 import numpy as np
@@ -21,8 +23,34 @@ from ..errors import SparseLowerError
 from ..onnx_conventions import SOURCE_DOMAIN
 from ..schemas import coalesce_attributes, conv_geometry, to_dense_attributes, weight_shape
 
-__all__ = ["conv_pairs", "submanifold_conv", "sparse_conv", "sparse_deconv", "sparse_max_pool", "coalesce", "to_sparse",
+__all__ = ["conv_pairs", "counting_pairs", "submanifold_conv", "sparse_conv", "sparse_deconv", "sparse_max_pool", "coalesce", "to_sparse",
            "to_dense"]
+
+
+_TAP_PAIRS: ContextVar[dict | None] = ContextVar("tap_pairs", default=None)
+
+
+@contextlib.contextmanager
+def counting_pairs():
+    """Inside: per conv node (by name), the pairs each kernel tap multiplies, summed over its runs, into the
+    dict yielded. A check compares a tap's weights only where its inputs give it a pair: how many each tap
+    met says what the check saw (verify.compare)."""
+    counts: dict[str, np.ndarray] = {}
+    token = _TAP_PAIRS.set(counts)
+    try:
+        yield counts
+    finally:
+        _TAP_PAIRS.reset(token)
+
+
+def _counted(node, pairs):
+    """`pairs`, their count per tap added to counting_pairs' record where one is kept."""
+    counts = _TAP_PAIRS.get()
+    if counts is not None:
+        per_tap = np.array([len(inputs) for _, inputs, _ in pairs], np.int64)
+        key = node.name or node.op_type
+        counts[key] = counts[key] + per_tap if key in counts else per_tap
+    return pairs
 
 
 def submanifold_conv(features, coords, weight, bias=None, *, kernel_shape, spatial_shape, strides=None,
@@ -38,7 +66,7 @@ def submanifold_conv(features, coords, weight, bias=None, *, kernel_shape, spati
     geometry = conv_geometry(node)
     x, keys = _sparse_input(node, features, coords, geometry.spatial_shape)
     taps = _conv_taps(node, geometry, weight, x.shape[1])
-    pairs = _submanifold_pairs(node, geometry, coords, keys)
+    pairs = _counted(node, _submanifold_pairs(node, geometry, coords, keys))
     out = _accumulate(x, taps, _bias(node, bias, taps.shape[2]), len(coords), pairs)
     return out, coords.copy()
 
@@ -58,7 +86,7 @@ def sparse_conv(features, coords, weight, bias=None, *, kernel_shape, spatial_sh
     x, _ = _sparse_input(node, features, coords, geometry.spatial_shape)
     taps = _conv_taps(node, geometry, weight, x.shape[1])
     pairs, out_coords = _strided_pairs(node, geometry, coords, None)
-    return _accumulate(x, taps, _bias(node, bias, taps.shape[2]), len(out_coords), pairs), out_coords
+    return _accumulate(x, taps, _bias(node, bias, taps.shape[2]), len(out_coords), _counted(node, pairs)), out_coords
 
 
 def sparse_deconv(features, coords, weight, bias=None, target_coords=None, *, kernel_shape, spatial_shape,
@@ -76,7 +104,7 @@ def sparse_deconv(features, coords, weight, bias=None, target_coords=None, *, ke
     x, _ = _sparse_input(node, features, coords, geometry.spatial_shape)
     taps = _conv_taps(node, geometry, weight, x.shape[1])
     pairs, out_coords = _strided_pairs(node, geometry, coords, target_coords)
-    return _accumulate(x, taps, _bias(node, bias, taps.shape[2]), len(out_coords), pairs), out_coords
+    return _accumulate(x, taps, _bias(node, bias, taps.shape[2]), len(out_coords), _counted(node, pairs)), out_coords
 
 
 def sparse_max_pool(features, coords, *, kernel_shape, spatial_shape, strides=None, pads=None, dilations=None,

@@ -22,9 +22,11 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import SparseLowerError
+from ..frames.files import feeds_given
 from ..partition import Partition
 from ..runtime import create_session
 from ..partition.devices import ACCELERATOR
+from ..partition.value_types import describe_type
 from ..quantization.calibration import segment_samples
 from ..quantization.forms import QUANTIZED_PRECISION
 from ..quantization.products import first_and_last_products, layer_products, weight_products
@@ -51,6 +53,11 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
     if activation_bits != 8 and calibration is None:
         raise SparseLowerError(f"activation_bits={activation_bits} quantizes, and quantizing needs calibration frames",
                                fix="pass calibration=[feeds, ...]")
+    if calibration is not None:
+        calibration = feeds_given(parts.model, calibration, "calibration")
+        if not calibration:
+            raise SparseLowerError("calibration holds no frames", fix="pass calibration=[feeds, ...] with one or more "
+                                   "frames, or leave it out for float segments")
     wide_layers = set(wide_layers)
     if wide_layers and calibration is None:
         raise SparseLowerError("wide_layers widens quantized layers, and quantizing needs calibration frames",
@@ -89,6 +96,9 @@ def compile_partition(parts: Partition, name: str | Toolchain, directory: str | 
                                                            activation_bits) for layer, products in own.items()})
         prepared = chain.adapted(prepare(segment))
         onnx.save(prepared, file)  # the file the toolchain took
+        declared = {value.name: describe_type(value.type) for value in prepared.graph.input}
+        for value in entry["inputs"]:  # as the file takes them: index inputs narrowed to int32 (prepare.py)
+            value["type"] = declared.get(value["name"], value["type"])
         artifact = file.with_suffix(chain.suffix)
         chain.build(prepared, artifact)
         entry["artifact"] = artifact.name
