@@ -157,13 +157,6 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     _choice("nna layout", layout, LAYOUTS)
     _choice("tables", tables, TABLES)
     _choice("precision", precision, PRECISIONS)
-    unread = unread_option(target, {"strategy": strategy, "combine": combine, "layout": layout, "fuse_taps": fuse_taps,
-                                    "max_active": max_active, "max_pairs": max_pairs, "max_members": max_members,
-                                    "tables": tables, "precision": precision})
-    if unread:
-        option, targets = unread
-        raise SparseLowerError(f"{option}={locals()[option]!r} does nothing for target '{target}'",
-                               fix=f"leave {option} out, or use it with target {' or '.join(map(repr, sorted(targets)))}")
     if precision != "float32" and (target != "gpu" or strategy not in ("auto", "fused")):
         raise SparseLowerError(f"precision='{precision}' is the gpu target's fused convs' (IndexedConv), not "
                                f"target '{target}' with strategy '{strategy}'",
@@ -174,6 +167,13 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
         raise SparseLowerError(f"tables='{tables}' writes the nna and hybrid targets' tables in standard ops; {why}",
                                fix="leave tables out, or use it with target 'nna' or 'hybrid'")
     max_active = _capacities(max_active)
+    given = {"strategy": strategy, "combine": combine, "layout": layout, "fuse_taps": fuse_taps,
+             "max_active": max_active, "max_pairs": max_pairs, "max_members": max_members}
+    unread = unread_option(target, given)
+    if unread:
+        option, targets = unread
+        raise SparseLowerError(f"{option}={given[option]!r} does nothing for target '{target}'",
+                               fix=f"leave {option} out, or use it with target {' or '.join(map(repr, sorted(targets)))}")
     if combine in ("pairs", "unfold") and fuse_taps:
         why = {"pairs": "the pairs combine multiplies each tap's own rows",
                "unfold": "the unfold combine has one product for all taps already"}[combine]

@@ -166,11 +166,16 @@ def broken_frame(feeds: dict, outputs: list) -> bool:
         np.isnan(o).any() for o in map(np.asarray, outputs) if np.issubdtype(o.dtype, np.floating))
 
 
+# The log severity of the sessions made here (onnxruntime's: 2 warning, 3 error, 4 fatal). A refused run
+# raises its error, naming the node, which onnxruntime's log would print again in red before the caller
+# can word it: fatal only. The command line's -v sets 2 while it runs.
+SESSION_LOG_SEVERITY = 4
+
+
 def quiet_options() -> ort.SessionOptions:
-    """Session options whose log keeps to fatal errors: a refused run raises its error, naming the node,
-    which onnxruntime's log would print again in red, before the caller can word it."""
+    """Session options whose log keeps to SESSION_LOG_SEVERITY."""
     options = ort.SessionOptions()
-    options.log_severity_level = 4
+    options.log_severity_level = SESSION_LOG_SEVERITY
     return options
 
 

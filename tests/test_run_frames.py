@@ -145,7 +145,9 @@ def test_frame_keys_feed_inputs_by_name_or_by_role():
     with pytest.raises(SparseLowerError, match="nothing in the frame feeds the model input.s. indices; the frame has"):
         frame_feeds({"features": features}, inputs)
     with pytest.raises(SparseLowerError, match="the array for input 'indices' is float32, the input takes int64"):
-        frame_feeds({"voxels": features, "indices": coords.astype(np.float32)}, inputs)
+        frame_feeds({"voxels": features, "indices": coords.astype(np.float32) + 0.5}, inputs)
+    whole = frame_feeds({"voxels": features, "indices": coords.astype(np.float32)}, inputs)  # cast: no value changes
+    assert whole["indices"].dtype == np.int64 and np.array_equal(whole["indices"], coords)
     narrow = [inputs[0], ModelInput("indices", np.dtype(np.int32))]
     with pytest.raises(SparseLowerError, match="is int64, the input takes int32, and casting would change its values"):
         frame_feeds({"voxels": features, "indices": np.full((4, 4), 2**40, np.int64)}, narrow)

@@ -307,7 +307,7 @@ class ConvertCommand:
                   f"are compared on random inputs with {args.active or assumed_active(source)} sites instead")
         coverage, every_tap = tap_coverage(taps)
         if every_tap:
-            out.say(f"verify: {coverage}")
+            compared += f"; {coverage}"
         else:  # a warning: said under -q too
             print(f"verify: {coverage}; give a frame where they have neighbours (--inputs)")
         for value, nodes in assumed_values(source).items():

@@ -22,6 +22,7 @@ from typing import Iterator
 
 import onnxruntime
 
+from .. import runtime
 from ..errors import SparseLowerWarning
 from ..toolchains.quiet import output_to
 
@@ -53,6 +54,8 @@ class Verbosity:
         """onnxruntime's default logger, Python's `logging` and other packages' warnings set for this
         verbosity while the command runs."""
         onnxruntime.set_default_logger_severity(_ORT_VERBOSE if self.verbose else _ORT_QUIET)
+        sessions = runtime.SESSION_LOG_SEVERITY
+        runtime.SESSION_LOG_SEVERITY = _ORT_VERBOSE if self.verbose else _ORT_QUIET
         root = logging.getLogger()
         level = root.level
         root.setLevel(logging.INFO if self.verbose else logging.ERROR)
@@ -67,6 +70,7 @@ class Verbosity:
         finally:
             root.setLevel(level)
             onnxruntime.set_default_logger_severity(_ORT_DEFAULT)
+            runtime.SESSION_LOG_SEVERITY = sessions
 
     @contextmanager
     def captured(self) -> Iterator[None]:
