@@ -58,14 +58,25 @@ def _positive(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1
 
 
+MAX_CAPACITY = 2**31 - 1  # rows the static forms index: the toolchains take int32 indices
+
+
 def _capacities(max_active) -> int | tuple[int, ...] | None:
-    """`max_active` checked: None, one capacity, or a non-empty sequence of them (one per level), as a tuple."""
-    if max_active is None or _positive(max_active):
-        return None if max_active is None else int(max_active)
-    if isinstance(max_active, (list, tuple)) and max_active and all(_positive(v) for v in max_active):
-        return tuple(int(v) for v in max_active)
-    raise SparseLowerError(f"max_active={max_active!r} is neither a positive int nor a sequence of them",
-                           fix="give None, an int >= 1, or one int >= 1 per level, e.g. [80000, 60000, 30000, 15000]")
+    """`max_active` checked: None, one capacity, or a non-empty sequence of them (one per level), as a tuple;
+    each at most MAX_CAPACITY."""
+    if max_active is None:
+        return None
+    values = [max_active] if _positive(max_active) else list(max_active) if isinstance(max_active, (list, tuple)) \
+        else []
+    if not values or not all(map(_positive, values)):
+        raise SparseLowerError(f"max_active={max_active!r} is neither a positive int nor a sequence of them",
+                               fix="give None, an int >= 1, or one int >= 1 per level, e.g. [80000, 60000, 30000, 15000]")
+    if max(values) > MAX_CAPACITY:
+        raise SparseLowerError(f"max_active={max_active!r}: a capacity over {MAX_CAPACITY:,} rows, which the static "
+                               "forms cannot index (int32 indices), and no memory holds",
+                               fix="give the most rows a frame has at each level: `sparse-lower inspect MODEL "
+                                   "--frames ...` measures them")
+    return int(max_active) if _positive(max_active) else tuple(int(v) for v in values)
 
 
 def _pair_capacities(max_pairs, model: onnx.ModelProto, target: str, combine: str,
@@ -236,6 +247,12 @@ def partition(model: onnx.ModelProto | str | os.PathLike, devices: Sequence[str]
     A model lowered for the portable target is one segment on the default devices: it is made to run
     whole on one runtime (its "gpu" is any device that runs standard ONNX)."""
     model = load(model)
+    unlowered = [n for n in model.graph.node if n.domain == SOURCE_DOMAIN]
+    if unlowered:
+        raise SparseLowerError(f"the model holds {len(unlowered)} source op{'s' if len(unlowered) > 1 else ''} (e.g. "
+                               f"'{unlowered[0].name}', {unlowered[0].op_type}): a partition splits a lowered model",
+                               fix="lower it first: `sparse-lower convert MODEL -o MODEL.nna.onnx --target nna "
+                                   "--max-active N`, or sparse_lower.lower(model, target='nna', max_active=N)")
     if tuple(devices) == DEFAULT_DEVICES and support is None and recorded_options(model).get("target") == "portable":
         devices = ("gpu",)
     return partition_graph(model, devices, support, static_shapes, layer_table=partial(method_report, model))

@@ -27,7 +27,8 @@ import onnx
 from .assumed_active import assumed_active
 from .onnx_conventions import LAYERS_KEY, SOURCE_DOMAIN
 from .report import render
-from .schemas import CONV_OPS, conv_channels, conv_geometry
+from .model_io import recorded_options
+from .schemas import CONV_OPS, conv_channels, conv_geometry, coords_levels
 
 METHODS = ("gpu", "matmul", "scatter", "gather", "dense")
 
@@ -41,6 +42,7 @@ class LayerCost:
     cout: int
     output_sites: int  # per batch: the output grid's volume
     same_sites: bool  # a SubmanifoldConv: M = N
+    level: int = 0  # the level of its input sites (schemas.coords_levels): which capacity holds them
 
     def macs(self, active: int, outputs: int | None = None, batch: int = 1) -> dict[str, int]:
         """MACs per method for `active` input sites and `outputs` output sites (M = N when unknown)."""
@@ -58,6 +60,7 @@ def layer_costs(model: onnx.ModelProto) -> list[LayerCost]:
     if recorded is not None:
         return [LayerCost(**layer) for layer in json.loads(recorded)]
     weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    levels = coords_levels(model.graph)
     layers = []
     for node in model.graph.node:
         if node.domain != SOURCE_DOMAIN or node.op_type not in CONV_OPS or node.input[2] not in weights:
@@ -66,7 +69,7 @@ def layer_costs(model: onnx.ModelProto) -> list[LayerCost]:
         shape = weights[node.input[2]]
         cin, cout = conv_channels(node.op_type, shape)
         layers.append(LayerCost(node.name, node.op_type, geometry.volume, cin, cout, prod(geometry.output_shape),
-                                node.op_type == "SubmanifoldConv"))
+                                node.op_type == "SubmanifoldConv", levels.get(node.input[1], 0)))
     return layers
 
 
@@ -76,18 +79,35 @@ def record(model: onnx.ModelProto, layers: list[LayerCost]) -> None:
                                         LAYERS_KEY: json.dumps([asdict(layer) for layer in layers])})
 
 
-def method_table(layers: list[LayerCost], active: int, batch: int = 1) -> str:
-    """A table: per layer its name, op, then MACs per method (in millions) at `active` sites (M = N)."""
+def method_table(layers: list[LayerCost], active: int | list[int], batch: int = 1) -> str:
+    """A table: per layer its name, op, then MACs per method (in millions) at `active` sites (M = N): one
+    count, or one per level (the last for deeper levels), each layer at its input level's."""
+    def sites(layer: LayerCost) -> int:
+        return active[min(layer.level, len(active) - 1)] if isinstance(active, list) else active
+
     rows = [[layer.name, layer.op_type,
-             *(f"{value / 1e6:,.1f}" for value in layer.macs(active, batch=batch).values())] for layer in layers]
+             *(f"{value / 1e6:,.1f}" for value in layer.macs(sites(layer), batch=batch).values())] for layer in layers]
     return render(["sparse layer", "op", *METHODS], rows)
 
 
+def costed_sites(model: onnx.ModelProto, active: int | None = None) -> tuple[int | list[int], str]:
+    """The sites to price the layers at, and how to say them: `active` where given, else the capacities the
+    model was lowered with, one per level where it has several (a deep level holds far fewer sites than
+    the input's: pricing it at the input's overstates it), else `assumed_active`."""
+    if active:
+        return active, f"{active:,} active sites"
+    capacities = recorded_options(model).get("max_active")
+    if isinstance(capacities, list) and len(capacities) > 1:
+        return capacities, f"each level's capacity (max_active {','.join(map(str, capacities))})"
+    active = assumed_active(model)
+    return active, f"{active:,} active sites"
+
+
 def method_report(model: onnx.ModelProto, active: int | None = None) -> str | None:
-    """The sparse layers' `method_table` under its heading, at `active` sites (default: the model's
-    `assumed_active`); None for a model without sparse layers. What a partition's summary appends."""
+    """The sparse layers' `method_table` under its heading, at `costed_sites`; None for a model without
+    sparse layers. What a partition's summary appends."""
     layers = layer_costs(model)
     if not layers:
         return None
-    active = active or assumed_active(model)
-    return f"sparse layers, MACs (millions) per method at {active:,} active sites:\n{method_table(layers, active)}"
+    sites, said = costed_sites(model, active)
+    return f"sparse layers, MACs (millions) per method at {said}:\n{method_table(layers, sites)}"

@@ -152,7 +152,8 @@ BROKEN_FRAME = SparseLowerError(
     "the model's outputs are NaN, its inputs finite: the frame breaks a rule of sparse tensors (a coordinate outside "
     "the grid or negative, a negative batch index, duplicated coords, feature rows that do not pair with the coords; "
     "an nna model with standard tables: more rows than a capacity; a portable model: a frame whose grid would take "
-    "more than 2 GiB), which a model of standard ops only answers with NaN",
+    "more than 2 GiB, or, in its static form, more rows than max_active or a batch index past max_batch), which a "
+    "model of standard ops only answers with NaN",
     fix="run the frame on the gpu target, or sparse_lower.reference, to have the row named (and "
         "`sparse-lower inspect MODEL --frames ...` for the capacities)")
 

@@ -22,6 +22,7 @@ from sparse_lower.frames.sample import load_voxels
 from sparse_lower.models import SparseModelBuilder, centerpoint_head_stack
 from sparse_lower.partition import NNA_OPS, Partition, Segment, ValueTypes, nna_support
 from sparse_lower.partition.node_costs import macs
+from sparse_lower.partition.partitioner import partition as partition_graph
 
 OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid("sparse_lower", 1)]
 
@@ -172,11 +173,20 @@ def test_unknown_shape_and_type_are_refused_with_the_tensor_named():
     assert nna_support(static_shapes=False)(node, no_shape) is None
 
 
+def test_an_unlowered_model_is_told_to_lower_first():
+    builder = SparseModelBuilder(2, 4, np.random.default_rng(0))
+    builder.conv("SubmanifoldConv", 8, (3, 3), (10, 12))
+    with pytest.raises(SparseLowerError, match=r"the model holds 1 source op \(e.g. 'submanifoldconv0', "
+                                               r"SubmanifoldConv\): a partition splits a lowered model") as error:
+        partition(builder.build())
+    assert "sparse-lower convert MODEL -o MODEL.nna.onnx --target nna" in error.value.fix
+
+
 def test_an_unlowered_sparse_node_runs_nowhere():
     builder = SparseModelBuilder(2, 4, np.random.default_rng(0))
     builder.conv("SubmanifoldConv", 8, (3, 3), (10, 12))
     with pytest.raises(SparseLowerError) as error:
-        partition(builder.build())
+        partition_graph(builder.build(), ("nna", "gpu", "cpu"))  # the partitioner itself, which names each device
     assert error.value.node == "submanifoldconv0"
     assert "gpu: not lowered; run sparse_lower.lower first" in str(error.value)
     assert "nna: sparse::SubmanifoldConv is not in the nna capability table" in str(error.value)
@@ -464,7 +474,8 @@ def test_cli_partition_end_to_end(tmp_path, rng, capsys):
     source = tmp_path / "source.onnx"
     onnx.save(centerpoint_head_stack(spatial_shape=(10, 40, 40)), source)
     assert main(["partition", str(source), "--out-dir", str(tmp_path / "x")]) == 2
-    assert "not lowered; run sparse_lower.lower first" in capsys.readouterr().err
+    assert "lower it first: `sparse-lower convert MODEL" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()  # a refused partition leaves no folder behind
 
 
 @pytest.mark.parametrize("combine", ["gather", "scatter", "matmul", "pairs", "unfold"])

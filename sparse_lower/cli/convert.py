@@ -27,7 +27,7 @@ from ..tuning import tune
 from ..passes.lower import run_hint
 from ..quantization.gpu import quantize
 from ..report import render
-from ..runtime import create_session, needs_library
+from ..runtime import create_session, fixed_rows, needs_library, runtime_refusal
 from ..spconv_rules import LEAKY_RELU_ALPHA
 from ..verify import compare, example_inputs, non_finite, relative_error, snr_db, tap_coverage
 from .active import add_active_argument
@@ -265,6 +265,8 @@ class ConvertCommand:
                                               weight_bits=args.int8_weight_bits)
             out.say(f"int8: {len(found.tops)} of {len(found.tops) + len(found.float_convs)} convs in 8 bits"
                     + "".join(f"\n  left float: {name}: {why}" for name, why in found.float_convs.items()))
+        if given and args.verify:
+            _fits_the_static_form(source, lowered, given[0])  # refused before the model is written
         onnx.save(lowered, args.output)
         out.say(before_after(source, lowered))
         print(f"wrote {args.output}: {run_hint(repr(args.output), needs_library(lowered))}")
@@ -284,7 +286,11 @@ class ConvertCommand:
         empty = bool(given) and no_voxels(source, given[0])
         with status.step("verifying (NumPy reference against onnxruntime)"):
             taps: dict = {}
-            differences = self._differences(args, source, lowered, given[0] if given else None, out, taps)
+            try:
+                differences = self._differences(args, source, lowered, given[0] if given else None, out, taps)
+            except _NoSiteFits as refused:
+                print(f"verify: FAILED: one random site already overflows a capacity ({refused})")
+                return 1
             if empty:  # a frame without voxels compares no value: its shapes, then random inputs that have some
                 shapes = [d.output for d in differences if not d.shape_ok]
                 taps.clear()
@@ -337,8 +343,10 @@ class ConvertCommand:
                 taps.clear()
                 differences = compare(source, lowered, feeds, taps)
             except ort_state.InvalidArgument as error:  # the nna target's CapacityPads / PairLists refuse an overflow
-                if args.active or active == 1 or not re.search(r"\((max_active|max_members|max_pairs\[.*\])\)",
-                                                               str(error)):
+                overflow = re.search(r"\((max_active|max_members|max_pairs\[.*\])\)", str(error))
+                if overflow and not args.active and active == 1:
+                    raise _NoSiteFits(str(runtime_refusal(error))) from error
+                if args.active or not overflow:
                     raise
             else:  # standard ops (the portable static form, nna standard tables) answer an overflow with NaN
                 # features and the rows cut at the capacity (their random inputs break no other rule)
@@ -351,9 +359,33 @@ class ConvertCommand:
                     f"sites")
 
 
+class _NoSiteFits(Exception):
+    """Even one random site overflows a capacity: what the verification says instead of comparing."""
+
+
 DEFAULT_TOLERANCE = 1e-4
 MAX_VERIFY_ACTIVE = 2_000_000  # random sites per input: 25 times the largest real frame; more runs out of memory
 BF16_TOLERANCE = 1e-2  # --precision bf16: 8 bits of mantissa in each product's operands
+
+
+def _fits_the_static_form(source: onnx.ModelProto, lowered: onnx.ModelProto, feeds: dict) -> None:
+    """Refuse an --inputs frame the portable static form cannot hold (more rows than its first capacity, a
+    batch index past max_batch), which it would answer with NaN: the verdict would be "FAILED … inf"."""
+    if not fixed_rows(lowered):
+        return
+    options = recorded_options(lowered)
+    capacity = options["max_active"][0] if isinstance(options["max_active"], list) else options["max_active"]
+    batches = options.get("max_batch") or 1
+    for name, value in feeds.items():
+        if input_roles(source).get(name, ("",))[0] != "coords" or not len(value):
+            continue
+        if len(value) > capacity:
+            raise SparseLowerError(f"--inputs: '{name}' has {len(value):,} rows, more than the static form's "
+                                   f"--max-active {capacity:,}", fix=f"lower with --max-active {len(value)} or more")
+        if int(value[:, 0].max()) >= batches:
+            raise SparseLowerError(f"--inputs: '{name}' has batch index {int(value[:, 0].max())}, and the static form "
+                                   f"holds batches 0 to {batches - 1} (--max-batch {batches})",
+                                   fix=f"lower with --max-batch {int(value[:, 0].max()) + 1}")
 
 
 def no_voxels(model: onnx.ModelProto, feeds: dict) -> bool:

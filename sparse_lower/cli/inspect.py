@@ -12,18 +12,18 @@ import onnx
 from onnx import numpy_helper
 
 from ..api import load
-from ..assumed_active import assumed_active
 from ..capacity import level_and_pair_rows, most_members
 from ..errors import SparseLowerError
 from ..frames.files import feeds_of, read_frames
 from ..importers import SOURCE_FORMAT, detect_format, format_title, import_model, nothing_to_lower
-from ..layer_costs import layer_costs, method_table
+from ..layer_costs import costed_sites, layer_costs, method_table
 from ..lowering.portable import index_memory
 from ..model_io import recorded_options
 from ..onnx_conventions import CUSTOM_DOMAIN, DEFAULT_DOMAIN_ALIAS, SOURCE_DOMAIN
 from ..schemas import CONV_OPS, conv_channels, conv_geometry
 from ..report import render
 from .active import add_active_argument
+from .convert import no_voxels
 from .counts import count
 from .op_counts import op_counts
 from .verbosity import Verbosity
@@ -148,9 +148,9 @@ class InspectCommand:
                          [[what, "x".join(map(str, extent)), f"{size / 2**20:,.1f} MiB"] for what, extent, size in memory]))
         costs = layer_costs(model)
         if costs:
-            active = args.active or assumed_active(model)
-            print(f"MACs (millions) at {active:,} active sites, batch {args.batch}:")
-            print(method_table(costs, active, args.batch))
+            sites, said = costed_sites(model, args.active)
+            print(f"MACs (millions) at {said}, batch {args.batch}:")
+            print(method_table(costs, sites, args.batch))
         custom = [n for n in graph.node if n.domain == CUSTOM_DOMAIN]
         if custom:
             print(render(["custom op", "inputs", "outputs"],
@@ -159,6 +159,10 @@ class InspectCommand:
         print(f"parameters: {parameters:,}")
         if frames:
             feeds = feeds_of(model, frames)
+            if all(no_voxels(model, frame) for frame in feeds):
+                said = "the frame has no voxels" if len(feeds) == 1 else f"none of the {len(feeds)} frames has voxels"
+                raise SparseLowerError(f"--frames: {said}, so there is no capacity to measure",
+                                       fix="give --frames frames that have voxels, as the model will run on")
             grown = partial(_with_margin, args.margin)
             rows, pairs = level_and_pair_rows(model, feeds)
             self._levels(rows, len(frames), grown, out)

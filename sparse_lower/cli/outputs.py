@@ -40,11 +40,13 @@ def output_file(path: str | os.PathLike, option: str, out: Verbosity, example: s
     return path
 
 
-def output_folder(path: str | os.PathLike, option: str, out: Verbosity) -> Path:
-    """A folder the command fills: refused now if it is a file; made now if missing."""
+def output_folder(path: str | os.PathLike, option: str, out: Verbosity, make: bool = True) -> Path:
+    """A folder the command fills: refused now if it is a file; made now if missing (`make`; a command
+    that may still refuse its input checks first and makes it when it writes, leaving no empty folder)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise SparseLowerError(f"{option} {path}: a file, where the folder of outputs goes",
                                fix="give a folder (it is created if missing)")
-    _folder(path, option, out)
+    if make:
+        _folder(path, option, out)
     return path

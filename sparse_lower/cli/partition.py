@@ -104,7 +104,7 @@ class PartitionCommand:
         # the frames are read before any work: a wrong path or a damaged file is said now
         calibration = read_frames(args.calibrate) if args.calibrate else []
         inputs = read_frames([args.inputs], folders=False) if args.inputs else []
-        output_folder(args.out_dir, "--out-dir", out)
+        output_folder(args.out_dir, "--out-dir", out, make=False)  # made once nothing is refused
         status = Status(out.quiet)
         with status.step("partitioning"):
             parts = partition(args.input, devices=devices, static_shapes=not args.dynamic)
@@ -126,6 +126,7 @@ class PartitionCommand:
                   f"{len(plan.sensitivity)}; the calibration frames within {100 * plan.errors[-1]:.2f} % "
                   f"in onnxruntime")
             wide, samples = plan.wide, plan.samples
+        output_folder(args.out_dir, "--out-dir", out)
         if args.toolchain:
             with status.step(f"compiling the {ACCELERATOR} segments with {args.toolchain}"), \
                     out.captured():  # the toolchain's own build log: shown with -v

@@ -49,7 +49,7 @@ class RunCommand:
                             help="the target to lower for, when the model is not lowered (default gpu); a lowered "
                                  "model runs in the form it was lowered to")
         parser.add_argument("--threads", type=count(0),
-                            help="onnxruntime threads per session (default: one per core locally, 1 on Ray)")
+                            help="onnxruntime threads per session (default, or 0: one per core locally; 1 on Ray)")
         parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
                             help="run on Ray Data: a local instance, or the cluster at ADDRESS ('auto', 'ray://…')")
         parser.add_argument("--workers", type=count(1), help="with --ray: actors (default: the cluster's CPUs / threads)")

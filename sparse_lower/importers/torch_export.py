@@ -31,9 +31,12 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import sys
+import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import onnx
 
@@ -168,10 +171,11 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
                 _framework_calls(module, calls) as understood, warnings.catch_warnings(record=True) as caught:
             wrapper.kept = calls.results
             warnings.simplefilter("always")  # kept: the tracer's word on values it fixed; shown: none
-            torch.onnx.export(wrapper, wrapper.tensors, buffer, dynamo=False, opset_version=OPSET,
-                              input_names=wrapper.input_names, custom_opsets={SOURCE_DOMAIN: 1},
-                              dynamic_axes=_dynamic_axes(wrapper),
-                              training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=True)
+            with _without_the_ir_dump():
+                torch.onnx.export(wrapper, wrapper.tensors, buffer, dynamo=False, opset_version=OPSET,
+                                  input_names=wrapper.input_names, custom_opsets={SOURCE_DOMAIN: 1},
+                                  dynamic_axes=_dynamic_axes(wrapper),
+                                  training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=True)
     except SparseLowerError:
         raise
     except Exception as error:  # torch.onnx's refusal of a torch call: say where the module made it
@@ -191,6 +195,29 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
     onnx.checker.check_model(model)
     feeds = {name: tensor.detach().numpy() for name, tensor in zip(wrapper.input_names, wrapper.tensors)}
     return Traced(model, feeds, dict(zip(wrapper.output_names, wrapper.results)))
+
+
+IR_DUMP = "Torch IR graph at exception:"
+
+
+@contextlib.contextmanager
+def _without_the_ir_dump():
+    """stdout as the module writes it while traced, less the TorchScript graph torch.onnx prints when it
+    refuses an operator ("Torch IR graph at exception: …", dozens of lines before the refusal, which
+    export_refusals.explained words with the call and its line). torch 2.13's legacy exporter logs it from
+    C++ whatever its log setting (it tests the setting's getter, not its value), so file descriptor 1 is
+    caught."""
+    from ..toolchains.quiet import output_to
+
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "stdout.log"
+        try:
+            with output_to(log, stderr=False):
+                yield
+        finally:
+            sys.stdout.write(log.read_text(errors="replace").split(IR_DUMP)[0] if log.exists() else "")
+            sys.stdout.flush()
+
 
 
 def _dynamic_axes(wrapper) -> dict:

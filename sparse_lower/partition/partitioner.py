@@ -40,7 +40,8 @@ def partition(model: onnx.ModelProto | str | os.PathLike, devices: Sequence[str]
     unknown = [device for device in devices if device not in predicates]
     if unknown:
         raise SparseLowerError(f"unknown devices {unknown}",
-                               fix=f"use {', '.join(sorted(predicates))} or give their predicates in `support`")
+                               fix=f"use {', '.join(sorted(predicates))} (a device of your own needs its predicate: "
+                                   "sparse_lower.partition(..., support={name: predicate}))")
     graph = NodeGraph(model)
     types = ValueTypes.of(model)
     by_index, reasons = assign(graph, types, devices, predicates)

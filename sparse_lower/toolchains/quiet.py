@@ -11,22 +11,23 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def output_to(log: Path):
+def output_to(log: Path, stderr: bool = True):
     """Send file descriptors 1 and 2, and Python's sys.stdout and sys.stderr (which need not write to
-    them, e.g. under pytest), to `log` for the duration."""
+    them, e.g. under pytest), to `log` for the duration; with `stderr=False`, stdout only."""
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
+    fds = (1, 2) if stderr else (1,)
+    saved = [os.dup(fd) for fd in fds]
     with open(log, "ab", buffering=0) as sink, open(log, "a", buffering=1) as text:
-        os.dup2(sink.fileno(), 1)
-        os.dup2(sink.fileno(), 2)
+        for fd in fds:
+            os.dup2(sink.fileno(), fd)
         try:
-            with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+            with contextlib.redirect_stdout(text), \
+                    (contextlib.redirect_stderr(text) if stderr else contextlib.nullcontext()):
                 yield
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
+            for fd, copy in zip(fds, saved):
+                os.dup2(copy, fd)
+                os.close(copy)
