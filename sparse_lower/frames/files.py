@@ -22,7 +22,7 @@ import onnx
 from ..errors import SparseLowerError
 from ..input_roles import input_grids
 from ..model_io import fed_inputs
-from ..verify import cast_feed
+from ..verify import cast_feed, given_inputs
 
 FRAME_SUFFIX = ".npz"
 FEATURES_KEY, COORDS_KEY, SPATIAL_SHAPE_KEY = "features", "coords", "spatial_shape"
@@ -211,7 +211,7 @@ def feeds_given(model: onnx.ModelProto, frames, what: str = "frames") -> list[di
             raise SparseLowerError(f"{what}[{position}] is of type {type(frame).__name__}",
                                    fix="give every frame as feeds ({input name: array}), or every one as an .npz "
                                        "path")
-    return [dict(frame) for frame in frames]
+    return [given_inputs(model, dict(frame), f"{what}[{position}]") for position, frame in enumerate(frames)]
 
 
 def feeds_of(model: onnx.ModelProto, frames: list[tuple[Path, dict[str, np.ndarray]]]) -> list[dict[str, np.ndarray]]:

@@ -36,7 +36,8 @@ def partition(model: onnx.ModelProto | str | os.PathLike, devices: Sequence[str]
     devices = tuple(devices)
     predicates = {**device_table(static_shapes), **(support or {})}
     if not devices or len(set(devices)) != len(devices):
-        raise SparseLowerError(f"devices {list(devices)} must be a non-empty list of distinct names")
+        raise SparseLowerError(f"devices {list(devices)} must be a non-empty list of distinct names",
+                               fix="name each device once, the preferred first, e.g. nna,gpu,cpu")
     unknown = [device for device in devices if device not in predicates]
     if unknown:
         raise SparseLowerError(f"unknown devices {unknown}",
