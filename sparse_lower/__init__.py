@@ -11,7 +11,7 @@ from .api import lower, partition
 from .errors import SparseLowerError
 from .frames import run_frames
 from .importers import import_model
-from .exporting import export
+from .exporter import export
 from .partition import Partition
 from .quantization.gpu import quantize
 from .runtime import create_session, cuda_library_path, get_library_path

@@ -1,5 +1,5 @@
 """spconv 2.x conventions reproduced in more than one place: by the importers, which read the files
-exporters write from spconv modules, by sparse_lower.export (importers/spconv_modules.py), and by the
+exporters write from spconv modules, by sparse_lower.export (exporter/spconv_modules.py), and by the
 reference networks' writers (models/), which write them: the weight layout (KRSC), the 1×1 fast
 path's reading of the weight memory, the inverse conv's geometry and the fused LeakyReLU's slope.
 

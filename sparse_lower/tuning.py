@@ -38,12 +38,11 @@ import numpy as np
 import onnx
 
 from .api import lower
-from .bench.profile import profile
-from .bench.systems import session_options
-from .bench.timing import alternating_runs
 from .errors import SparseLowerError
 from .frames.files import feeds_given
 from .importers import SOURCE_FORMAT, detect_format, import_model
+from .measuring.profile import profile
+from .measuring.timing import alternating_runs, session_options
 from .model_io import load
 from .onnx_conventions import CUSTOM_DOMAIN, SOURCE_DOMAIN
 from .quantization.gpu import quantize

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sparse_lower.importers.spconv_calls import spconv_inference
+from sparse_lower.exporter.spconv_calls import spconv_inference
 
 
 AIMET_NETWORKS = {

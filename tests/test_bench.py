@@ -83,7 +83,7 @@ def test_minkowski_runs_or_says_why(quick):
 def test_missing_spconv_is_skipped_with_reason(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "spconv", None)  # import spconv… now raises ImportError
     monkeypatch.setitem(sys.modules, "spconv.pytorch", None)
-    for loaded in ("sparse_lower.importers.spconv_calls", "sparse_lower.models.spconv_emitter"):
+    for loaded in ("sparse_lower.exporter.spconv_calls", "sparse_lower.models.spconv_emitter"):
         monkeypatch.delitem(sys.modules, loaded, raising=False)  # imported earlier, they would hold spconv
     result = run(tmp_path, quick=True, cases="2d,unet", repeat=1, log=lambda *a: None)
     assert len(result["cases"]) == 2
@@ -163,8 +163,8 @@ def test_layers_per_run_splits_a_profile_by_run(tmp_path):
     one by one from one profile: every run has every layer, and the runs add up to the whole profile."""
     from sparse_lower.api import lower
     from sparse_lower.bench.cases import QUICK_CAP, network_case
-    from sparse_lower.bench.profile import layers_per_run
-    from sparse_lower.bench.systems import session_options
+    from sparse_lower.measuring.profile import layers_per_run
+    from sparse_lower.measuring.timing import session_options
     from sparse_lower.runtime import create_session
 
     built = network_case("unet", None, "unet/tiny", ((41, 48, 48), 0.02, QUICK_CAP)).build()

@@ -16,8 +16,8 @@ import sparse_lower  # noqa: E402
 from helpers import run_lowered  # noqa: E402
 from oracle import random_sparse  # noqa: E402
 from sparse_lower.errors import SparseLowerError  # noqa: E402
-from sparse_lower.importers.spconv_calls import spconv_inference  # noqa: E402
-from sparse_lower.importers.traced_calls import untraced  # noqa: E402
+from sparse_lower.exporter.spconv_calls import spconv_inference  # noqa: E402
+from sparse_lower.exporter.traced_calls import untraced  # noqa: E402
 
 from torch import nn  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""sparse_lower.export of MinkowskiEngine 0.5.4 modules (importers/minkowski_calls.py), against MinkowskiEngine
+"""sparse_lower.export of MinkowskiEngine 0.5.4 modules (exporter/minkowski_calls.py), against MinkowskiEngine
 itself on the CPU: its convolutions (stride 1 as SubmanifoldConv, strided under the floor rule, transposed
 back onto a finer level), max pooling, batch norms, activations, ME.cat and residual adds, on random
 frames and on both real frames; MinkowskiEngine's own MinkUNets from its examples where
@@ -21,7 +21,7 @@ import sparse_lower  # noqa: E402
 from conftest import DATA  # noqa: E402
 from helpers import load_tool, quantized  # noqa: E402
 from sparse_lower.errors import SparseLowerError  # noqa: E402
-from sparse_lower.importers.minkowski_calls import minkowski_inference  # noqa: E402
+from sparse_lower.exporter.minkowski_calls import minkowski_inference  # noqa: E402
 
 TOOL = load_tool("minkowski_networks")
 TARGETS = [("gpu", {}), ("nna", {}), ("portable", {})]

@@ -1,4 +1,4 @@
-"""sparse_lower.export of Pointcept's Point Transformer V3 (importers/pointcept_calls.py): the serialization
+"""sparse_lower.export of Pointcept's Point Transformer V3 (exporter/pointcept_calls.py): the serialization
 codes the graph computes, against the Hilbert curve's own properties and, with a checkout, against
 Pointcept's `encode`; the patches of its attention against Pointcept's; the network itself (its layers as
 the nuScenes configuration has them, narrower) and Sonata's encoder against Pointcept's module on both real
@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch", reason='needs torch: pip install "sparse-lo
 from conftest import DATA  # noqa: E402
 from helpers import load_tool, sparse_lower_cli  # noqa: E402
 from sparse_lower.errors import SparseLowerError  # noqa: E402
-from sparse_lower.importers import pointcept_calls  # noqa: E402
+from sparse_lower.exporter import pointcept_calls  # noqa: E402
 
 CHECKOUT = os.environ.get("SPARSE_LOWER_POINTCEPT")
 needs_checkout = pytest.mark.skipif(not CHECKOUT, reason="Pointcept's code is read from a checkout: set "
@@ -31,7 +31,7 @@ needs_scatter = pytest.mark.skipif(__import__("importlib").util.find_spec("torch
                                    reason="Pointcept's networks need torch-scatter: pip install --no-build-isolation "
                                           "torch-scatter==2.1.2")
 TOOL = load_tool("pointcept_networks")
-networks = pytest.importorskip("sparse_lower.bench.pointcept")
+networks = pytest.importorskip("sparse_lower.checkouts.pointcept")
 
 
 def cube(depth: int) -> torch.Tensor:

@@ -35,7 +35,7 @@ from torch import nn  # noqa: E402
 import sparse_lower  # noqa: E402
 from sparse_lower.errors import SparseLowerError  # noqa: E402
 from sparse_lower.frames.sample import load_voxels  # noqa: E402
-from sparse_lower.importers.spconv_calls import spconv_inference  # noqa: E402
+from sparse_lower.exporter.spconv_calls import spconv_inference  # noqa: E402
 from sparse_lower import export  # noqa: E402
 from sparse_lower.models.emitter import per_dim  # noqa: E402
 

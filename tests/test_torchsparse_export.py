@@ -1,4 +1,4 @@
-"""sparse_lower.export of TorchSparse 1.4.0 modules (importers/torchsparse_calls.py), mmdetection3d's pin,
+"""sparse_lower.export of TorchSparse 1.4.0 modules (exporter/torchsparse_calls.py), mmdetection3d's pin,
 against TorchSparse itself on the CPU: stride-1 convs as SubmanifoldConv, strided ones under the floor rule
 (stride = kernel) and under spconv's rule above the frame's smallest coordinate (an odd kernel of another
 stride), transposed convs back onto a finer level, batch norms, ReLUs, torchsparse.cat, on random frames and on
@@ -28,7 +28,7 @@ import sparse_lower  # noqa: E402
 from conftest import DATA  # noqa: E402
 from helpers import load_tool, quantized  # noqa: E402
 from sparse_lower.errors import SparseLowerError  # noqa: E402
-from sparse_lower.importers.torchsparse_calls import torchsparse_inference  # noqa: E402
+from sparse_lower.exporter.torchsparse_calls import torchsparse_inference  # noqa: E402
 
 TOOL = load_tool("torchsparse_networks")
 TARGETS = ["gpu", "nna", "portable"]

@@ -25,7 +25,7 @@ from conftest import DATA
 from helpers import session as lowered_session
 from sparse_lower.cli.main import main
 from sparse_lower.importers import SOURCE_FORMAT, detect_format, import_model
-from sparse_lower.importers.spconv_calls import spconv_inference
+from sparse_lower.exporter.spconv_calls import spconv_inference
 from sparse_lower.runtime import drop_padding, pad_rows
 from sparse_lower.models import AimetEmitter, NvidiaEmitter, sp_middle_resnet_fhd
 

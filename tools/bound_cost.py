@@ -1,5 +1,5 @@
 """What a loose bound costs the gpu target: the sparse UNet written on the nuScenes grid [41, 1440, 1440] and
-on the export's default bound for a grid it does not fix, 2^16 per axis (importers.traced_calls.default_bound),
+on the export's default bound for a grid it does not fix, 2^16 per axis (exporter.traced_calls.default_bound),
 each lowered for the gpu target, run on a real frame on 2 threads, the two sessions taking turns; their
 medians printed with the ratio, and their outputs compared bit for bit. The bound changes the choices the
 library makes by the grid's size (the strided maps' output bits, custom_ops/index/site_bits.h, fit small
@@ -20,9 +20,9 @@ import time
 import numpy as np
 
 import sparse_lower
-from sparse_lower.bench.systems import session_options
+from sparse_lower.measuring.timing import session_options
 from sparse_lower.frames.sample import real_feeds
-from sparse_lower.importers.traced_calls import default_bound
+from sparse_lower.exporter.traced_calls import default_bound
 from sparse_lower.models import CanonicalEmitter, sparse_unet
 from sparse_lower.bench.portable import FRAMES
 

@@ -47,7 +47,7 @@ def main() -> None:
 
     from sparse_lower.api import lower
     from sparse_lower.bench.cases import BEVFUSION_FILE, CENTERPOINT_FILE
-    from sparse_lower.bench.profile import profile
+    from sparse_lower.measuring.profile import profile
     from sparse_lower.bench.systems import index_only, session_options
     from sparse_lower.frames.sample import real_feeds
     from sparse_lower.models import CanonicalEmitter, sp_middle_resnet_fhd, sparse_unet, voxelnext

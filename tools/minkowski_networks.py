@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 import sparse_lower
-from sparse_lower.bench.checkouts import trained_statistics
+from sparse_lower.checkouts import trained_statistics
 from sparse_lower.capacity import level_rows, most_members
 from sparse_lower.frames.sample import load_voxels
 from openpcdet_backbones import checkout_main, compare
@@ -72,7 +72,7 @@ def check(checkout: Path, name: str, data: Path, frames: list[str], targets: lis
     """Export, lower and run network `name` on the frames; print and return the worst relative error."""
     import MinkowskiEngine as ME
 
-    from sparse_lower.importers.minkowski_calls import minkowski_inference
+    from sparse_lower.exporter.minkowski_calls import minkowski_inference
 
     loaded = {}
     for frame in frames:

@@ -56,10 +56,10 @@ import torch
 from torch import nn
 
 import sparse_lower
-from sparse_lower.bench.checkouts import namespace
+from sparse_lower.checkouts import namespace
 from sparse_lower.capacity import level_rows
 from sparse_lower.frames.sample import load_voxels
-from sparse_lower.importers.spconv_calls import spconv_inference
+from sparse_lower.exporter.spconv_calls import spconv_inference
 from openpcdet_backbones import checkout_main, compare
 from voxelnext_openpcdet import FRAMES, trained_looking
 

@@ -43,7 +43,7 @@ from torch import nn
 import sparse_lower
 from sparse_lower.capacity import level_rows, most_members
 from sparse_lower.frames.sample import load_voxels
-from sparse_lower.importers.spconv_calls import spconv_inference
+from sparse_lower.exporter.spconv_calls import spconv_inference
 from voxelnext_openpcdet import FRAMES, class_from_source, trained_looking
 
 TOLERANCE = 1e-4

@@ -2,7 +2,7 @@
 against Pointcept's own module in PyTorch (spconv on one thread).
 
 The networks are read from a Pointcept checkout (`--pointcept`, or $SPARSE_LOWER_POINTCEPT; nothing of it is
-copied here) and built as sparse_lower/bench/pointcept.py says: `PTv3` (the nuScenes configuration of
+copied here) and built as sparse_lower/checkouts/pointcept.py says: `PTv3` (the nuScenes configuration of
 `PT-v3m1`) and `Sonata` (the backbone of Sonata's pretraining configuration, `PT-v3m2` as an encoder), and
 their `-small` versions, which the tests run. Each frame is gridded as Pointcept's nuScenes pipeline grids it
 (GridSample at 0.05 m from the points' metric x, y, z, each from its own minimum). Each network is exported
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import sparse_lower
-from sparse_lower.bench.pointcept import NETWORKS, build, export, grid_sampled, point_input, run_module
+from sparse_lower.checkouts.pointcept import NETWORKS, build, export, grid_sampled, point_input, run_module
 from sparse_lower.capacity import level_rows, most_members
 from sparse_lower.toolchains.runner import compile_partition
 from sparse_lower.frames.sample import load_voxels

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 import sparse_lower
-from sparse_lower.bench.checkouts import trained_statistics
+from sparse_lower.checkouts import trained_statistics
 from sparse_lower.capacity import level_rows
 from sparse_lower.frames.sample import load_voxels
 from openpcdet_backbones import checkout_main, compare
@@ -73,7 +73,7 @@ def check(checkout: Path, name: str, data: Path, frames: list[str], targets: lis
     """Export, lower and run network `name` on the frames; print and return the worst relative error."""
     import torchsparse
 
-    from sparse_lower.importers.torchsparse_calls import torchsparse_inference
+    from sparse_lower.exporter.torchsparse_calls import torchsparse_inference
 
     loaded = {frame: frame_input(data / FRAMES[frame]) for frame in frames}
     first = next(iter(loaded.values()))

@@ -37,7 +37,7 @@ from torch import nn
 import sparse_lower
 from sparse_lower.capacity import level_rows, most_members
 from sparse_lower.frames.sample import load_voxels
-from sparse_lower.importers.spconv_calls import spconv_inference
+from sparse_lower.exporter.spconv_calls import spconv_inference
 
 FRAMES = {"centerpoint": "nuscenes_centerpoint_voxels.npz", "bevfusion": "nuscenes_bevfusion_voxels.npz"}
 CONFIG = "tools/cfgs/nuscenes_models/cbgs_voxel0075_voxelnext.yaml"

@@ -202,7 +202,7 @@ def _spconv_layer(spec: LayerSpec, ndim: int):
         import spconv.pytorch as spconv
         import torch
 
-        from ..importers.spconv_calls import spconv_inference
+        from ..exporter.spconv_calls import spconv_inference
 
         d = f"{ndim}d"
         if spec.kind == "subm":
@@ -373,14 +373,14 @@ def minkunet_case(frame: str, name: str) -> Case:
 
 
 def pointcept_case(network: str, frame: str, name: str, ours: str = "ours-gpu-auto-2threads") -> Case:
-    """Pointcept's `network` (bench/pointcept.py, from $SPARSE_LOWER_POINTCEPT) on a real frame: ours (its
+    """Pointcept's `network` (checkouts/pointcept.py, from $SPARSE_LOWER_POINTCEPT) on a real frame: ours (its
     export on the gpu target) against the module in PyTorch, or (`ours` "ours-portable-2threads") the
     portable form alone: a case holds one of our sessions, each GiBs of attention rows (two and the
     module's, Sonata's on the CenterPoint frame, pass this machine's 24 GiB)."""
 
     def build() -> Built:
         try:
-            from . import pointcept
+            from ..checkouts import pointcept
 
             module = pointcept.build(pointcept.checkout(), network)
         except (ImportError, SparseLowerError) as error:

@@ -23,7 +23,7 @@ from ..models import CanonicalEmitter, sp_middle_resnet_fhd
 from ..quantization.gpu import quantize
 from ..runtime import create_session, vector_units
 from .cases import BEVFUSION_FILE, CENTERPOINT_FILE
-from .profile import profile
+from ..measuring.profile import profile
 from .systems import gemm_peak_gflops, index_only, layer_flops, session_options
 
 CONVS = ("IndexedConv", "IndexedConvInt8")
@@ -31,12 +31,12 @@ FORMS = ("float", "bf16", "int8")
 
 
 def conv_ms(found: dict) -> dict[str, float]:
-    """{layer: ms} of the convs in a profile (bench.profile's by_node): the node `LAYER/…` of a conv op."""
+    """{layer: ms} of the convs in a profile (measuring.profile's by_node): the node `LAYER/…` of a conv op."""
     return {node.split("/")[0]: ms for node, ms in found["by_node"].items() if node.split("/")[-1] in CONVS}
 
 
 def tables_ms(model, found: dict) -> float:
-    """The kernel ms of a profile (bench.profile) spent on the index tables of `model`: its nodes that do
+    """The kernel ms of a profile (measuring.profile) spent on the index tables of `model`: its nodes that do
     not depend on the features (bench.systems.index_only)."""
     tables = {node.name for node in index_only(model).graph.node}
     return sum(ms for node, ms in found["by_node"].items() if node in tables)

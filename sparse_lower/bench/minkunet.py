@@ -135,7 +135,7 @@ def source_model(features: np.ndarray, coords: np.ndarray, grid):
     """(the MinkUNet as source ops, its feeds): `sparse_lower.export` of the MinkowskiEngine network, else of
     the TorchSparse one (whose coords input is TorchSparse's (z, y, x, batch)), on the frame's grid; an
     ImportError where neither engine is installed."""
-    from ..exporting import export
+    from ..exporter import export
 
     try:
         network, example = minkowski_network(features.shape[1]), minkowski_input(features, coords)

@@ -20,7 +20,7 @@ from ..models import CanonicalEmitter, sp_middle_resnet_fhd
 from ..runtime import create_session
 from .portable import FRAMES, LEVELS, THREADS
 from .systems import index_only, session_options
-from .timing import alternating_medians
+from ..measuring.timing import alternating_medians
 
 SYSTEMS = {"library": "library tables", "standard": "standard tables, plain onnxruntime"}
 

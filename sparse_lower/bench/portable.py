@@ -40,9 +40,9 @@ from ..runtime import create_session, pad_rows
 from ..toolchains.prepare import fed
 from .cases import BEVFUSION_FILE, CENTERPOINT_FILE
 from .memory import process_peak_mb
-from .profile import profile
+from ..measuring.profile import profile
 from .systems import gemm_peak_gflops, index_only, session_options
-from .timing import alternating_medians
+from ..measuring.timing import alternating_medians
 
 FRAMES = {"centerpoint": CENTERPOINT_FILE, "bevfusion": BEVFUSION_FILE}
 SYSTEMS = ("gpu target, library", "portable, plain onnxruntime", "portable static (max_active per level)")

@@ -26,7 +26,7 @@ from .cases import Skip, all_cases, scaling_cases, select
 from .memory import peak_rss_mb
 from .systems import default_systems, gemm_peak_gflops, numpy_gemm_peak_gflops
 from .provenance import provenance_fields
-from .timing import median_of, timed
+from ..measuring.timing import median_of, timed
 
 
 # measured on network cases; a fitted nna system's peak includes measuring its capacities on the frame

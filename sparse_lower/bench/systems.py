@@ -2,7 +2,7 @@
 `table` run timing the index tables alone) or raises `Skip` / ImportError with the reason.
 
 Every system runs on one core (one intra-op thread), as spconv's CPU kernels must (see
-`sparse_lower.importers.spconv_calls.spconv_inference`), except `ours-gpu-auto-2threads`: the same
+`sparse_lower.exporter.spconv_calls.spconv_inference`), except `ours-gpu-auto-2threads`: the same
 model on the machine's two cores, which is how a user runs it, and MinkowskiEngine, which the
 performance issue runs on 2 threads (see `bench.minkowski`).
 """
@@ -21,17 +21,9 @@ from ..capacity import level_and_pair_rows, level_rows, most_members
 from ..onnx_conventions import IR_VERSION, OPSET
 from ..runtime import create_session
 from .cases import Built, Skip
-from .profile import profile
+from ..measuring.profile import profile
+from ..measuring.timing import THREADS, session_options
 
-THREADS = 1
-
-
-def session_options(threads: int = THREADS) -> ort.SessionOptions:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    return options
 
 
 def index_only(lowered: onnx.ModelProto) -> onnx.ModelProto:
@@ -102,7 +94,7 @@ class Prepared:
     note: str = ""
     flops: float | None = None  # useful FLOPs, from the neighbour tables (gpu unfold only)
     pairs: int | None = None
-    profile: Callable[[], dict] | None = None  # per op and per layer (bench.profile), ours only
+    profile: Callable[[], dict] | None = None  # per op and per layer (measuring.profile), ours only
 
 
 class Ours:

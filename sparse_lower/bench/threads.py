@@ -22,7 +22,7 @@ from ..runtime import create_session
 from ..verify import relative_error
 from .cases import BEVFUSION_FILE
 from .systems import gemm_peak_gflops, session_options
-from .timing import median_ms
+from ..measuring.timing import median_ms
 
 FRAMES = {"centerpoint": CENTERPOINT_FILE, "bevfusion": BEVFUSION_FILE}
 
@@ -37,7 +37,7 @@ def spconv_runner(features: np.ndarray, coords: np.ndarray, grid: tuple):
     """run(threads) -> the dense output of spconv's network of the same weights, on `threads` torch threads."""
     import torch
 
-    from ..importers.spconv_calls import spconv_inference
+    from ..exporter.spconv_calls import spconv_inference
     from ..models.spconv_emitter import SpconvEmitter
 
     network = sp_middle_resnet_fhd(SpconvEmitter(), np.random.default_rng(0), spatial_shape=grid)

@@ -31,7 +31,7 @@ from ..runtime import create_session, vector_units
 from ..verify import relative_error, snr_db
 from .cases import BEVFUSION_FILE, CENTERPOINT_FILE
 from .systems import session_options
-from .timing import timed
+from ..measuring.timing import timed
 
 FRAMES = {"centerpoint": CENTERPOINT_FILE, "bevfusion": BEVFUSION_FILE}  # timed on the first
 PATHS = {"widest": {}, "vnni": {"SPARSE_LOWER_NO_AMX": "1"}, "avx2": {"SPARSE_LOWER_NO_AVX512": "1"},

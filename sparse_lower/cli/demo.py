@@ -251,7 +251,7 @@ class DemoCommand:
 def _point_transformer(frame: dict, clock: Stopwatch, check: bool):
     """(the exported PTv3, its feeds, Pointcept's own output where `check`) on the frame's voxels."""
     try:
-        from ..bench import pointcept
+        from ..checkouts import pointcept
     except ImportError as error:
         raise SparseLowerError(f"--model ptv3 needs torch ({error})", fix='pip install "sparse-lower[spconv,pointcept]"')
     try:

@@ -23,9 +23,9 @@ What an imported model looks like:
 An importer never lowers: the result is the input of `sparse_lower.lower`. Every refusal is a
 SparseLowerError naming the source node and the fix.
 
-`sparse_lower.export` (torch_export.py) is the importer of a PyTorch spconv module, for users who
-have the module rather than a file: it traces the module and writes the same source-op form. It
-needs torch and spconv, imported only when it runs.
+This package reads ONNX files that other tools wrote. For users who have the PyTorch module rather than
+a file, `sparse_lower.export` (the exporter/ package) traces it and writes the same source-op form; it
+needs torch and the module's engine, imported only when it runs.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import spconv.pytorch as spconv
 import torch
 from spconv.pytorch.conv import SparseConvolution
 
-from ..importers.spconv_calls import spconv_inference
+from ..exporter.spconv_calls import spconv_inference
 from ..spconv_rules import LEAKY_RELU_ALPHA, runs_as_matmul
 from .emitter import Dense, Sparse, per_dim, spconv_output_shape, spconv_weight_memory
 

@@ -1,5 +1,5 @@
 """What `sparse_lower.export` says when the module does something the model cannot carry
-(importers/torch_export.py): each message names the module, the torch call and the source line.
+(exporter/trace.py): each message names the module, the torch call and the source line.
 
 * A torch call that torch.onnx refuses (an operator without an ONNX form): the module is run once more,
   eagerly, with every torch function it calls recorded with the module it runs in and the line of the

@@ -1,4 +1,4 @@
-"""MinkowskiEngine's calls as source ops while torch.onnx traces a module (importers/torch_export.py).
+"""MinkowskiEngine's calls as source ops while torch.onnx traces a module (exporter/trace.py).
 
 MinkowskiEngine keeps a sparse tensor's coordinates in its coordinate manager, out of torch's sight, and
 computes every kernel map in C++. For the duration of an export (`engine_calls`) each coordinate map key

@@ -1,5 +1,5 @@
 """`sparse_lower.export`: a PyTorch module with spconv or MinkowskiEngine layers traced to source ops
-(importers/torch_export.py), then checked: the model, lowered for the gpu target, runs on the example in
+(exporter/trace.py), then checked: the model, lowered for the gpu target, runs on the example in
 onnxruntime and must give what the module returned, sparse outputs compared by site.
 
 The check is what keeps a module that reads rows by their position from being exported with silently
@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from .api import lower
-from .errors import SparseLowerError
-from .importers import nothing_to_lower
-from .importers.torch_export import trace
-from .runtime import RUNTIME_ERRORS, runtime_refusal, session_for
-from .verify import non_finite, relative_error
+from ..api import lower
+from ..errors import SparseLowerError
+from ..importers import nothing_to_lower
+from .trace import trace
+from ..runtime import RUNTIME_ERRORS, runtime_refusal, session_for
+from ..verify import non_finite, relative_error
 
 CHECK_TOLERANCE = 1e-3  # of each output's largest value; the exports measured stay below 1e-5
 
@@ -34,7 +34,7 @@ def export(module, example, path: str | os.PathLike | None = None, *, max_spatia
     of the module's positional arguments), checked against the module on it unless `check=False`, and
     saved to `path` when given. `max_spatial_shape`: the largest grid a frame may have, where the module
     computes its grid from the frame or runs on an engine that has none (default: 2^(48 / D) per axis,
-    2^16 in 3-D, importers.traced_calls.default_bound). docs/formats.md#sparse_lowerexport."""
+    2^16 in 3-D, exporter.traced_calls.default_bound). docs/formats.md#sparse_lowerexport."""
     if path is not None and Path(path).is_dir():
         raise SparseLowerError(f"path {path} is a folder, where the model file goes",
                                fix=f"give a file name, e.g. {Path(path) / 'model.onnx'}")

@@ -1,11 +1,23 @@
 """Medians of timed calls: one system alone, or several taking turns so that a shared machine's drift
-falls on all of them alike."""
+falls on all of them alike; and the onnxruntime session options a timed run uses (one thread unless
+told, onnxruntime's own log quiet)."""
 
 from __future__ import annotations
 
 import time
 
 import numpy as np
+import onnxruntime as ort
+
+THREADS = 1  # intra-op threads of a timed session, unless told: spconv's CPU kernels must run on one
+
+
+def session_options(threads: int = THREADS) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return options
 
 
 def median_of(samples: list[float]) -> float:

@@ -10,7 +10,7 @@
 torch's own exporter (`torch.onnx.export`, TorchScript-based) writes the whole module: whatever it
 computes with torch (batch norms, activations, products of branches, reshapes, a dense neck and heads,
 coordinate arithmetic) is torch.onnx's job. Only the sparse engine's calls become source ops
-(spconv_calls.py, minkowski_calls.py: `engine_for` picks the engine); export_cleanup.py then folds what
+(spconv_calls.py, minkowski_calls.py: `engine_for` picks the engine); cleanup.py then folds what
 the trace left around them (Cast pairs, batch norms after convs, VoxelNeXt's `torch.unique` +
 `index_add_` into `Coalesce`). torch and the engine are
 imported when it runs, never when sparse_lower is imported.
@@ -152,7 +152,7 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
         import torch
     except ImportError as error:
         raise SparseLowerError(f"export needs torch, which is not installed ({error})", fix=INSTALL_HINT) from error
-    from . import export_cleanup, export_refusals
+    from . import cleanup, refusals
     from .traced_calls import index_add_symbolic
 
     engine = engine_for(module, example)
@@ -179,7 +179,7 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
     except SparseLowerError:
         raise
     except Exception as error:  # torch.onnx's refusal of a torch call: say where the module made it
-        raise export_refusals.explained(error, wrapper, __file__) from error
+        raise refusals.explained(error, wrapper, __file__) from error
     finally:
         torch.onnx.unregister_custom_op_symbolic("aten::index_add", OPSET)
     if max_spatial_shape is not None and not calls.bounded:
@@ -187,11 +187,11 @@ def trace(module, example, max_spatial_shape=None) -> Traced:
                                "fixed (the spatial_shape its sparse tensors are given)",
                                fix="leave max_spatial_shape out; it bounds grids the module computes from the frame "
                                    "or an engine without grids (MinkowskiEngine, TorchSparse)")
-    model = export_cleanup.cleaned(onnx.load_from_string(buffer.getvalue()), wrapper.output_names)
+    model = cleanup.cleaned(onnx.load_from_string(buffer.getvalue()), wrapper.output_names)
     model.ir_version = IR_VERSION
     model.producer_name = "sparse_lower.export"
-    export_refusals.refuse_frozen(model, wrapper.input_names, caught, understood)
-    export_refusals.note_frozen(model, caught, understood)
+    refusals.refuse_frozen(model, wrapper.input_names, caught, understood)
+    refusals.note_frozen(model, caught, understood)
     onnx.checker.check_model(model)
     feeds = {name: tensor.detach().numpy() for name, tensor in zip(wrapper.input_names, wrapper.tensors)}
     return Traced(model, feeds, dict(zip(wrapper.output_names, wrapper.results)))
@@ -204,7 +204,7 @@ IR_DUMP = "Torch IR graph at exception:"
 def _without_the_ir_dump():
     """stdout as the module writes it while traced, less the TorchScript graph torch.onnx prints when it
     refuses an operator ("Torch IR graph at exception: …", dozens of lines before the refusal, which
-    export_refusals.explained words with the call and its line). torch 2.13's legacy exporter logs it from
+    refusals.explained words with the call and its line). torch 2.13's legacy exporter logs it from
     C++ whatever its log setting (it tests the setting's getter, not its value), so file descriptor 1 is
     caught."""
     from ..toolchains.quiet import output_to

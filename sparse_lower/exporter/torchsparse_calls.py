@@ -1,4 +1,4 @@
-"""TorchSparse 1.4's calls as source ops while torch.onnx traces a module (importers/torch_export.py).
+"""TorchSparse 1.4's calls as source ops while torch.onnx traces a module (exporter/trace.py).
 
 TorchSparse 1.4 (the version mmdetection3d installs) keeps a sparse tensor's coordinates as a tensor,
 `(x, y, z, batch)` at the input's scale (a level-2 site is at even coordinates), and computes its kernel

@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from ..errors import SparseLowerError
-from ..exporting import export as export_model
-from .checkouts import namespace, trained_statistics
+from ..exporter import export as export_model
+from . import namespace, trained_statistics
 
 CHECKOUT_VARIABLE = "SPARSE_LOWER_POINTCEPT"
 INSTALL = ('pip install "sparse-lower[pointcept]" && pip install --no-build-isolation torch-scatter==2.1.2, '
@@ -150,7 +150,7 @@ def point_input(parts: list, channels: int = 4) -> dict:
 
 def run_module(module, parts: list, seed: int = 1) -> np.ndarray:
     """The module's output on the parts, its orders' permutations drawn under `seed` as the export's are."""
-    from ..importers.spconv_calls import spconv_inference
+    from ..exporter.spconv_calls import spconv_inference
 
     torch.manual_seed(seed)
     with spconv_inference(module):
@@ -194,7 +194,7 @@ def _spconv_on_one_thread(module, threads: int):
 def module_runner(module, parts: list, threads: int):
     """A zero-argument run of the module in PyTorch on the parts (torch on `threads` threads, spconv's
     layers on one), returning its output row count."""
-    from ..importers.spconv_calls import spconv_inference
+    from ..exporter.spconv_calls import spconv_inference
 
     data = point_input(parts, module.channels)
 

@@ -1,4 +1,4 @@
-"""spconv's calls as source ops while torch.onnx traces a module (importers/torch_export.py).
+"""spconv's calls as source ops while torch.onnx traces a module (exporter/trace.py).
 
 torch's own exporter writes everything a module computes with torch; what it cannot see into are the
 sparse engine's calls. For the duration of an export (`engine_calls`), those are replaced:
@@ -19,10 +19,10 @@ sparse engine's calls. For the duration of an export (`engine_calls`), those are
   outside the frame's own extent are dropped in the graph, as spconv drops them (docs/formats.md);
 * `SparseConvTensor(features, indices, spatial_shape, …)` on indices that no spconv call wrote (the
   merged sites of a `torch.unique`) marks them with their declared grid (`Grid` in the export's own
-  domain), which export_cleanup.py uses as the `Coalesce` bound and then removes.
+  domain), which cleanup.py uses as the `Coalesce` bound and then removes.
 
 Coordinates enter the source ops as int64 (a Cast the trace records) and leave them as spconv's int32;
-export_cleanup.py removes each Cast pair that cancels. Average and global pooling are refused, naming
+cleanup.py removes each Cast pair that cancels. Average and global pooling are refused, naming
 the module and its call.
 
 `spconv_inference` runs an spconv module for inference, with the workarounds its CPU kernels need.

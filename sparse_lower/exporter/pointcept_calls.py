@@ -1,5 +1,5 @@
 """Pointcept's point transformers (Point Transformer V3, `PT-v3m1`) while torch.onnx traces them
-(importers/torch_export.py): the calls of theirs that the trace would fix to the example, or that
+(exporter/trace.py): the calls of theirs that the trace would fix to the example, or that
 torch.onnx cannot write, replaced for the duration of an export by computations of the same values that
 stay in the graph. Their sparse convolutions (the embedding's and every block's positional encoding,
 `SubMConv3d`) are spconv's and spconv_calls.py makes them source ops, as for any spconv network.

@@ -1,4 +1,4 @@
-"""What `sparse_lower.export` does to the graph torch.onnx wrote (importers/torch_export.py): the forms
+"""What `sparse_lower.export` does to the graph torch.onnx wrote (exporter/trace.py): the forms
 around the source ops that the trace leaves and the lowering should not see. In order:
 
 1. the engine calls' results that the trace returned after the module's own outputs are no outputs
@@ -17,7 +17,7 @@ around the source ops that the trace leaves and the lowering should not see. In 
 5. a `BatchNormalization` that alone reads a conv's features is folded into the conv's weight and bias
    (along the output-channel axis: 0 for SubmanifoldConv / SparseConv, 1 for SparseDeconv); any other
    batch norm stays;
-6. the graph outputs get their names (torch_export.py's), unused nodes go, the rest is sorted.
+6. the graph outputs get their names (trace.py's), unused nodes go, the rest is sorted.
 
 Pre: the model torch.onnx wrote with spconv_calls's symbolics. Post: only standard and source ops.
 """

@@ -19,8 +19,8 @@ import torch
 from ..errors import SparseLowerError
 from ..onnx_conventions import SOURCE_DOMAIN
 
-EXPORT_DOMAIN = "sparse_lower_export"  # the marks export_cleanup.py removes; never in an exported model
-NAME_ATTRIBUTE = "export_name"  # a source op's module path, made its node name by export_cleanup.py
+EXPORT_DOMAIN = "sparse_lower_export"  # the marks cleanup.py removes; never in an exported model
+NAME_ATTRIBUTE = "export_name"  # a source op's module path, made its node name by cleanup.py
 INT64, INT32 = 7, 6  # ONNX's element types, for the Casts around the source ops
 
 
@@ -167,7 +167,7 @@ class TracedCalls:
     """What every engine's export keeps: module names, the bound of grids that are not fixed, and the first
     result of every engine call, returned
     by the traced module after its own outputs (torch's dead-code elimination fails on a call none of
-    whose results is read; export_cleanup.py drops them)."""
+    whose results is read; cleanup.py drops them)."""
 
     names: dict
     max_spatial_shape: list | None = None

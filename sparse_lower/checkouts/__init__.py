@@ -1,6 +1,8 @@
-"""What the networks read from a framework's checkout share (bench/pointcept.py, and the tools of
-mmdetection3d's, MinkowskiEngine's and TorchSparse's networks): their packages made importable without
-running the `__init__` files that import everything else, and weights that look trained."""
+"""The networks read from third-party checkouts, used alike by bench, demo, the tools and the tests
+(Pointcept's point transformers: pointcept.py), and what they and the tools of mmdetection3d's,
+OpenPCDet's, MinkowskiEngine's and TorchSparse's networks share (here): a checkout's packages made
+importable without running the `__init__` files that import everything else, and weights that look
+trained."""
 
 from __future__ import annotations
 
