@@ -70,7 +70,8 @@ def _capacities(max_active) -> int | tuple[int, ...] | None:
         else []
     if not values or not all(map(_positive, values)):
         raise SparseLowerError(f"max_active={max_active!r} is neither a positive int nor a sequence of them",
-                               fix="give None, an int >= 1, or one int >= 1 per level, e.g. [80000, 60000, 30000, 15000]")
+                               fix="give None, an int >= 1, or one int >= 1 per level, e.g. "
+                                   "[80000, 60000, 30000, 15000]")
     if max(values) > MAX_CAPACITY:
         raise SparseLowerError(f"max_active={max_active!r}: a capacity over {MAX_CAPACITY:,} rows, which the static "
                                "forms cannot index (int32 indices), and no memory holds",
@@ -184,7 +185,8 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
     if unread:
         option, targets = unread
         raise SparseLowerError(f"{option}={given[option]!r} does nothing for target '{target}'",
-                               fix=f"leave {option} out, or use it with target {' or '.join(map(repr, sorted(targets)))}")
+                               fix=f"leave {option} out, or use it with target "
+                                   f"{' or '.join(map(repr, sorted(targets)))}")
     if combine in ("pairs", "unfold") and fuse_taps:
         why = {"pairs": "the pairs combine multiplies each tap's own rows",
                "unfold": "the unfold combine has one product for all taps already"}[combine]

@@ -31,8 +31,9 @@ def random_coords(rng: np.random.Generator, count: int, batch: int, grid) -> np.
     order, as int64 coords, drawn as a LiDAR frame lies: around one point per batch at every scale from one
     cell to a few times the count's D-th root (within half the grid), so that each kernel tap finds
     neighbour pairs at the first level and after every stride, and strided layers merge rows as a real
-    frame's do rather than multiplying them. Sites drawn uniformly over a 41 × 1440 × 1440 grid have no neighbours: a check on them
-    multiplies the centre taps alone and passes a lowering whose other taps are wrong."""
+    frame's do rather than multiplying them. Sites drawn uniformly over a 41 × 1440 × 1440 grid have no
+    neighbours: a check on them multiplies the centre taps alone and passes a lowering whose other taps
+    are wrong."""
     grid = np.asarray(grid, np.int64)
     volume = int(np.prod(grid))
     count = min(count, batch * volume)
@@ -229,7 +230,7 @@ def tap_coverage(taps: dict) -> tuple[str, bool]:
     """What a comparison's pair counts (compare's `taps`) say of the weights it checked, and whether every
     tap was: each tap of each convolution is compared only through the neighbour pairs the inputs give it."""
     if not taps:
-        return "the model has no convolution", True
+        return "", True  # no convolution: nothing to say
     counts = np.concatenate(list(taps.values()))
     unseen = {name: np.flatnonzero(per_tap == 0) for name, per_tap in taps.items() if (per_tap == 0).any()}
     if not unseen:

@@ -312,7 +312,7 @@ class ConvertCommand:
                   f"compared ({'they differ for ' + ', '.join(shapes) if shapes else 'they match'}); the values "
                   f"are compared on random inputs with {args.active or assumed_active(source)} sites instead")
         coverage, every_tap = tap_coverage(taps)
-        if every_tap:
+        if every_tap and coverage:
             compared += f"; {coverage}"
         else:  # a warning: said under -q too
             print(f"verify: {coverage}; give a frame where they have neighbours (--inputs)")

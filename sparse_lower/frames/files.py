@@ -37,8 +37,8 @@ def find_frames(paths) -> list[Path]:
     paths = list(paths) if isinstance(paths, Iterable) and not isinstance(paths, Mapping) else [paths]
     for position, given in enumerate(paths):
         if not isinstance(given, (str, os.PathLike)):
-            raise SparseLowerError(f"frame {position} is of type {type(given).__name__}, where a path to an {FRAME_SUFFIX} "
-                                   "file or a folder of them goes",
+            raise SparseLowerError(f"frame {position} is of type {type(given).__name__}, where a path to an "
+                                   f"{FRAME_SUFFIX} file or a folder of them goes",
                                    fix=f"save frames with numpy.savez(path, {FEATURES_KEY}=..., {COORDS_KEY}=...) "
                                        "and give their paths")
     frames: list[Path] = []

@@ -32,9 +32,9 @@ _TAP_PAIRS: ContextVar[dict | None] = ContextVar("tap_pairs", default=None)
 
 @contextlib.contextmanager
 def counting_pairs():
-    """Inside: per conv node (by name), the pairs each kernel tap multiplies, summed over its runs, into the
-    dict yielded. A check compares a tap's weights only where its inputs give it a pair: how many each tap
-    met says what the check saw (verify.compare)."""
+    """Inside: per conv node run (by name; a nameless or repeated name gets a number), the pairs each kernel
+    tap multiplies, into the dict yielded. A check compares a tap's weights only where its inputs give it a
+    pair: how many each tap met says what the check saw (verify.compare)."""
     counts: dict[str, np.ndarray] = {}
     token = _TAP_PAIRS.set(counts)
     try:
@@ -47,9 +47,9 @@ def _counted(node, pairs):
     """`pairs`, their count per tap added to counting_pairs' record where one is kept."""
     counts = _TAP_PAIRS.get()
     if counts is not None:
-        per_tap = np.array([len(inputs) for _, inputs, _ in pairs], np.int64)
         key = node.name or node.op_type
-        counts[key] = counts[key] + per_tap if key in counts else per_tap
+        counts[key if key not in counts else f"{key} #{len(counts)}"] = np.array(
+            [len(inputs) for _, inputs, _ in pairs], np.int64)
     return pairs
 
 
