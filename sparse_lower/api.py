@@ -40,10 +40,10 @@ TARGET_OPTIONS = {"strategy": ({"gpu", "hybrid"}, "auto"), "combine": ({"nna", "
 
 
 def unread_option(target: str, given: Mapping[str, object]) -> tuple[str, set[str]] | None:
-    """The first of the options `given` (by name, with their values) that `target` does not read, and the
-    targets that read it; None where each is read or left at its default."""
-    for option, (targets, default) in TARGET_OPTIONS.items():
-        if option in given and given[option] not in (default, None) and target not in targets:
+    """The first of the options `given` (by name, with their values; None or False: not given) that
+    `target` does not read, and the targets that read it; None where each is read."""
+    for option, (targets, _) in TARGET_OPTIONS.items():
+        if given.get(option) not in (None, False) and target not in targets:
             return option, targets
     return None
 
@@ -179,8 +179,10 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
         raise SparseLowerError(f"tables='{tables}' writes the nna and hybrid targets' tables in standard ops; {why}",
                                fix="leave tables out, or use it with target 'nna' or 'hybrid'")
     max_active = _capacities(max_active)
-    given = {"strategy": strategy, "combine": combine, "layout": layout, "fuse_taps": fuse_taps,
-             "max_active": max_active, "max_pairs": max_pairs, "max_members": max_members}
+    given = {option: value for option, value in (("strategy", strategy), ("combine", combine), ("layout", layout),
+                                                 ("fuse_taps", fuse_taps), ("max_active", max_active),
+                                                 ("max_pairs", max_pairs), ("max_members", max_members))
+             if value != TARGET_OPTIONS[option][1]}  # a default is no choice of the caller's
     unread = unread_option(target, given)
     if unread:
         option, targets = unread

@@ -65,3 +65,25 @@ def test_convert_reports_the_pairs_each_tap_multiplied(tmp_path):
     verdict = result.stdout.rstrip().splitlines()[-1]
     assert verdict.startswith("verify: ok (") and "; every tap of the 3 convolutions multiplied neighbour pairs (" \
         in verdict, result.stdout
+
+
+def test_a_model_without_convolutions_gets_no_coverage_line(tmp_path):
+    from onnx import TensorProto, helper
+
+    pool = helper.make_node("SparseMaxPool", ["features", "coords"], ["out", "out_coords"], domain="sparse",
+                            name="pool", kernel_shape=[2, 2], strides=[2, 2], spatial_shape=[8, 8])
+    graph = helper.make_graph([pool], "pool", [
+        helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", 3]),
+        helper.make_tensor_value_info("coords", TensorProto.INT64, ["N", 3])], [
+        helper.make_tensor_value_info("out", TensorProto.FLOAT, ["M", 3]),
+        helper.make_tensor_value_info("out_coords", TensorProto.INT64, ["M", 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("sparse", 1)])
+    model.ir_version = 10
+    onnx.save(model, tmp_path / "pool.onnx")
+    coords = random_coords(np.random.default_rng(0), 30, 2, (8, 8))
+    np.savez(tmp_path / "frame.npz", features=np.random.default_rng(1).standard_normal((30, 3)).astype(np.float32),
+             coords=coords)
+    result = sparse_lower_cli("convert", "pool.onnx", "-o", "out.onnx", "--inputs", "frame.npz", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    verdict = result.stdout.rstrip().splitlines()[-1]
+    assert verdict.startswith("verify: ok (") and "tap" not in verdict and "verify: ;" not in result.stdout

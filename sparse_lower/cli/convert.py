@@ -312,10 +312,10 @@ class ConvertCommand:
                   f"compared ({'they differ for ' + ', '.join(shapes) if shapes else 'they match'}); the values "
                   f"are compared on random inputs with {args.active or assumed_active(source)} sites instead")
         coverage, every_tap = tap_coverage(taps)
-        if every_tap and coverage:
-            compared += f"; {coverage}"
-        else:  # a warning: said under -q too
+        if not every_tap:  # a warning: said under -q too
             print(f"verify: {coverage}; give a frame where they have neighbours (--inputs)")
+        elif coverage:
+            compared += f"; {coverage}"
         for value, nodes in assumed_values(source).items():
             print(f"verify: the import assumed {value} ({len(nodes)} node{'s' if len(nodes) > 1 else ''}, e.g. "
                   f"'{nodes[0]}'): the file does not record it, and this check cannot tell (--leaky-relu-alpha)")
