@@ -53,7 +53,7 @@ def _choice(name: str, value, allowed) -> None:
         raise SparseLowerError(f"unknown {name} '{value}'", fix=f"use one of {', '.join(allowed)}")
 
 
-def _positive(value) -> bool:
+def positive_int(value) -> bool:
     """Whether `value` is an int >= 1 (not a bool)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1
 
@@ -66,9 +66,9 @@ def _capacities(max_active) -> int | tuple[int, ...] | None:
     each at most MAX_CAPACITY."""
     if max_active is None:
         return None
-    values = [max_active] if _positive(max_active) else list(max_active) if isinstance(max_active, (list, tuple)) \
+    values = [max_active] if positive_int(max_active) else list(max_active) if isinstance(max_active, (list, tuple)) \
         else []
-    if not values or not all(map(_positive, values)):
+    if not values or not all(map(positive_int, values)):
         raise SparseLowerError(f"max_active={max_active!r} is neither a positive int nor a sequence of them",
                                fix="give None, an int >= 1, or one int >= 1 per level, e.g. "
                                    "[80000, 60000, 30000, 15000]")
@@ -77,7 +77,7 @@ def _capacities(max_active) -> int | tuple[int, ...] | None:
                                "forms cannot index (int32 indices), and no memory holds",
                                fix="give the most rows a frame has at each level: `sparse-lower inspect MODEL "
                                    "--frames ...` measures them")
-    return int(max_active) if _positive(max_active) else tuple(int(v) for v in values)
+    return int(max_active) if positive_int(max_active) else tuple(int(v) for v in values)
 
 
 def _pair_capacities(max_pairs, model: onnx.ModelProto, target: str, combine: str,
@@ -194,13 +194,13 @@ def lower(model: onnx.ModelProto | str | os.PathLike, target: str = "gpu", *, st
                "unfold": "the unfold combine has one product for all taps already"}[combine]
         raise SparseLowerError(f"fuse_taps multiplies every row by all taps in one product, and {why}",
                                fix=f"leave fuse_taps (--fuse-taps) off with the {combine} combine")
-    if max_batch is not None and (target != "portable" or max_active is None or not _positive(max_batch)):
+    if max_batch is not None and (target != "portable" or max_active is None or not positive_int(max_batch)):
         raise SparseLowerError(f"max_batch={max_batch!r} sizes the portable target's static form",
                                fix="give an int >= 1 together with target='portable' and max_active, or leave it out")
     model = load(model)
     max_pairs = _pair_capacities(max_pairs, model, target, combine, max_active)
     max_batch = None if max_batch is None else int(max_batch)  # None: the lowering reads the ToDense batch_size
-    if max_members is not None and not _positive(max_members):
+    if max_members is not None and not positive_int(max_members):
         raise SparseLowerError(f"max_members={max_members!r} is the most rows one site of a Coalesce merges",
                                fix="give an int >= 1, or leave it out")
     layer_strategies = _layer_strategies(layer_strategies, model, target)

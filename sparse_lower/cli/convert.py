@@ -13,7 +13,7 @@ import onnx
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
 
 from ..api import TARGET_OPTIONS, load, lower, unread_option
-from ..assumed_active import assumed_active
+from ..assumed_active import assumed_active, recorded_capacity
 from ..errors import SparseLowerError
 from ..frames.files import feeds_of, read_frames
 from ..input_roles import input_roles
@@ -225,8 +225,9 @@ class ConvertCommand:
             raise SparseLowerError("--leaky-relu-alpha does nothing for a model in source ops (it is the slope an "
                                    "exporter's file does not record)", fix="leave --leaky-relu-alpha out")
         given = feeds_of(source, inputs)  # the model's inputs are known now
-        for option, frames in (("--inputs", inputs), ("--tune", tuning), ("--calibrate", calibration)):
-            for (path, _), feeds in zip(frames, feeds_of(source, frames)):
+        for option, frames, fed in (("--inputs", inputs, given), ("--tune", tuning, feeds_of(source, tuning)),
+                                    ("--calibrate", calibration, feeds_of(source, calibration))):
+            for (path, _), feeds in zip(frames, fed):
                 said = non_finite(feeds)
                 if said:
                     raise SparseLowerError(f"{option}: the frame {path}: {said}, which no comparison or timing can "
@@ -373,9 +374,7 @@ def _fits_the_static_form(source: onnx.ModelProto, lowered: onnx.ModelProto, fee
     batch index past max_batch), which it would answer with NaN: the verdict would be "FAILED … inf"."""
     if not fixed_rows(lowered):
         return
-    options = recorded_options(lowered)
-    capacity = options["max_active"][0] if isinstance(options["max_active"], list) else options["max_active"]
-    batches = options.get("max_batch") or 1
+    capacity, batches = recorded_capacity(lowered), recorded_options(lowered).get("max_batch") or 1
     for name, value in feeds.items():
         if input_roles(source).get(name, ("",))[0] != "coords" or not len(value):
             continue

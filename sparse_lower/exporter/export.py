@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from ..api import lower
+from ..api import lower, positive_int
 from ..errors import SparseLowerError
 from ..importers import nothing_to_lower
 from .trace import trace
@@ -58,8 +58,7 @@ def export(module, example, path: str | os.PathLike | None = None, *, max_spatia
 def _bound(max_spatial_shape) -> list[int]:
     """max_spatial_shape checked: a sequence of extents, each an int >= 1."""
     extents = None if isinstance(max_spatial_shape, (str, bytes)) else np.asarray(max_spatial_shape, dtype=object)
-    if extents is None or extents.ndim != 1 or not len(extents) or not all(
-            isinstance(e, (int, np.integer)) and not isinstance(e, bool) and e >= 1 for e in extents):
+    if extents is None or extents.ndim != 1 or not len(extents) or not all(map(positive_int, extents)):
         raise SparseLowerError(f"max_spatial_shape {max_spatial_shape!r} is not a list of extents >= 1",
                                fix="give one int >= 1 per spatial dimension, e.g. [41, 1440, 1440]")
     return [int(e) for e in extents]
